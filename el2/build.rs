@@ -1,0 +1,15 @@
+//! Links the bare-metal image with its own linker script; host builds of
+//! the portable core are left alone.
+
+fn main() {
+    println!("cargo::rerun-if-changed=linker.ld");
+    if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("none") {
+        let dir = std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
+        println!("cargo::rustc-link-arg-bins=-T{dir}/linker.ld");
+        // A self-relocating, position-independent executable with no
+        // dynamic loader: head.rs applies the R_AARCH64_RELATIVE entries.
+        println!("cargo::rustc-link-arg-bins=-pie");
+        println!("cargo::rustc-link-arg-bins=--no-dynamic-linker");
+        println!("cargo::rustc-link-arg-bins=-zseparate-loadable-segments");
+    }
+}

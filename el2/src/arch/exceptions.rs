@@ -1,0 +1,267 @@
+//! The EL2 vector table (Arm ARM D1.3.1 "Exception vectors"): 16 entries,
+//! 0x80 bytes apart. Each saves a [`Frame`] on the exception stack (SP_EL2)
+//! and calls [`handle_exception`]. IRQs go to the interrupt handler; every
+//! other exception is unexpected while no guest runs and ends in a fatal
+//! report.
+
+use super::{console, cpu, psci, stacks};
+use core::arch::global_asm;
+use core::fmt::Write;
+use core::sync::atomic::{AtomicBool, Ordering};
+use el2::FATAL_MARKER;
+use el2::esr::Esr;
+
+/// Register state at the exception, as the vector code saves it.
+#[repr(C)]
+#[derive(Debug)]
+pub struct Frame {
+    pub x: [u64; 31],
+    pub sp_el0: u64,
+    pub elr: u64,
+    pub spsr: u64,
+    pub esr: u64,
+    pub far: u64,
+}
+
+const FRAME_SIZE: usize = core::mem::size_of::<Frame>();
+const _: () = assert!(FRAME_SIZE % 16 == 0, "SP must stay 16-byte aligned");
+
+/// Which of the 16 vectors was taken: `source * 4 + kind`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Vector(u64);
+
+impl Vector {
+    fn source(self) -> &'static str {
+        match self.0 / 4 {
+            0 => "EL2 on SP_EL0 (hypervisor thread)",
+            1 => "EL2 on SP_EL2 (hypervisor exception handler)",
+            2 => "lower EL, AArch64",
+            _ => "lower EL, AArch32",
+        }
+    }
+
+    fn kind(self) -> &'static str {
+        match self.0 % 4 {
+            0 => "synchronous",
+            1 => "IRQ",
+            2 => "FIQ",
+            _ => "SError",
+        }
+    }
+
+    fn is_irq(self) -> bool {
+        self.0 % 4 == 1
+    }
+}
+
+global_asm!(
+    r#"
+.macro VECTOR kind
+    .balign 0x80
+    sub     sp, sp, #{frame_size}
+    stp     x0, x1, [sp, #0]
+    mov     x0, #\kind
+    b       .Lexception_common
+.endm
+
+    .section .text.vectors, "ax"
+    .balign 0x800
+    .global {vectors}
+{vectors}:
+    VECTOR 0
+    VECTOR 1
+    VECTOR 2
+    VECTOR 3
+    VECTOR 4
+    VECTOR 5
+    VECTOR 6
+    VECTOR 7
+    VECTOR 8
+    VECTOR 9
+    VECTOR 10
+    VECTOR 11
+    VECTOR 12
+    VECTOR 13
+    VECTOR 14
+    VECTOR 15
+
+.Lexception_common:
+    stp     x2, x3, [sp, #16]
+    stp     x4, x5, [sp, #32]
+    stp     x6, x7, [sp, #48]
+    stp     x8, x9, [sp, #64]
+    stp     x10, x11, [sp, #80]
+    stp     x12, x13, [sp, #96]
+    stp     x14, x15, [sp, #112]
+    stp     x16, x17, [sp, #128]
+    stp     x18, x19, [sp, #144]
+    stp     x20, x21, [sp, #160]
+    stp     x22, x23, [sp, #176]
+    stp     x24, x25, [sp, #192]
+    stp     x26, x27, [sp, #208]
+    stp     x28, x29, [sp, #224]
+    mrs     x1, sp_el0
+    stp     x30, x1, [sp, #240]
+    mrs     x1, elr_el2
+    mrs     x2, spsr_el2
+    stp     x1, x2, [sp, #256]
+    mrs     x1, esr_el2
+    mrs     x2, far_el2
+    stp     x1, x2, [sp, #272]
+    mov     x1, sp
+    bl      {handler}
+    ldp     x1, x2, [sp, #256]
+    msr     elr_el2, x1
+    msr     spsr_el2, x2
+    ldp     x30, x1, [sp, #240]
+    msr     sp_el0, x1
+    ldp     x28, x29, [sp, #224]
+    ldp     x26, x27, [sp, #208]
+    ldp     x24, x25, [sp, #192]
+    ldp     x22, x23, [sp, #176]
+    ldp     x20, x21, [sp, #160]
+    ldp     x18, x19, [sp, #144]
+    ldp     x16, x17, [sp, #128]
+    ldp     x14, x15, [sp, #112]
+    ldp     x12, x13, [sp, #96]
+    ldp     x10, x11, [sp, #80]
+    ldp     x8, x9, [sp, #64]
+    ldp     x6, x7, [sp, #48]
+    ldp     x4, x5, [sp, #32]
+    ldp     x2, x3, [sp, #16]
+    ldp     x0, x1, [sp, #0]
+    add     sp, sp, #{frame_size}
+    eret
+"#,
+    vectors = sym vectors,
+    handler = sym handle_exception,
+    frame_size = const FRAME_SIZE,
+);
+
+unsafe extern "C" {
+    fn vectors();
+}
+
+/// The address to program into VBAR_EL2.
+pub fn vector_base() -> u64 {
+    vectors as usize as u64
+}
+
+extern "C" fn handle_exception(vector: u64, frame: &mut Frame) {
+    let vector = Vector(vector);
+    if vector.is_irq() && vector.0 < 8 {
+        super::irq::handle();
+        return;
+    }
+    fatal(vector, frame)
+}
+
+/// Set by the first CPU to report a fatal error; a second fault (nested, or
+/// on another CPU meanwhile) parks instead of interleaving reports.
+static FATAL_IN_PROGRESS: AtomicBool = AtomicBool::new(false);
+
+fn fatal(vector: Vector, frame: &Frame) -> ! {
+    if FATAL_IN_PROGRESS.swap(true, Ordering::AcqRel) {
+        psci::park();
+    }
+    let mut report = Report::default();
+    let _ = write_report(&mut report, vector, frame);
+    report.flush();
+    psci::power_off()
+}
+
+fn write_report(out: &mut Report, vector: Vector, frame: &Frame) -> core::fmt::Result {
+    let esr = Esr::new(frame.esr);
+    let (cpu_index, mpidr) = match cpu::current() {
+        Some(c) => (c.index, c.mpidr),
+        None => (0, cpu::current_mpidr()),
+    };
+    writeln!(
+        out,
+        "*** {FATAL_MARKER}: {} exception from {}: {} ***",
+        vector.kind(),
+        vector.source(),
+        if vector.kind() == "synchronous" { esr.class_name() } else { "unexpected" },
+    )?;
+    writeln!(out, "  cpu {cpu_index} (mpidr {mpidr})")?;
+    writeln!(
+        out,
+        "  ESR_EL2 {:#018x}: EC {:#04x} ({}), IL {}, ISS {:#09x}",
+        esr.raw(),
+        esr.class_bits(),
+        esr.class_name(),
+        u8::from(esr.is_32bit_instruction()),
+        esr.iss()
+    )?;
+    if let Some(abort) = esr.abort() {
+        writeln!(
+            out,
+            "  {} abort: {}{}{}",
+            if abort.data { "data" } else { "instruction" },
+            if abort.data { if abort.write { "write, " } else { "read, " } } else { "" },
+            abort.status,
+            if abort.far_valid { "" } else { " (FAR not valid)" },
+        )?;
+        if abort.far_valid {
+            for (what, array) in [("thread", stacks::thread_stacks()), ("exception", stacks::exception_stacks())] {
+                if let Some(owner) = array.guard_owner(frame.far) {
+                    writeln!(
+                        out,
+                        "  stack overflow: cpu {owner}'s {what} stack ran into its guard page at {:#x}",
+                        frame.far
+                    )?;
+                }
+            }
+        }
+    }
+    let image_base = super::image_base();
+    writeln!(
+        out,
+        "  FAR_EL2 {:#018x}  ELR_EL2 {:#018x} (el2 ELF address {:#x})",
+        frame.far,
+        frame.elr,
+        frame.elr.wrapping_sub(image_base)
+    )?;
+    writeln!(out, "  SPSR_EL2 {:#018x}  SP_EL0 {:#018x}", frame.spsr, frame.sp_el0)?;
+    for row in 0..8 {
+        write!(out, " ")?;
+        for col in 0..4 {
+            let reg = row * 4 + col;
+            if reg < 31 {
+                write!(out, " x{reg:<2} {:#018x}", frame.x[reg])?;
+            }
+        }
+        writeln!(out)?;
+    }
+    writeln!(out, "*** machine stopped ***")
+}
+
+/// Collects the report in a fixed buffer (the heap may be what broke) and
+/// writes it in one go.
+struct Report {
+    buf: [u8; 4096],
+    len: usize,
+}
+
+impl Default for Report {
+    fn default() -> Self {
+        Self { buf: [0; 4096], len: 0 }
+    }
+}
+
+impl Write for Report {
+    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+        let room = self.buf.len() - self.len;
+        let n = s.len().min(room);
+        self.buf[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
+        self.len += n;
+        Ok(())
+    }
+}
+
+impl Report {
+    fn flush(&self) {
+        let text = core::str::from_utf8(&self.buf[..self.len]).unwrap_or("EL2 FATAL: report unprintable\n");
+        console::print_fatal(format_args!("{text}"));
+    }
+}

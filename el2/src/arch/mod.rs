@@ -1,0 +1,451 @@
+//! Everything that only runs on AArch64 at EL2: entry, vectors, MMU, GIC,
+//! timer, console and firmware calls, and the boot sequence that ties them
+//! together. Decisions (memory layout, CPU order, command line) are made by
+//! the portable `el2` library.
+
+pub mod cache;
+pub mod console;
+pub mod cpu;
+pub mod exceptions;
+pub mod gic;
+pub mod head;
+pub mod heap;
+pub mod irq;
+pub mod mmu;
+pub mod psci;
+pub mod regs;
+pub mod stacks;
+pub mod timer;
+
+use crate::println;
+use alloc::vec::Vec;
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use el2::bootargs::{self, BootArgs, SelfTest};
+use el2::layout::{self, ImageLayout};
+use el2::percpu::PerCpu;
+use el2::smp::{self, CpuStarter, MAX_CPUS};
+use el2::{BANNER, FATAL_MARKER};
+use platform::{Cpu, MemRange, Platform};
+use spin::Once;
+
+/// How long a secondary CPU has to report in after CPU_ON.
+const CPU_ON_TIMEOUT_MS: u32 = 2000;
+
+static PLATFORM: Once<Platform> = Once::new();
+static BOOT_ARGS: Once<BootArgs> = Once::new();
+static CPUS: Once<&'static [PerCpu]> = Once::new();
+
+/// The boot-time tick check: every online CPU counts its own ticks over the
+/// same window once the boot CPU says go.
+static TICK_CHECK_GO: AtomicBool = AtomicBool::new(false);
+static TICK_CHECK_DONE: AtomicUsize = AtomicUsize::new(0);
+
+unsafe extern "C" {
+    static __image_start: u8;
+    static __image_end: u8;
+    static __text_end: u8;
+    static __rodata_end: u8;
+    static __bss_end: u8;
+}
+
+/// Where the image runs (it is linked at 0 and relocated at boot).
+pub fn image_base() -> u64 {
+    (&raw const __image_start) as u64
+}
+
+fn image_layout() -> ImageLayout {
+    let start = image_base();
+    let text_end = (&raw const __text_end) as u64;
+    let rodata_end = (&raw const __rodata_end) as u64;
+    let data_end = (&raw const __bss_end) as u64;
+    let end = (&raw const __image_end) as u64;
+    let (heap_base, heap_size) = heap::range();
+    ImageLayout {
+        image: MemRange::new(start, end - start),
+        text: MemRange::new(start, text_end - start),
+        rodata: MemRange::new(text_end, rodata_end - text_end),
+        data: MemRange::new(rodata_end, data_end - rodata_end),
+        thread_stacks: stacks::thread_stacks(),
+        exception_stacks: stacks::exception_stacks(),
+        heap: MemRange::new(heap_base, heap_size),
+    }
+}
+
+/// FDT header magic (Devicetree Specification 5.2, "Header").
+const FDT_MAGIC: u32 = 0xd00d_feed;
+/// The most device tree the hypervisor accepts; real boards need < 1 MiB.
+const FDT_MAX_SIZE: u32 = 64 << 20;
+
+/// The size of the device tree at `dtb`, from its header's `totalsize`.
+///
+/// Runs with the MMU off and no heap: it reads two words and nothing more;
+/// `Platform::parse` validates the rest once the heap works.
+fn dtb_size(dtb: u64) -> Option<usize> {
+    if dtb == 0 || dtb % 8 != 0 {
+        return None;
+    }
+    let header = dtb as *const u32;
+    // SAFETY: the boot protocol hands us the physical address of a DTB in
+    // RAM; its first two words (magic, totalsize) are readable.
+    let (magic, size) = unsafe { (header.read_volatile(), header.add(1).read_volatile()) };
+    let size = u32::from_be(size);
+    (u32::from_be(magic) == FDT_MAGIC && (40..=FDT_MAX_SIZE).contains(&size)).then_some(size as usize)
+}
+
+/// The boot CPU's Rust entry, from `head.rs`, with the MMU off and SP_EL0 set.
+pub extern "C" fn primary_main(dtb: u64) -> ! {
+    cpu::clear_current();
+    cpu::init_el2_registers(exceptions::vector_base());
+    let image = image_layout();
+    // Without a readable DTB there is no console to complain on: stop.
+    let Some(dtb_len) = dtb_size(dtb) else {
+        psci::park()
+    };
+    let boot_params = mmu::boot_map(&[(image.image.base, image.image.size), (dtb, dtb_len as u64)]);
+    // SAFETY: the boot map identity-maps the whole image (code, stacks,
+    // heap) and the DTB, so everything in use stays where it is.
+    unsafe { head::enable_mmu(&boot_params) };
+    heap::init();
+
+    // SAFETY: `dtb_size` validated the header; the boot map covers the blob
+    // and nothing writes it.
+    let dtb_bytes: &'static [u8] = unsafe { core::slice::from_raw_parts(dtb as *const u8, dtb_len) };
+    let platform = match Platform::parse(dtb_bytes) {
+        Ok(platform) => PLATFORM.call_once(|| platform),
+        Err(error) => early_failure(dtb_bytes, &image, dtb, error),
+    };
+    psci::set_conduit(platform.psci.conduit);
+    let (args, warnings) = bootargs::parse(&platform.bootargs);
+    let args = BOOT_ARGS.call_once(|| args);
+
+    let boot_mpidr = cpu::current_mpidr();
+    let order = smp::logical_order(&platform.cpus, boot_mpidr);
+    let cpu_count = order.as_ref().map_or(1, |o| o.len().min(MAX_CPUS));
+    let dtb_range = MemRange::new(dtb, dtb_len as u64);
+    let plan = match layout::el2_map_plan(&image, platform, dtb_range, cpu_count) {
+        Ok(plan) => plan,
+        Err(error) => stop_with_console(platform, format_args!("EL2 memory map: {error}")),
+    };
+    let params = match mmu::final_map(&plan) {
+        Ok(params) => params,
+        Err(error) => stop_with_console(platform, format_args!("EL2 page tables: {error}")),
+    };
+    // SAFETY: the final map keeps text, data, stacks, heap and DTB at the
+    // same addresses, now with their own permissions.
+    unsafe { head::enable_mmu(&params) };
+    mmu::publish_for_secondaries(params);
+    start_console(platform, args);
+
+    println!("{BANNER} at EL2 on {}", platform.model);
+    for warning in &warnings {
+        log::warn!("{warning}");
+    }
+    print_platform(platform, &image, dtb_range);
+    for entry in &plan {
+        log::debug!(
+            "map {:#014x}..{:#014x} {:?} {}",
+            entry.range.base,
+            entry.range.end(),
+            entry.kind,
+            entry.what
+        );
+    }
+    let Some(order) = order else {
+        stop_with_console(
+            platform,
+            format_args!("device tree node /cpus: no cpu has this CPU's MPIDR {boot_mpidr}"),
+        )
+    };
+    let cpus: Vec<PerCpu> = order
+        .iter()
+        .take(MAX_CPUS)
+        .enumerate()
+        .map(|(index, c)| PerCpu::new(index, c.mpidr))
+        .collect();
+    let cpus = CPUS.call_once(|| cpus.leak());
+    cpu::set_current(&cpus[0]);
+
+    // SAFETY: the distributor and redistributors are in the final map as device memory.
+    if let Err(error) = unsafe { gic::init_distributor(&platform.gic) } {
+        stop_with_console(platform, format_args!("GIC distributor: {error}"));
+    }
+    let tick_intid = platform.timer.hyp_phys.intid();
+    irq::set_tick_intid(tick_intid);
+    timer::set_period(cpu::counter_frequency() * u64::from(args.tick_ms) / 1000);
+    if let Err(error) = init_cpu_interrupts(platform, &cpus[0]) {
+        stop_with_console(platform, format_args!("GIC on the boot CPU: {error}"));
+    }
+    cpus[0].mark_online();
+
+    let mut starter = PsciStarter::default();
+    let report = smp::bring_up(&order, &mut starter);
+    for (index, mpidr, why) in &report.failed {
+        log::error!("cpu {index} (mpidr {mpidr}, {}): {why}; left out", node_of(&order, *index));
+    }
+    println!("smp: {} CPUs online", report.online.len());
+
+    match args.selftest {
+        Some(SelfTest::Undef) => {
+            log::info!("selftest: executing an undefined instruction at EL2");
+            // SAFETY: deliberately faults; the fatal handler never returns here.
+            unsafe { core::arch::asm!("udf #0") };
+        }
+        Some(SelfTest::StackOverflow) => {
+            log::info!("selftest: overflowing the thread stack");
+            let depth = overflow_stack(0);
+            log::error!("selftest: stack overflow not caught (depth {depth})");
+        }
+        None => {}
+    }
+
+    if args.tick_check_ms > 0 {
+        tick_check(cpus, &report.online, args);
+    }
+    println!("el2: no VM configured, powering off");
+    psci::power_off()
+}
+
+/// Recurses with a 1 KiB frame until the guard page stops it (the bound is
+/// far beyond any stack this image has).
+#[inline(never)]
+fn overflow_stack(depth: u64) -> u64 {
+    let frame = core::hint::black_box([depth as u8; 1024]);
+    if depth > 1 << 20 {
+        return depth;
+    }
+    overflow_stack(depth + 1) + u64::from(frame[depth as usize % 1024])
+}
+
+fn node_of<'a>(order: &[&'a Cpu], index: usize) -> &'a str {
+    order.get(index).map_or("?", |c| c.node.as_str())
+}
+
+/// Secondary CPUs' Rust entry, from `head.rs`, with the final map on.
+pub extern "C" fn secondary_main(index: usize) -> ! {
+    cpu::clear_current();
+    cpu::init_el2_registers(exceptions::vector_base());
+    let (Some(cpus), Some(platform)) = (CPUS.get(), PLATFORM.get()) else {
+        psci::park()
+    };
+    let Some(this) = cpus.get(index) else {
+        psci::park()
+    };
+    cpu::set_current(this);
+    if this.mpidr != cpu::current_mpidr() {
+        log::error!("started as cpu {index} but MPIDR is {}", cpu::current_mpidr());
+        psci::park();
+    }
+    if let Err(error) = init_cpu_interrupts(platform, this) {
+        log::error!("GIC: {error}");
+        psci::park();
+    }
+    this.mark_online();
+    log::debug!("online");
+
+    while !TICK_CHECK_GO.load(Ordering::Acquire) {
+        aarch64_cpu::asm::wfe();
+    }
+    if let Some(args) = BOOT_ARGS.get() {
+        count_ticks(args.tick_check_ms);
+    }
+    TICK_CHECK_DONE.fetch_add(1, Ordering::AcqRel);
+    psci::park()
+}
+
+fn init_cpu_interrupts(platform: &Platform, this: &PerCpu) -> Result<(), &'static str> {
+    // SAFETY: every redistributor region is in the final map as device
+    // memory, and this runs on the CPU whose MPIDR is `this.mpidr`.
+    let interface = unsafe { gic::init_cpu(&platform.gic, this.mpidr) }?;
+    interface.enable_ppi_level(platform.timer.hyp_phys.intid());
+    Ok(())
+}
+
+/// Counts this CPU's ticks for `window_ms` with interrupts unmasked.
+fn count_ticks(window_ms: u32) {
+    let window = cpu::counter_frequency() * u64::from(window_ms) / 1000;
+    let end = cpu::counter() + window;
+    timer::start();
+    // SAFETY: unmasking IRQs at EL2 only lets the tick handler run between
+    // instructions of this loop; it touches nothing this code holds.
+    unsafe { core::arch::asm!("msr daifclr, #2", options(nomem, nostack)) };
+    while cpu::counter() < end {
+        aarch64_cpu::asm::wfi();
+    }
+    // SAFETY: as above; masks them again.
+    unsafe { core::arch::asm!("msr daifset, #2", options(nomem, nostack)) };
+    timer::stop();
+}
+
+fn tick_check(cpus: &[PerCpu], online: &[usize], args: &BootArgs) {
+    TICK_CHECK_GO.store(true, Ordering::Release);
+    aarch64_cpu::asm::sev();
+    count_ticks(args.tick_check_ms);
+    // The others started at about the same time; allow them the window again
+    // plus the CPU_ON timeout before declaring one stuck.
+    let deadline = cpu::counter()
+        + cpu::counter_frequency() * u64::from(args.tick_check_ms + CPU_ON_TIMEOUT_MS) / 1000;
+    while TICK_CHECK_DONE.load(Ordering::Acquire) + 1 < online.len() && cpu::counter() < deadline {
+        core::hint::spin_loop();
+    }
+    let expected = args.tick_check_ms / args.tick_ms;
+    for &index in online {
+        let cpu = &cpus[index];
+        println!(
+            "tick: cpu {index} mpidr {}: {} ticks in {} ms (expected {expected})",
+            cpu.mpidr,
+            cpu.ticks(),
+            args.tick_check_ms
+        );
+        if cpu.other_irqs() > 0 {
+            log::warn!("cpu {index}: {} unexpected interrupts", cpu.other_irqs());
+        }
+    }
+}
+
+/// Starts secondaries with PSCI CPU_ON at `head::secondary_entry`.
+#[derive(Default)]
+struct PsciStarter;
+
+impl CpuStarter for PsciStarter {
+    fn start(&mut self, index: usize, cpu: &Cpu) -> Result<(), i32> {
+        let entry = head::secondary_entry as usize as u64;
+        psci::cpu_on(cpu.mpidr.value(), entry, index as u64)
+    }
+
+    fn wait_online(&mut self, index: usize) -> bool {
+        let Some(cpus) = CPUS.get() else {
+            return false;
+        };
+        let deadline = cpu::counter() + cpu::counter_frequency() * u64::from(CPU_ON_TIMEOUT_MS) / 1000;
+        while cpu::counter() < deadline {
+            if cpus[index].is_online() {
+                return true;
+            }
+            core::hint::spin_loop();
+        }
+        cpus[index].is_online()
+    }
+
+    fn timeout_ms(&self) -> u32 {
+        CPU_ON_TIMEOUT_MS
+    }
+}
+
+fn start_console(platform: &Platform, args: &BootArgs) {
+    if let Some(uart) = &platform.uart {
+        // SAFETY: the UART is in the current map as device memory and the
+        // hypervisor is its only user.
+        unsafe { console::init(uart.range.base) };
+    }
+    console::init_logger(args.log_level);
+}
+
+fn print_platform(platform: &Platform, image: &ImageLayout, dtb: MemRange) {
+    let frequency = cpu::counter_frequency();
+    println!(
+        "platform: {} CPUs in the DT, {} memory bank(s), counter {}.{:03} MHz",
+        platform.cpus.len(),
+        platform.memory.len(),
+        frequency / 1_000_000,
+        (frequency / 1000) % 1000
+    );
+    for bank in &platform.memory {
+        println!("  memory   {:#014x}..{:#014x} ({} MiB)", bank.base, bank.end(), bank.size >> 20);
+    }
+    for region in &platform.reserved {
+        println!("  reserved {:#014x}..{:#014x} {}", region.range.base, region.range.end(), region.name);
+    }
+    println!(
+        "  image    {:#014x}..{:#014x}  dtb {:#014x}..{:#014x}",
+        image.image.base,
+        image.image.end(),
+        dtb.base,
+        dtb.end()
+    );
+    println!(
+        "  GICv3    distributor {:#x}, {} redistributor region(s), maintenance IRQ {:?}",
+        platform.gic.distributor.base,
+        platform.gic.redistributor_regions.len(),
+        platform.gic.maintenance_irq.map(|i| i.intid())
+    );
+    for region in &platform.gic.redistributor_regions {
+        println!(
+            "           redistributors {:#x}..{:#x} stride {:#x}",
+            region.range.base,
+            region.range.end(),
+            region.stride.unwrap_or(0)
+        );
+    }
+    if let Some(uart) = &platform.uart {
+        println!("  console  PL011 at {:#x} ({})", uart.range.base, uart.node);
+    }
+    let t = &platform.timer;
+    println!(
+        "  timer    PPIs: EL1 phys {}, virt {}, EL2 phys {}{}",
+        t.nonsecure_phys.intid(),
+        t.virt.intid(),
+        t.hyp_phys.intid(),
+        t.hyp_virt.map_or(alloc::string::String::new(), |v| alloc::format!(", EL2 virt {}", v.intid()))
+    );
+    println!(
+        "  PSCI     {}.{} via {:?}",
+        platform.psci.version.0, platform.psci.version.1, platform.psci.conduit
+    );
+}
+
+/// Reports a fatal configuration error on the console (brought up if it can
+/// be) and powers off.
+fn stop_with_console(platform: &Platform, what: core::fmt::Arguments) -> ! {
+    if let Some(args) = BOOT_ARGS.get() {
+        start_console(platform, args);
+    }
+    println!("*** {FATAL_MARKER}: {what} ***");
+    psci::power_off()
+}
+
+/// The device tree did not parse. Find a console in it the simple way if
+/// possible, say what is wrong, and stop.
+fn early_failure(dtb: &[u8], image: &ImageLayout, dtb_base: u64, error: platform::PlatformError) -> ! {
+    if let Some(uart) = tmp_find_console(dtb) {
+        // Map just enough to talk: the same image and DTB, plus the UART.
+        let plan = [
+            layout::MapEntry { range: image.text, kind: layout::MapKind::Text, what: "text" },
+            layout::MapEntry { range: image.rodata, kind: layout::MapKind::ReadOnly, what: "rodata" },
+            layout::MapEntry { range: image.data, kind: layout::MapKind::ReadWrite, what: "data" },
+            layout::MapEntry { range: stacks_cover(image), kind: layout::MapKind::ReadWrite, what: "stacks" },
+            layout::MapEntry { range: image.heap, kind: layout::MapKind::ReadWrite, what: "heap" },
+            layout::MapEntry {
+                range: layout::page_cover(MemRange::new(dtb_base, dtb.len() as u64)),
+                kind: layout::MapKind::ReadOnly,
+                what: "dtb",
+            },
+            layout::MapEntry { range: layout::page_cover(uart.range), kind: layout::MapKind::Device, what: "uart" },
+        ];
+        if let Ok(params) = mmu::final_map(&plan) {
+            // SAFETY: the map keeps everything in use where it is.
+            unsafe { head::enable_mmu(&params) };
+            // SAFETY: just mapped as device memory; nothing else uses it.
+            unsafe { console::init(uart.range.base) };
+            println!("{BANNER}");
+            println!("*** {FATAL_MARKER}: cannot use the boot device tree: {error} ***");
+        }
+    }
+    if let Some(conduit) = tmp_find_psci_conduit(dtb) {
+        psci::set_conduit(conduit);
+    }
+    psci::power_off()
+}
+
+/// One range over both stack arrays, guards included (failure path only).
+fn stacks_cover(image: &ImageLayout) -> MemRange {
+    let arrays = [image.thread_stacks, image.exception_stacks];
+    let start = arrays.iter().map(|a| a.base).min().unwrap_or(0);
+    let end = arrays
+        .iter()
+        .map(|a| a.base + a.slot_size() * a.slots as u64)
+        .max()
+        .unwrap_or(0);
+    MemRange::new(start, end - start)
+}
+fn tmp_find_console(_: &[u8]) -> Option<platform::Uart> { None }
+fn tmp_find_psci_conduit(_: &[u8]) -> Option<platform::Conduit> { None }

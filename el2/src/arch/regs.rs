@@ -1,0 +1,179 @@
+//! System registers that aarch64-cpu 11 does not define (or defines without
+//! the fields the hypervisor programs), typed the same way with
+//! tock-registers.
+
+use tock_registers::interfaces::{Readable, Writeable};
+use tock_registers::register_bitfields;
+
+/// Defines a typed system register accessor, as aarch64-cpu does.
+macro_rules! sysreg {
+    ($(#[$doc:meta])* $name:ident, $asm:literal, $bits:path) => {
+        $(#[$doc])*
+        pub struct $name;
+
+        impl Readable for $name {
+            type T = u64;
+            type R = $bits;
+
+            #[inline]
+            fn get(&self) -> u64 {
+                let value;
+                // SAFETY: reading this system register has no side effects
+                // at EL2 (none of the registers defined here is a
+                // read-sensitive one such as ICC_IAR1_EL1).
+                unsafe {
+                    core::arch::asm!(concat!("mrs {0}, ", $asm), out(reg) value, options(nomem, nostack, preserves_flags));
+                }
+                value
+            }
+        }
+
+        impl Writeable for $name {
+            type T = u64;
+            type R = $bits;
+
+            #[inline]
+            fn set(&self, value: u64) {
+                // SAFETY: callers program this register as part of EL2's own
+                // configuration; it does not affect Rust's memory model.
+                unsafe {
+                    core::arch::asm!(concat!("msr ", $asm, ", {0}"), in(reg) value, options(nomem, nostack, preserves_flags));
+                }
+            }
+        }
+    };
+}
+
+register_bitfields! {u64,
+    /// Architectural Feature Trap Register (EL2), layout when HCR_EL2.E2H = 0
+    /// (Arm ARM D24.2.37 "CPTR_EL2").
+    pub CPTR_EL2_NVHE [
+        /// Trap EL1 accesses to CPACR_EL1.
+        TCPAC OFFSET(31) NUMBITS(1) [],
+        /// Trap activity monitor accesses.
+        TAM OFFSET(30) NUMBITS(1) [],
+        /// Trap trace register accesses.
+        TTA OFFSET(20) NUMBITS(1) [],
+        /// Trap SME (RES1 without SME).
+        TSM OFFSET(12) NUMBITS(1) [],
+        /// Trap FP/SIMD accesses from EL0-EL2.
+        TFP OFFSET(10) NUMBITS(1) [],
+        /// Trap SVE (RES1 without SVE).
+        TZ OFFSET(8) NUMBITS(1) [],
+        /// Bits that read as one: 13, 9 and 7:0.
+        RES1_13 OFFSET(13) NUMBITS(1) [],
+        RES1_9 OFFSET(9) NUMBITS(1) [],
+        RES1_7_0 OFFSET(0) NUMBITS(8) [],
+    ],
+
+    /// A 64-bit compare value or counter.
+    pub COUNT64 [
+        VALUE OFFSET(0) NUMBITS(64) [],
+    ],
+
+    /// Interrupt Controller Interrupt Priority Mask Register.
+    pub ICC_PMR [
+        PRIORITY OFFSET(0) NUMBITS(8) [],
+    ],
+
+    /// Interrupt Controller Binary Point Register 1.
+    pub ICC_BPR1 [
+        BINARY_POINT OFFSET(0) NUMBITS(3) [],
+    ],
+
+    /// Interrupt Controller Interrupt Group 1 Enable register.
+    pub ICC_IGRPEN1 [
+        ENABLE OFFSET(0) NUMBITS(1) [],
+    ],
+
+    /// Interrupt Controller Interrupt Acknowledge / End Of Interrupt Register 1.
+    pub ICC_INTID [
+        INTID OFFSET(0) NUMBITS(24) [],
+    ],
+}
+
+sysreg!(
+    /// CPTR_EL2 with its non-VHE fields.
+    CptrEl2, "cptr_el2", CPTR_EL2_NVHE::Register
+);
+sysreg!(
+    /// Counter-timer Hypervisor Physical Timer CompareValue register.
+    CnthpCvalEl2, "cnthp_cval_el2", COUNT64::Register
+);
+sysreg!(IccPmrEl1, "icc_pmr_el1", ICC_PMR::Register);
+sysreg!(IccBpr1El1, "icc_bpr1_el1", ICC_BPR1::Register);
+sysreg!(IccIgrpen1El1, "icc_igrpen1_el1", ICC_IGRPEN1::Register);
+sysreg!(
+    /// End Of Interrupt for group 1 (write only in use).
+    IccEoir1El1, "icc_eoir1_el1", ICC_INTID::Register
+);
+
+pub const CPTR_EL2: CptrEl2 = CptrEl2;
+pub const CNTHP_CVAL_EL2: CnthpCvalEl2 = CnthpCvalEl2;
+pub const ICC_PMR_EL1: IccPmrEl1 = IccPmrEl1;
+pub const ICC_BPR1_EL1: IccBpr1El1 = IccBpr1El1;
+pub const ICC_IGRPEN1_EL1: IccIgrpen1El1 = IccIgrpen1El1;
+pub const ICC_EOIR1_EL1: IccEoir1El1 = IccEoir1El1;
+
+/// Acknowledges the highest-priority pending group 1 interrupt
+/// (ICC_IAR1_EL1). Reading it changes the GIC's state, so it is a function
+/// rather than a `Readable` register.
+pub fn acknowledge_interrupt() -> u32 {
+    let value: u64;
+    // SAFETY: acknowledging an interrupt only changes GIC state; the caller
+    // (the EL2 IRQ handler) ends it with ICC_EOIR1_EL1.
+    unsafe {
+        core::arch::asm!("mrs {0}, icc_iar1_el1", out(reg) value, options(nomem, nostack, preserves_flags));
+    }
+    (value & 0xff_ffff) as u32
+}
+
+register_bitfields! {u64,
+    /// TCR_EL2 bits that are RES1 when HCR_EL2.E2H = 0 (Arm ARM D24.2.180);
+    /// aarch64-cpu's TCR_EL2 leaves them out.
+    pub TCR_EL2_NVHE_RES1 [
+        RES1_31 OFFSET(31) NUMBITS(1) [],
+        RES1_23 OFFSET(23) NUMBITS(1) [],
+    ],
+
+    /// SCTLR_EL2 bits that are RES1 when HCR_EL2.E2H = 0 (Arm ARM D24.2.163)
+    /// and that aarch64-cpu's SCTLR_EL2 does not name.
+    pub SCTLR_EL2_NVHE_RES1 [
+        RES1_29 OFFSET(29) NUMBITS(1) [],
+        RES1_28 OFFSET(28) NUMBITS(1) [],
+        RES1_23 OFFSET(23) NUMBITS(1) [],
+        RES1_18 OFFSET(18) NUMBITS(1) [],
+        RES1_16 OFFSET(16) NUMBITS(1) [],
+        RES1_5 OFFSET(5) NUMBITS(1) [],
+        RES1_4 OFFSET(4) NUMBITS(1) [],
+    ],
+}
+
+/// The RES1 bits of TCR_EL2 (non-VHE), to OR into any value written.
+pub fn tcr_el2_res1() -> u64 {
+    (TCR_EL2_NVHE_RES1::RES1_31::SET + TCR_EL2_NVHE_RES1::RES1_23::SET).value
+}
+
+/// The RES1 bits of SCTLR_EL2 (non-VHE) that aarch64-cpu does not name.
+pub fn sctlr_el2_res1() -> u64 {
+    use SCTLR_EL2_NVHE_RES1 as S;
+    (S::RES1_29::SET
+        + S::RES1_28::SET
+        + S::RES1_23::SET
+        + S::RES1_18::SET
+        + S::RES1_16::SET
+        + S::RES1_5::SET
+        + S::RES1_4::SET)
+        .value
+}
+
+register_bitfields! {u64,
+    /// Interrupt Controller Control Register (EL1), the field EL2 uses.
+    pub ICC_CTLR [
+        /// 0: a write to ICC_EOIR1_EL1 both drops priority and deactivates.
+        EOIMODE OFFSET(1) NUMBITS(1) [],
+    ],
+}
+
+sysreg!(IccCtlrEl1, "icc_ctlr_el1", ICC_CTLR::Register);
+pub const ICC_CTLR_EL1: IccCtlrEl1 = IccCtlrEl1;

@@ -1,0 +1,37 @@
+//! Every guest-visible number and layout of the hypervisor.
+//!
+//! This crate is the single place that holds SMCCC / PSCI function IDs,
+//! return codes, the KVM vendor UID and feature bits, and the paravirtual
+//! shared structures. The hypervisor (`el2`) and the guest driver both use
+//! it; nothing else restates a number. Each item cites the specification it
+//! comes from (by section title, since Arm renumbers sections between
+//! issues) and the project's `docs/ABI.md` section.
+//!
+//! | module | contents | spec |
+//! |---|---|---|
+//! | [`smccc`] | [`FunctionId`], [`Owner`](smccc::Owner), return codes, [`Version`](smccc::Version), general queries, register rules | Arm DEN0028 (SMCCC) |
+//! | [`arch`] | SMCCC_VERSION, SMCCC_ARCH_FEATURES, SOC_ID, workarounds | DEN0028 "Arm Architecture Calls" |
+//! | [`kvm`] | vendor Call UID, KVM_FEATURES, KVM_PTP, feature bits, [`KvmFeatures`](kvm::KvmFeatures) | Linux KVM hypercalls.rst |
+//! | [`pvlock`] | the PV-lock variants and their per-vCPU structures | seed series, openEuler, Anolis (ABI.md §3) |
+//! | [`pvtime`] | PV_TIME_FEATURES, PV_TIME_ST, [`StolenTime`](pvtime::StolenTime) | Arm DEN0057A |
+//! | [`psci`] | PSCI function IDs, errors, answers | Arm DEN0022 |
+//! | [`catalog`] | [`describe`]: the name of every id above | — |
+//!
+//! All shared structures are `#[repr(C, align(64))]`, 64 bytes, with
+//! compile-time size/alignment/offset assertions, and hold atomics so that
+//! host and guest can access them concurrently (single-copy atomic,
+//! little-endian).
+
+#![cfg_attr(not(test), no_std)]
+#![warn(missing_docs)]
+
+pub mod arch;
+pub mod catalog;
+pub mod kvm;
+pub mod psci;
+pub mod pvlock;
+pub mod pvtime;
+pub mod smccc;
+
+pub use catalog::describe;
+pub use smccc::FunctionId;
