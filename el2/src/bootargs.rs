@@ -130,7 +130,8 @@ mod tests {
 
     #[test]
     fn bad_values_keep_defaults_and_warn() {
-        let (args, warnings) = parse("loglevel=loud el2.tick_ms=0 el2.selftest=reboot el2.tick_ms=x");
+        let (args, warnings) =
+            parse("loglevel=loud el2.tick_ms=0 el2.selftest=reboot el2.tick_ms=x");
         assert_eq!(args, BootArgs::default());
         assert_eq!(warnings.len(), 4);
         assert!(warnings[0].contains("loglevel=loud"));

@@ -273,8 +273,14 @@ mod tests {
 
     #[test]
     fn fault_status_codes() {
-        assert_eq!(FaultStatus::from_fsc(0b00_0101), FaultStatus::Translation { level: 1 });
-        assert_eq!(FaultStatus::from_fsc(0b01_0000), FaultStatus::SynchronousExternal);
+        assert_eq!(
+            FaultStatus::from_fsc(0b00_0101),
+            FaultStatus::Translation { level: 1 }
+        );
+        assert_eq!(
+            FaultStatus::from_fsc(0b01_0000),
+            FaultStatus::SynchronousExternal
+        );
         assert_eq!(FaultStatus::from_fsc(0b10_0001), FaultStatus::Alignment);
         assert_eq!(FaultStatus::from_fsc(0b11_1111), FaultStatus::Other(0x3f));
     }

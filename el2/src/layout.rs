@@ -159,10 +159,18 @@ pub fn el2_map_plan(
     add(image.rodata, MapKind::ReadOnly, "hypervisor rodata")?;
     add(image.data, MapKind::ReadWrite, "hypervisor data")?;
     for cpu in 0..cpus.min(image.thread_stacks.slots) {
-        add(image.thread_stacks.stack(cpu), MapKind::ReadWrite, "thread stack")?;
+        add(
+            image.thread_stacks.stack(cpu),
+            MapKind::ReadWrite,
+            "thread stack",
+        )?;
     }
     for cpu in 0..cpus.min(image.exception_stacks.slots) {
-        add(image.exception_stacks.stack(cpu), MapKind::ReadWrite, "exception stack")?;
+        add(
+            image.exception_stacks.stack(cpu),
+            MapKind::ReadWrite,
+            "exception stack",
+        )?;
     }
     add(image.heap, MapKind::ReadWrite, "hypervisor heap")?;
     add(dtb, MapKind::ReadOnly, "device tree blob")?;
@@ -230,10 +238,22 @@ mod tests {
                 node: String::from("/pl011@9000000"),
             }),
             timer: ArchTimer {
-                secure_phys: Interrupt::Ppi { number: 13, flags: 4 },
-                nonsecure_phys: Interrupt::Ppi { number: 14, flags: 4 },
-                virt: Interrupt::Ppi { number: 11, flags: 4 },
-                hyp_phys: Interrupt::Ppi { number: 10, flags: 4 },
+                secure_phys: Interrupt::Ppi {
+                    number: 13,
+                    flags: 4,
+                },
+                nonsecure_phys: Interrupt::Ppi {
+                    number: 14,
+                    flags: 4,
+                },
+                virt: Interrupt::Ppi {
+                    number: 11,
+                    flags: 4,
+                },
+                hyp_phys: Interrupt::Ppi {
+                    number: 10,
+                    flags: 4,
+                },
                 hyp_virt: None,
                 clock_frequency: None,
             },
@@ -248,8 +268,13 @@ mod tests {
     #[test]
     fn guard_pages_are_never_mapped() {
         let image = image_at(0x4008_0000);
-        let plan = el2_map_plan(&image, &virt_platform(), MemRange::new(0x4800_0000, 0x10_0000), 4)
-            .expect("plan");
+        let plan = el2_map_plan(
+            &image,
+            &virt_platform(),
+            MemRange::new(0x4800_0000, 0x10_0000),
+            4,
+        )
+        .expect("plan");
         for stacks in [image.thread_stacks, image.exception_stacks] {
             for cpu in 0..stacks.slots {
                 let guard = stacks.guard(cpu);
@@ -270,13 +295,22 @@ mod tests {
     #[test]
     fn nothing_is_writable_and_executable() {
         let image = image_at(0x4008_0000);
-        let plan = el2_map_plan(&image, &virt_platform(), MemRange::new(0x4800_0000, 0x1000), 8)
-            .expect("plan");
+        let plan = el2_map_plan(
+            &image,
+            &virt_platform(),
+            MemRange::new(0x4800_0000, 0x1000),
+            8,
+        )
+        .expect("plan");
         let text: Vec<_> = plan.iter().filter(|e| e.kind == MapKind::Text).collect();
         assert_eq!(text.len(), 1);
         assert_eq!(text[0].range, image.text);
         let devices: Vec<_> = plan.iter().filter(|e| e.kind == MapKind::Device).collect();
-        assert_eq!(devices.len(), 3, "uart, distributor, one redistributor region");
+        assert_eq!(
+            devices.len(),
+            3,
+            "uart, distributor, one redistributor region"
+        );
         assert!(plan.windows(2).all(|p| p[0].range.end() <= p[1].range.base));
     }
 
@@ -284,8 +318,13 @@ mod tests {
     fn unaligned_regions_are_rounded_out_to_pages() {
         let mut platform = virt_platform();
         platform.uart.as_mut().unwrap().range = MemRange::new(0x0900_0010, 0x20);
-        let plan = el2_map_plan(&image_at(0x4008_0000), &platform, MemRange::new(0x4800_0100, 0x2000), 1)
-            .expect("plan");
+        let plan = el2_map_plan(
+            &image_at(0x4008_0000),
+            &platform,
+            MemRange::new(0x4800_0100, 0x2000),
+            1,
+        )
+        .expect("plan");
         let uart = plan.iter().find(|e| e.what == "console UART").unwrap();
         assert_eq!(uart.range, MemRange::new(0x0900_0000, PAGE_SIZE));
         let dtb = plan.iter().find(|e| e.what == "device tree blob").unwrap();
@@ -295,14 +334,22 @@ mod tests {
     #[test]
     fn a_dtb_inside_the_image_is_an_overlap() {
         let image = image_at(0x4008_0000);
-        let err = el2_map_plan(&image, &virt_platform(), MemRange::new(image.heap.base, 0x1000), 1)
-            .unwrap_err();
+        let err = el2_map_plan(
+            &image,
+            &virt_platform(),
+            MemRange::new(image.heap.base, 0x1000),
+            1,
+        )
+        .unwrap_err();
         assert!(matches!(err, LayoutError::Overlap(..)), "{err}");
     }
 
     #[test]
     fn page_rounding_saturates() {
         assert_eq!(page_ceil(u64::MAX), page_floor(u64::MAX));
-        assert_eq!(page_cover(MemRange::new(0x1fff, 2)), MemRange::new(0x1000, 0x2000));
+        assert_eq!(
+            page_cover(MemRange::new(0x1fff, 2)),
+            MemRange::new(0x1000, 0x2000)
+        );
     }
 }

@@ -25,10 +25,18 @@ pub enum StartFailure {
 impl fmt::Display for StartFailure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Firmware(code) => write!(f, "PSCI CPU_ON failed with {code} ({})", psci_error_name(*code)),
+            Self::Firmware(code) => write!(
+                f,
+                "PSCI CPU_ON failed with {code} ({})",
+                psci_error_name(*code)
+            ),
             Self::Timeout { waited_ms } => write!(f, "did not come up within {waited_ms} ms"),
             Self::UnsupportedEnableMethod => write!(f, "enable-method is not \"psci\""),
-            Self::BeyondMaxCpus => write!(f, "beyond the {} CPUs this build supports", crate::smp::MAX_CPUS),
+            Self::BeyondMaxCpus => write!(
+                f,
+                "beyond the {} CPUs this build supports",
+                crate::smp::MAX_CPUS
+            ),
         }
     }
 }
@@ -168,7 +176,12 @@ mod tests {
             cpu(0x0, EnableMethod::Psci),
             cpu(0x1, EnableMethod::Psci),
             cpu(0x2, EnableMethod::Psci),
-            cpu(0x3, EnableMethod::SpinTable { release_addr: 0x8000_fff8 }),
+            cpu(
+                0x3,
+                EnableMethod::SpinTable {
+                    release_addr: 0x8000_fff8,
+                },
+            ),
             cpu(0x4, EnableMethod::Psci),
         ];
         let order = logical_order(&cpus, Mpidr::from_raw(0)).unwrap();
@@ -183,7 +196,11 @@ mod tests {
             report.failed,
             vec![
                 (1, Mpidr::from_raw(1), StartFailure::Firmware(-3)),
-                (2, Mpidr::from_raw(2), StartFailure::Timeout { waited_ms: 500 }),
+                (
+                    2,
+                    Mpidr::from_raw(2),
+                    StartFailure::Timeout { waited_ms: 500 }
+                ),
                 (3, Mpidr::from_raw(3), StartFailure::UnsupportedEnableMethod),
             ]
         );
@@ -207,6 +224,11 @@ mod tests {
         let report = bring_up(&order, &mut fake);
         assert_eq!(report.online.len(), MAX_CPUS);
         assert_eq!(report.failed.len(), 2);
-        assert!(report.failed.iter().all(|f| f.2 == StartFailure::BeyondMaxCpus));
+        assert!(
+            report
+                .failed
+                .iter()
+                .all(|f| f.2 == StartFailure::BeyondMaxCpus)
+        );
     }
 }

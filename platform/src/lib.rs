@@ -234,7 +234,7 @@ pub struct ArchTimer {
 pub enum Conduit {
     /// `method = "smc"`: firmware at EL3.
     Smc,
-    /// `method = "hvc"`: firmware at EL2 (not usable from EL2 itself).
+    /// `method = "hvc"`: PSCI is provided by whatever runs at EL2.
     Hvc,
 }
 
@@ -333,6 +333,25 @@ impl Platform {
     /// The CPU whose affinity is `mpidr`.
     pub fn cpu_by_mpidr(&self, mpidr: Mpidr) -> Option<(usize, &Cpu)> {
         self.cpus.iter().enumerate().find(|(_, c)| c.mpidr == mpidr)
+    }
+}
+
+/// What the hypervisor can still use from a device tree that
+/// [`Platform::parse`] rejects, so that it can say why before it stops.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Rescue {
+    /// The console UART (without its interrupt), if its node is readable.
+    pub console: Option<Uart>,
+    /// The PSCI conduit, if the PSCI node is readable (to power off).
+    pub psci_conduit: Option<Conduit>,
+}
+
+/// Reads, each on its own, the console and the PSCI conduit from `dtb`;
+/// never fails: whatever cannot be read is `None`.
+pub fn rescue(dtb: &[u8]) -> Rescue {
+    match fdt::Fdt::new(dtb) {
+        Ok(tree) => parse::rescue(&tree),
+        Err(_) => Rescue::default(),
     }
 }
 

@@ -8,8 +8,9 @@ use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec;
 use alloc::vec::Vec;
+use core::ffi::CStr;
 
-use crate::fdt::{Fdt, MAX_DEPTH, NodeId, be32};
+use crate::fdt::{Fdt, MAX_DEPTH, NodeId, be32, be64, string_list};
 use crate::{
     ArchTimer, Conduit, Cpu, EnableMethod, ErrorKind, GicV3, Interrupt, MemRange, Mpidr, Platform,
     PlatformError, Psci, RedistributorRegion, ReservedRegion, Uart, UartKind,
@@ -126,7 +127,11 @@ impl Tree<'_, '_> {
         };
         match be32(value, 0) {
             Some(v) if value.len() == 4 => Ok(Some(v)),
-            _ => Err(self.bad(node, property, format!("expected 4 bytes, found {}", value.len()))),
+            _ => Err(self.bad(
+                node,
+                property,
+                format!("expected 4 bytes, found {}", value.len()),
+            )),
         }
     }
 
@@ -135,9 +140,13 @@ impl Tree<'_, '_> {
         let Some(value) = self.fdt.prop(node, property) else {
             return Ok(None);
         };
-        match crate::fdt::be64(value, 0) {
+        match be64(value, 0) {
             Some(v) if value.len() == 8 => Ok(Some(v)),
-            _ => Err(self.bad(node, property, format!("expected 8 bytes, found {}", value.len()))),
+            _ => Err(self.bad(
+                node,
+                property,
+                format!("expected 8 bytes, found {}", value.len()),
+            )),
         }
     }
 
@@ -146,7 +155,7 @@ impl Tree<'_, '_> {
         let Some(value) = self.fdt.prop(node, property) else {
             return Ok(None);
         };
-        if value.len() % 4 != 0 {
+        if !value.len().is_multiple_of(4) {
             return Err(self.bad(
                 node,
                 property,
@@ -154,10 +163,7 @@ impl Tree<'_, '_> {
             ));
         }
         Ok(Some(
-            value
-                .chunks_exact(4)
-                .filter_map(|c| be32(c, 0))
-                .collect(),
+            value.chunks_exact(4).filter_map(|c| be32(c, 0)).collect(),
         ))
     }
 
@@ -177,31 +183,44 @@ impl Tree<'_, '_> {
             .map(Some)
     }
 
-    /// A `<string>` property: the first string of the list.
+    /// A `<string>` property (the first string of a list); `None` when
+    /// absent.
     fn string(&self, node: NodeId, property: &str) -> Result<Option<&str>, PlatformError> {
-        Ok(self
-            .strings(node, property)?
-            .and_then(|list| list.first().copied()))
+        let Some(value) = self.fdt.prop(node, property) else {
+            return Ok(None);
+        };
+        let Ok(text) = CStr::from_bytes_until_nul(value) else {
+            return Err(self.bad(node, property, "string not NUL-terminated"));
+        };
+        core::str::from_utf8(text.to_bytes())
+            .map(Some)
+            .map_err(|_| self.bad(node, property, "string not UTF-8"))
     }
 
-    /// Whether `compatible` lists `name`. A malformed `compatible` matches
-    /// nothing: it only decides which nodes are looked at.
+    /// Whether `compatible` lists any of `names`. Only decides which nodes
+    /// are looked at, so a malformed `compatible` simply matches less.
+    fn is_compatible_any(&self, node: NodeId, names: &[&str]) -> bool {
+        string_list(self.fdt.compatible(node))
+            .any(|entry| names.iter().any(|name| name.as_bytes() == entry))
+    }
+
     fn is_compatible(&self, node: NodeId, name: &str) -> bool {
-        self.strings(node, "compatible")
-            .ok()
-            .flatten()
-            .is_some_and(|list| list.contains(&name))
+        self.is_compatible_any(node, &[name])
+    }
+
+    /// Whether `device_type` (DT spec 2.3.11) is `kind`.
+    fn has_device_type(&self, node: NodeId, kind: &str) -> bool {
+        self.fdt
+            .device_type(node)
+            .is_some_and(|value| string_list(value).next() == Some(kind.as_bytes()))
     }
 
     /// DT spec 2.3.4: a node is usable when `status` is absent, "okay" or
     /// the legacy "ok".
     fn is_enabled(&self, node: NodeId) -> bool {
-        match self.fdt.prop(node, "status") {
+        match self.fdt.status(node) {
             None => true,
-            Some(value) => {
-                let text = value.split(|&b| b == 0).next().unwrap_or(&[]);
-                text == b"okay" || text == b"ok"
-            }
+            Some(value) => matches!(string_list(value).next(), Some(b"okay" | b"ok")),
         }
     }
 
@@ -210,7 +229,7 @@ impl Tree<'_, '_> {
     fn find_compatible(&self, names: &[&str]) -> Option<NodeId> {
         self.fdt
             .node_ids()
-            .find(|&n| self.is_enabled(n) && names.iter().any(|c| self.is_compatible(n, c)))
+            .find(|&n| self.is_compatible_any(n, names) && self.is_enabled(n))
     }
 
     // ---- addresses --------------------------------------------------------
@@ -221,7 +240,11 @@ impl Tree<'_, '_> {
         let address = self.u32_prop(bus, "#address-cells")?.unwrap_or(2);
         let size = self.u32_prop(bus, "#size-cells")?.unwrap_or(1);
         if address > MAX_CELLS {
-            return Err(self.bad(bus, "#address-cells", format!("{address} exceeds {MAX_CELLS}")));
+            return Err(self.bad(
+                bus,
+                "#address-cells",
+                format!("{address} exceeds {MAX_CELLS}"),
+            ));
         }
         if size > MAX_CELLS {
             return Err(self.bad(bus, "#size-cells", format!("{size} exceeds {MAX_CELLS}")));
@@ -235,9 +258,11 @@ impl Tree<'_, '_> {
             return Err(self.bad(node, "reg", "the root node has no reg"));
         };
         let (address_cells, size_cells) = self.bus_cells(bus)?;
-        let cells = self.cells(node, "reg")?.ok_or_else(|| self.missing(node, "reg"))?;
+        let cells = self
+            .cells(node, "reg")?
+            .ok_or_else(|| self.missing(node, "reg"))?;
         let entry = (address_cells + size_cells) as usize;
-        if address_cells == 0 || cells.is_empty() || cells.len() % entry != 0 {
+        if address_cells == 0 || cells.is_empty() || !cells.len().is_multiple_of(entry) {
             return Err(self.bad(
                 node,
                 "reg",
@@ -250,9 +275,14 @@ impl Tree<'_, '_> {
         cells
             .chunks_exact(entry)
             .map(|chunk| {
-                let (address, size) = chunk.split_at(address_cells as usize);
-                match (cells_to_u64(address), cells_to_u64(size)) {
-                    (Some(base), Some(size)) if base.checked_add(size).is_some() => {
+                let parsed =
+                    chunk
+                        .split_at_checked(address_cells as usize)
+                        .and_then(|(address, size)| {
+                            Some((cells_to_u64(address)?, cells_to_u64(size)?))
+                        });
+                match parsed {
+                    Some((base, size)) if base.checked_add(size).is_some() => {
                         Ok(MemRange::new(base, size))
                     }
                     _ => Err(self.bad(node, "reg", "address or size does not fit in 64 bits")),
@@ -327,21 +357,30 @@ impl Tree<'_, '_> {
         let (parent_cells, _) = self.bus_cells(upper)?;
         let (child_cells, parent_cells) = (child_cells as usize, parent_cells as usize);
         let entry = child_cells + parent_cells + size_cells as usize;
-        if entry == 0 || ranges.len() % entry != 0 {
+        if entry == 0 || !ranges.len().is_multiple_of(entry) {
             return Err(self.bad(
                 bus,
                 "ranges",
-                format!("{} cells do not form whole entries of {entry}", ranges.len()),
+                format!(
+                    "{} cells do not form whole entries of {entry}",
+                    ranges.len()
+                ),
             ));
         }
         for window in ranges.chunks_exact(entry) {
-            let (child, rest) = window.split_at(child_cells);
-            let (parent, size) = rest.split_at(parent_cells);
+            let Some((child, rest)) = window.split_at_checked(child_cells) else {
+                continue;
+            };
+            let Some((parent, size)) = rest.split_at_checked(parent_cells) else {
+                continue;
+            };
             // Windows whose addresses do not fit in 64 bits (e.g. PCI
             // space-code cells) cannot contain a 64-bit address.
-            let (Some(child), Some(parent), Some(size)) =
-                (cells_to_u64(child), cells_to_u64(parent), cells_to_u64(size))
-            else {
+            let (Some(child), Some(parent), Some(size)) = (
+                cells_to_u64(child),
+                cells_to_u64(parent),
+                cells_to_u64(size),
+            ) else {
                 continue;
             };
             if address >= child && address - child < size {
@@ -368,7 +407,11 @@ impl Tree<'_, '_> {
             .u32_prop(parent, "#interrupt-cells")?
             .ok_or_else(|| self.missing(parent, "#interrupt-cells"))?;
         if cells > MAX_CELLS {
-            return Err(self.bad(parent, "#interrupt-cells", format!("{cells} exceeds {MAX_CELLS}")));
+            return Err(self.bad(
+                parent,
+                "#interrupt-cells",
+                format!("{cells} exceeds {MAX_CELLS}"),
+            ));
         }
         Ok(cells as usize)
     }
@@ -401,7 +444,11 @@ impl Tree<'_, '_> {
             }
             current = next;
         }
-        Err(self.bad(node, "interrupt-parent", "interrupt-parent chain too long or cyclic"))
+        Err(self.bad(
+            node,
+            "interrupt-parent",
+            "interrupt-parent chain too long or cyclic",
+        ))
     }
 
     /// The raw specifiers of `node`'s interrupts, from `interrupts-extended`
@@ -412,13 +459,20 @@ impl Tree<'_, '_> {
             let mut rest = cells.as_slice();
             while let Some((&phandle, tail)) = rest.split_first() {
                 let parent = self.fdt.by_phandle(phandle).ok_or_else(|| {
-                    self.bad(node, "interrupts-extended", format!("no node has phandle {phandle:#x}"))
+                    self.bad(
+                        node,
+                        "interrupts-extended",
+                        format!("no node has phandle {phandle:#x}"),
+                    )
                 })?;
                 let count = self.interrupt_cells(parent)?;
                 let Some((spec, tail)) = tail.split_at_checked(count) else {
                     return Err(self.bad(node, "interrupts-extended", "truncated specifier"));
                 };
-                specifiers.push(Specifier { parent, cells: spec.to_vec() });
+                specifiers.push(Specifier {
+                    parent,
+                    cells: spec.to_vec(),
+                });
                 rest = tail;
             }
             return Ok(specifiers);
@@ -428,7 +482,7 @@ impl Tree<'_, '_> {
         };
         let parent = self.interrupt_parent(node)?;
         let count = self.interrupt_cells(parent)?;
-        if count == 0 || cells.len() % count != 0 {
+        if count == 0 || !cells.len().is_multiple_of(count) {
             return Err(self.bad(
                 node,
                 "interrupts",
@@ -441,7 +495,10 @@ impl Tree<'_, '_> {
         }
         Ok(cells
             .chunks_exact(count)
-            .map(|spec| Specifier { parent, cells: spec.to_vec() })
+            .map(|spec| Specifier {
+                parent,
+                cells: spec.to_vec(),
+            })
             .collect())
     }
 
@@ -453,10 +510,14 @@ impl Tree<'_, '_> {
         device: NodeId,
         spec: Specifier,
     ) -> Result<Option<Specifier>, PlatformError> {
-        let Specifier { mut parent, mut cells } = spec;
+        let Specifier {
+            mut parent,
+            mut cells,
+        } = spec;
         // The child unit address for interrupt-map matching starts as the
         // device's `reg` address cells.
-        let mut unit_address: Vec<u32> = self.cells(device, "reg").ok().flatten().unwrap_or_default();
+        let mut unit_address: Vec<u32> =
+            self.cells(device, "reg").ok().flatten().unwrap_or_default();
         for _ in 0..MAX_INTERRUPT_HOPS {
             if self.has(parent, "interrupt-controller") {
                 return Ok(Some(Specifier { parent, cells }));
@@ -517,9 +578,8 @@ impl Tree<'_, '_> {
             }
             None => vec![u32::MAX; key.len()],
         };
-        let masked = |cells: &[u32]| -> Vec<u32> {
-            cells.iter().zip(&mask).map(|(c, m)| c & m).collect()
-        };
+        let masked =
+            |cells: &[u32]| -> Vec<u32> { cells.iter().zip(&mask).map(|(c, m)| c & m).collect() };
         let wanted = masked(&key);
         let map = self.cells(nexus, "interrupt-map")?.unwrap_or_default();
         let mut rest = map.as_slice();
@@ -529,7 +589,11 @@ impl Tree<'_, '_> {
             let (child, tail) = rest.split_at_checked(key.len()).ok_or_else(truncated)?;
             let (&phandle, tail) = tail.split_first().ok_or_else(truncated)?;
             let parent = self.fdt.by_phandle(phandle).ok_or_else(|| {
-                self.bad(nexus, "interrupt-map", format!("no node has phandle {phandle:#x}"))
+                self.bad(
+                    nexus,
+                    "interrupt-map",
+                    format!("no node has phandle {phandle:#x}"),
+                )
             })?;
             // Linux reads the parent's own #address-cells, defaulting to 0.
             let parent_address_cells = self.u32_prop(parent, "#address-cells")?.unwrap_or(0);
@@ -544,7 +608,11 @@ impl Tree<'_, '_> {
                 .split_at_checked(parent_interrupt_cells)
                 .ok_or_else(truncated)?;
             if masked(child) == wanted {
-                return Ok(Some((parent, parent_address.to_vec(), parent_spec.to_vec())));
+                return Ok(Some((
+                    parent,
+                    parent_address.to_vec(),
+                    parent_spec.to_vec(),
+                )));
             }
             rest = tail;
         }
@@ -586,7 +654,10 @@ impl Tree<'_, '_> {
                     return Err(self.bad(
                         node,
                         property,
-                        format!("routed to {}, not the GICv3", self.fdt.path(resolved.parent)),
+                        format!(
+                            "routed to {}, not the GICv3",
+                            self.fdt.path(resolved.parent)
+                        ),
                     ));
                 }
                 gic_interrupt(&resolved.cells).map_err(|why| self.bad(node, property, why))
@@ -612,8 +683,8 @@ impl Tree<'_, '_> {
         let mut banks = Vec::new();
         for node in self.fdt.node_ids() {
             if self.fdt.parent(node).is_none()
+                || !self.has_device_type(node, "memory")
                 || !self.is_enabled(node)
-                || self.string(node, "device_type")? != Some("memory")
             {
                 continue;
             }
@@ -635,7 +706,10 @@ impl Tree<'_, '_> {
             .reservations()
             .iter()
             .filter(|r| r.size != 0)
-            .map(|&range| ReservedRegion { range, name: String::from("/memreserve/") })
+            .map(|&range| ReservedRegion {
+                range,
+                name: String::from("/memreserve/"),
+            })
             .collect();
         if let Some(parent) = self.fdt.find_path("/reserved-memory") {
             for child in self.fdt.children(parent) {
@@ -655,10 +729,11 @@ impl Tree<'_, '_> {
 
     /// The CPU nodes under `/cpus` (arm/cpus.yaml).
     ///
-    /// Nodes with `status = "disabled"` or `"fail"` are skipped: Linux
-    /// does not count them among the present CPUs, and the hypervisor only
-    /// manages CPUs the firmware declares available. Other children
-    /// (`cpu-map`, `idle-states`, caches) have no `device_type = "cpu"`.
+    /// Nodes whose `status` is not "okay" (`"disabled"`, `"fail"`) are
+    /// skipped: the hypervisor only starts CPUs the firmware declares
+    /// available, as Linux treats a disabled CPU as not present. Other
+    /// children (`cpu-map`, `idle-states`, caches) are neither named `cpu`
+    /// nor have `device_type = "cpu"`.
     fn cpus(&self) -> Result<Vec<Cpu>, PlatformError> {
         let cpus_node = self
             .fdt
@@ -666,32 +741,54 @@ impl Tree<'_, '_> {
             .ok_or_else(|| Self::missing_node("/cpus"))?;
         let (address_cells, size_cells) = self.bus_cells(cpus_node)?;
         if !(1..=2).contains(&address_cells) {
-            return Err(self.bad(cpus_node, "#address-cells", "must be 1 or 2 (arm/cpus.yaml)"));
+            return Err(self.bad(
+                cpus_node,
+                "#address-cells",
+                "must be 1 or 2 (arm/cpus.yaml)",
+            ));
         }
         if size_cells != 0 {
             return Err(self.bad(cpus_node, "#size-cells", "must be 0 (arm/cpus.yaml)"));
         }
         let mut cpus: Vec<Cpu> = Vec::new();
         for node in self.fdt.children(cpus_node) {
-            if self.string(node, "device_type")? != Some("cpu") {
+            // Like Linux's of_get_next_cpu_node: device_type "cpu", or a
+            // node named cpu@... that lacks it.
+            let named_cpu = self.fdt.name(node).split('@').next() == Some("cpu");
+            if !self.has_device_type(node, "cpu") && !named_cpu {
                 continue;
             }
             if !self.is_enabled(node) {
                 log::debug!("skipping disabled CPU {}", self.fdt.path(node));
                 continue;
             }
-            let mpidr = self.cpu_mpidr(node, address_cells)?;
-            if let Some(other) = cpus.iter().find(|c| c.mpidr == mpidr) {
-                return Err(self.bad(node, "reg", format!("MPIDR {mpidr} also used by {}", other.node)));
-            }
             cpus.push(Cpu {
-                mpidr,
+                mpidr: self.cpu_mpidr(node, address_cells)?,
                 enable_method: self.enable_method(node)?,
                 node: self.fdt.path(node),
             });
         }
         if cpus.is_empty() {
             return Err(Self::missing_node("/cpus/cpu"));
+        }
+        // Linux rejects duplicate MPIDRs too (arch/arm64/kernel/smp.c).
+        // The sort is stable, so of two equal MPIDRs the DT's later one is
+        // `second` and gets the blame.
+        let mut by_mpidr: Vec<&Cpu> = cpus.iter().collect();
+        by_mpidr.sort_by_key(|cpu| cpu.mpidr);
+        for pair in by_mpidr.windows(2) {
+            if let [first, second] = pair
+                && first.mpidr == second.mpidr
+            {
+                return Err(PlatformError {
+                    node: second.node.clone(),
+                    property: Some(String::from("reg")),
+                    kind: ErrorKind::BadValue(format!(
+                        "MPIDR {} also used by {}",
+                        second.mpidr, first.node
+                    )),
+                });
+            }
         }
         Ok(cpus)
     }
@@ -700,7 +797,9 @@ impl Tree<'_, '_> {
     /// the first cell when `#address-cells = <2>`; all other bits must be
     /// zero (arm/cpus.yaml).
     fn cpu_mpidr(&self, node: NodeId, address_cells: u32) -> Result<Mpidr, PlatformError> {
-        let cells = self.cells(node, "reg")?.ok_or_else(|| self.missing(node, "reg"))?;
+        let cells = self
+            .cells(node, "reg")?
+            .ok_or_else(|| self.missing(node, "reg"))?;
         let raw = match (address_cells, cells.as_slice()) {
             (1, &[low]) => u64::from(low),
             (2, &[high, low]) => (u64::from(high) << 32) | u64::from(low),
@@ -708,12 +807,19 @@ impl Tree<'_, '_> {
                 return Err(self.bad(
                     node,
                     "reg",
-                    format!("expected one {address_cells}-cell MPIDR, found {} cells", cells.len()),
+                    format!(
+                        "expected one {address_cells}-cell MPIDR, found {} cells",
+                        cells.len()
+                    ),
                 ));
             }
         };
         if raw & !Mpidr::AFFINITY_MASK != 0 {
-            return Err(self.bad(node, "reg", format!("{raw:#x} has bits outside MPIDR affinity")));
+            return Err(self.bad(
+                node,
+                "reg",
+                format!("{raw:#x} has bits outside MPIDR affinity"),
+            ));
         }
         Ok(Mpidr::from_raw(raw))
     }
@@ -772,14 +878,20 @@ impl Tree<'_, '_> {
             .u32_prop(node, "#interrupt-cells")?
             .ok_or_else(|| self.missing(node, "#interrupt-cells"))?;
         if !(3..=4).contains(&interrupt_cells) {
-            return Err(self.bad(node, "#interrupt-cells", format!("{interrupt_cells}, expected 3 or 4")));
+            return Err(self.bad(
+                node,
+                "#interrupt-cells",
+                format!("{interrupt_cells}, expected 3 or 4"),
+            ));
         }
         let reg = self.reg(node)?;
         let region_count = self.u32_prop(node, "#redistributor-regions")?.unwrap_or(1);
         if region_count == 0 {
             return Err(self.bad(node, "#redistributor-regions", "must be at least 1"));
         }
-        let Some(redistributors) = reg.get(1..).and_then(|rest| rest.get(..region_count as usize))
+        let Some(redistributors) = reg
+            .get(1..)
+            .and_then(|rest| rest.get(..region_count as usize))
         else {
             return Err(self.bad(
                 node,
@@ -792,7 +904,7 @@ impl Tree<'_, '_> {
         };
         let stride = self.u64_prop(node, "redistributor-stride")?;
         if let Some(stride) = stride
-            && (stride == 0 || stride % 0x1_0000 != 0)
+            && (stride == 0 || !stride.is_multiple_of(0x1_0000))
         {
             return Err(self.bad(
                 node,
@@ -806,14 +918,17 @@ impl Tree<'_, '_> {
                 its.push(self.first_reg(child)?);
             }
         }
-        let maintenance_irq = if self.has(node, "interrupts") || self.has(node, "interrupts-extended")
-        {
-            self.gic_interrupts(node, node)?.first().copied()
-        } else {
-            None
-        };
+        let maintenance_irq =
+            if self.has(node, "interrupts") || self.has(node, "interrupts-extended") {
+                self.gic_interrupts(node, node)?.first().copied()
+            } else {
+                None
+            };
         Ok(GicV3 {
-            distributor: reg.first().copied().ok_or_else(|| self.missing(node, "reg"))?,
+            distributor: reg
+                .first()
+                .copied()
+                .ok_or_else(|| self.missing(node, "reg"))?,
             redistributor_regions: redistributors
                 .iter()
                 .map(|&range| RedistributorRegion { range, stride })
@@ -826,9 +941,9 @@ impl Tree<'_, '_> {
     /// `/chosen/stdout-path` if it names an enabled PL011, else the first
     /// enabled `arm,pl011` in document order.
     fn console(&self, gic: NodeId) -> Result<Option<Uart>, PlatformError> {
-        let chosen = self.stdout_node()?.filter(|&node| {
-            self.is_enabled(node) && self.is_compatible(node, "arm,pl011")
-        });
+        let chosen = self
+            .stdout_node()?
+            .filter(|&node| self.is_enabled(node) && self.is_compatible(node, "arm,pl011"));
         let Some(node) = chosen.or_else(|| self.find_compatible(&["arm,pl011"])) else {
             return Ok(None);
         };
@@ -844,7 +959,10 @@ impl Tree<'_, '_> {
                             .map_err(|why| self.bad(node, "interrupts", why))?,
                     );
                 }
-                _ => log::warn!("console {}: interrupt not routed to the GICv3", self.fdt.path(node)),
+                _ => log::warn!(
+                    "console {}: interrupt not routed to the GICv3",
+                    self.fdt.path(node)
+                ),
             }
         }
         Ok(Some(Uart {
@@ -916,7 +1034,11 @@ impl Tree<'_, '_> {
         }
         for irq in &interrupts {
             if !matches!(irq, Interrupt::Ppi { .. }) {
-                return Err(self.bad(node, "interrupts", format!("timer interrupt {irq:?} is not a PPI")));
+                return Err(self.bad(
+                    node,
+                    "interrupts",
+                    format!("timer interrupt {irq:?} is not a PPI"),
+                ));
             }
         }
         let mut slots: [Option<Interrupt>; 5] = [None; 5];
@@ -929,7 +1051,9 @@ impl Tree<'_, '_> {
                     let slot = TIMER_IRQ_NAMES
                         .iter()
                         .position(|n| n == name)
-                        .ok_or_else(|| self.bad(node, "interrupt-names", format!("unknown name \"{name}\"")))?;
+                        .ok_or_else(|| {
+                            self.bad(node, "interrupt-names", format!("unknown name \"{name}\""))
+                        })?;
                     if let Some(entry) = slots.get_mut(slot) {
                         *entry = Some(*irq);
                     }
@@ -944,7 +1068,13 @@ impl Tree<'_, '_> {
                 }
             }
         }
-        let [Some(secure_phys), Some(nonsecure_phys), Some(virt), Some(hyp_phys), hyp_virt] = slots
+        let [
+            Some(secure_phys),
+            Some(nonsecure_phys),
+            Some(virt),
+            Some(hyp_phys),
+            hyp_virt,
+        ] = slots
         else {
             return Err(self.bad(
                 node,
@@ -979,7 +1109,11 @@ impl Tree<'_, '_> {
             Some("smc") => Conduit::Smc,
             Some("hvc") => Conduit::Hvc,
             Some(other) => {
-                return Err(self.bad(node, "method", format!("\"{other}\", expected \"smc\" or \"hvc\"")));
+                return Err(self.bad(
+                    node,
+                    "method",
+                    format!("\"{other}\", expected \"smc\" or \"hvc\""),
+                ));
             }
             None => return Err(self.missing(node, "method")),
         };
@@ -990,7 +1124,10 @@ impl Tree<'_, '_> {
         let Some(chosen) = self.fdt.find_path("/chosen") else {
             return Ok(String::new());
         };
-        Ok(self.string(chosen, "bootargs")?.unwrap_or_default().to_string())
+        Ok(self
+            .string(chosen, "bootargs")?
+            .unwrap_or_default()
+            .to_string())
     }
 }
 
@@ -1012,14 +1149,48 @@ fn cells_to_u64(cells: &[u32]) -> Option<u64> {
 /// (PPI partition) is ignored.
 fn gic_interrupt(cells: &[u32]) -> Result<Interrupt, String> {
     let &[kind, number, flags, ..] = cells else {
-        return Err(format!("GIC specifier has {} cells, expected 3", cells.len()));
+        return Err(format!(
+            "GIC specifier has {} cells, expected 3",
+            cells.len()
+        ));
     };
     match kind {
         // SPIs are INTIDs 32..=1019, PPIs 16..=31.
         0 if number <= 987 => Ok(Interrupt::Spi { number, flags }),
         1 if number <= 15 => Ok(Interrupt::Ppi { number, flags }),
-        0 | 1 => Err(format!("interrupt number {number} out of range for its type")),
+        0 | 1 => Err(format!(
+            "interrupt number {number} out of range for its type"
+        )),
         2 | 3 => Err(String::from("extended SPI/PPI ranges are not supported")),
         _ => Err(format!("unknown GIC interrupt type {kind}")),
+    }
+}
+
+/// What [`crate::rescue`] can read from a tree that may not parse as a
+/// whole: each part on its own, any failure just leaving it out.
+pub(crate) fn rescue(fdt: &Fdt<'_>) -> crate::Rescue {
+    let tree = Tree { fdt };
+    crate::Rescue {
+        console: tree.bare_console(),
+        psci_conduit: tree.psci().ok().map(|psci| psci.conduit),
+    }
+}
+
+impl Tree<'_, '_> {
+    /// The console as [`Tree::console`] picks it, without its interrupt
+    /// (which would need a working GIC node).
+    fn bare_console(&self) -> Option<Uart> {
+        let chosen = self
+            .stdout_node()
+            .ok()
+            .flatten()
+            .filter(|&node| self.is_enabled(node) && self.is_compatible(node, "arm,pl011"));
+        let node = chosen.or_else(|| self.find_compatible(&["arm,pl011"]))?;
+        Some(Uart {
+            kind: UartKind::Pl011,
+            range: self.first_reg(node).ok()?,
+            irq: None,
+            node: self.fdt.path(node),
+        })
     }
 }

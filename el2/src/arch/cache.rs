@@ -6,7 +6,9 @@ use aarch64_cpu::asm::barrier;
 fn dcache_line_size() -> u64 {
     let ctr: u64;
     // SAFETY: CTR_EL0 is a read-only identification register.
-    unsafe { core::arch::asm!("mrs {0}, ctr_el0", out(reg) ctr, options(nomem, nostack, preserves_flags)) };
+    unsafe {
+        core::arch::asm!("mrs {0}, ctr_el0", out(reg) ctr, options(nomem, nostack, preserves_flags))
+    };
     4 << ((ctr >> 16) & 0xf)
 }
 
@@ -18,7 +20,9 @@ pub fn clean_to_poc(base: u64, size: u64) {
     while addr < base + size {
         // SAFETY: cleaning a line writes back dirty data and never changes
         // what the program observes.
-        unsafe { core::arch::asm!("dc cvac, {0}", in(reg) addr, options(nostack, preserves_flags)) };
+        unsafe {
+            core::arch::asm!("dc cvac, {0}", in(reg) addr, options(nostack, preserves_flags))
+        };
         addr += line;
     }
     barrier::dsb(barrier::SY);

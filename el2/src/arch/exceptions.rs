@@ -24,7 +24,10 @@ pub struct Frame {
 }
 
 const FRAME_SIZE: usize = core::mem::size_of::<Frame>();
-const _: () = assert!(FRAME_SIZE % 16 == 0, "SP must stay 16-byte aligned");
+const _: () = assert!(
+    FRAME_SIZE.is_multiple_of(16),
+    "SP must stay 16-byte aligned"
+);
 
 /// Which of the 16 vectors was taken: `source * 4 + kind`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -144,7 +147,7 @@ unsafe extern "C" {
 
 /// The address to program into VBAR_EL2.
 pub fn vector_base() -> u64 {
-    vectors as usize as u64
+    vectors as *const () as u64
 }
 
 extern "C" fn handle_exception(vector: u64, frame: &mut Frame) {
@@ -181,7 +184,11 @@ fn write_report(out: &mut Report, vector: Vector, frame: &Frame) -> core::fmt::R
         "*** {FATAL_MARKER}: {} exception from {}: {} ***",
         vector.kind(),
         vector.source(),
-        if vector.kind() == "synchronous" { esr.class_name() } else { "unexpected" },
+        if vector.kind() == "synchronous" {
+            esr.class_name()
+        } else {
+            "unexpected"
+        },
     )?;
     writeln!(out, "  cpu {cpu_index} (mpidr {mpidr})")?;
     writeln!(
@@ -198,12 +205,23 @@ fn write_report(out: &mut Report, vector: Vector, frame: &Frame) -> core::fmt::R
             out,
             "  {} abort: {}{}{}",
             if abort.data { "data" } else { "instruction" },
-            if abort.data { if abort.write { "write, " } else { "read, " } } else { "" },
+            if abort.data {
+                if abort.write { "write, " } else { "read, " }
+            } else {
+                ""
+            },
             abort.status,
-            if abort.far_valid { "" } else { " (FAR not valid)" },
+            if abort.far_valid {
+                ""
+            } else {
+                " (FAR not valid)"
+            },
         )?;
         if abort.far_valid {
-            for (what, array) in [("thread", stacks::thread_stacks()), ("exception", stacks::exception_stacks())] {
+            for (what, array) in [
+                ("thread", stacks::thread_stacks()),
+                ("exception", stacks::exception_stacks()),
+            ] {
                 if let Some(owner) = array.guard_owner(frame.far) {
                     writeln!(
                         out,
@@ -222,7 +240,11 @@ fn write_report(out: &mut Report, vector: Vector, frame: &Frame) -> core::fmt::R
         frame.elr,
         frame.elr.wrapping_sub(image_base)
     )?;
-    writeln!(out, "  SPSR_EL2 {:#018x}  SP_EL0 {:#018x}", frame.spsr, frame.sp_el0)?;
+    writeln!(
+        out,
+        "  SPSR_EL2 {:#018x}  SP_EL0 {:#018x}",
+        frame.spsr, frame.sp_el0
+    )?;
     for row in 0..8 {
         write!(out, " ")?;
         for col in 0..4 {
@@ -245,7 +267,10 @@ struct Report {
 
 impl Default for Report {
     fn default() -> Self {
-        Self { buf: [0; 4096], len: 0 }
+        Self {
+            buf: [0; 4096],
+            len: 0,
+        }
     }
 }
 
@@ -261,7 +286,8 @@ impl Write for Report {
 
 impl Report {
     fn flush(&self) {
-        let text = core::str::from_utf8(&self.buf[..self.len]).unwrap_or("EL2 FATAL: report unprintable\n");
+        let text = core::str::from_utf8(&self.buf[..self.len])
+            .unwrap_or("EL2 FATAL: report unprintable\n");
         console::print_fatal(format_args!("{text}"));
     }
 }

@@ -7,7 +7,8 @@
 //! regions (as on HiSilicon D05) work.
 
 use super::regs::{
-    ICC_BPR1, ICC_BPR1_EL1, ICC_CTLR, ICC_CTLR_EL1, ICC_IGRPEN1, ICC_IGRPEN1_EL1, ICC_PMR, ICC_PMR_EL1,
+    ICC_BPR1, ICC_BPR1_EL1, ICC_CTLR, ICC_CTLR_EL1, ICC_IGRPEN1, ICC_IGRPEN1_EL1, ICC_PMR,
+    ICC_PMR_EL1,
 };
 use aarch64_cpu::asm::barrier;
 use platform::{GicV3, Mpidr};
@@ -141,7 +142,16 @@ fn wait_rwp(gicd: &Distributor) -> Result<(), &'static str> {
 
 /// Packs an MPIDR's affinity the way GICR_TYPER reports it.
 fn typer_affinity(mpidr: Mpidr) -> u64 {
-    u64::from_be_bytes([0, 0, 0, 0, mpidr.aff(3), mpidr.aff(2), mpidr.aff(1), mpidr.aff(0)])
+    u64::from_be_bytes([
+        0,
+        0,
+        0,
+        0,
+        mpidr.aff(3),
+        mpidr.aff(2),
+        mpidr.aff(1),
+        mpidr.aff(0),
+    ])
 }
 
 /// Finds the RD_base of `mpidr`'s redistributor.
@@ -179,7 +189,8 @@ unsafe fn find_redistributor(gic: &GicV3, mpidr: Mpidr) -> Option<u64> {
 /// As for [`find_redistributor`]; runs on the CPU whose MPIDR is `mpidr`.
 pub unsafe fn init_cpu(gic: &GicV3, mpidr: Mpidr) -> Result<CpuInterface, &'static str> {
     // SAFETY: per the caller.
-    let rd_base = unsafe { find_redistributor(gic, mpidr) }.ok_or("no redistributor has this CPU's affinity")?;
+    let rd_base = unsafe { find_redistributor(gic, mpidr) }
+        .ok_or("no redistributor has this CPU's affinity")?;
     // SAFETY: rd_base is a redistributor frame set inside a mapped region.
     let rd = unsafe { &*(rd_base as *const RedistributorControl) };
     rd.waker.modify(GICR_WAKER::PROCESSOR_SLEEP::CLEAR);
@@ -225,11 +236,5 @@ impl CpuInterface {
         let cfg = self.sgi.icfgr1.get() & !(0b10 << shift);
         self.sgi.icfgr1.set(cfg);
         self.sgi.isenabler0.set(1 << intid);
-    }
-
-    pub fn disable_ppi(&self, intid: u32) {
-        if intid < 32 {
-            self.sgi.icenabler0.set(1 << intid);
-        }
     }
 }

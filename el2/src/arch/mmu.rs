@@ -127,12 +127,9 @@ pub fn boot_map(regions: &[(u64, u64)]) -> MmuParams {
     // started and before anything else refers to BOOT_TABLES.
     let tables = unsafe { &mut *addr_of_mut!(BOOT_TABLES) };
     let table_bits = (Attr::VALID | Attr::TABLE_OR_PAGE).bits() as u64;
-    let block_bits = (Attr::VALID
-        | MAIR_NORMAL
-        | Attr::INNER_SHAREABLE
-        | Attr::ACCESSED
-        | Attr::USER_RES1)
-        .bits() as u64;
+    let block_bits =
+        (Attr::VALID | MAIR_NORMAL | Attr::INNER_SHAREABLE | Attr::ACCESSED | Attr::USER_RES1)
+            .bits() as u64;
     for &(base, size) in regions {
         let mut gib = base & !(GIB - 1);
         while gib < base.saturating_add(size) {
@@ -162,7 +159,8 @@ pub fn boot_map(regions: &[(u64, u64)]) -> MmuParams {
 }
 
 fn attributes(kind: MapKind) -> Attr {
-    let normal = Attr::VALID | MAIR_NORMAL | Attr::INNER_SHAREABLE | Attr::ACCESSED | Attr::USER_RES1;
+    let normal =
+        Attr::VALID | MAIR_NORMAL | Attr::INNER_SHAREABLE | Attr::ACCESSED | Attr::USER_RES1;
     match kind {
         MapKind::Text => normal | Attr::READ_ONLY,
         MapKind::ReadOnly => normal | Attr::READ_ONLY | Attr::XN,

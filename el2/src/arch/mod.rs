@@ -81,7 +81,7 @@ const FDT_MAX_SIZE: u32 = 64 << 20;
 /// Runs with the MMU off and no heap: it reads two words and nothing more;
 /// `Platform::parse` validates the rest once the heap works.
 fn dtb_size(dtb: u64) -> Option<usize> {
-    if dtb == 0 || dtb % 8 != 0 {
+    if dtb == 0 || !dtb.is_multiple_of(8) {
         return None;
     }
     let header = dtb as *const u32;
@@ -89,7 +89,8 @@ fn dtb_size(dtb: u64) -> Option<usize> {
     // RAM; its first two words (magic, totalsize) are readable.
     let (magic, size) = unsafe { (header.read_volatile(), header.add(1).read_volatile()) };
     let size = u32::from_be(size);
-    (u32::from_be(magic) == FDT_MAGIC && (40..=FDT_MAX_SIZE).contains(&size)).then_some(size as usize)
+    (u32::from_be(magic) == FDT_MAGIC && (40..=FDT_MAX_SIZE).contains(&size))
+        .then_some(size as usize)
 }
 
 /// The boot CPU's Rust entry, from `head.rs`, with the MMU off and SP_EL0 set.
@@ -109,7 +110,8 @@ pub extern "C" fn primary_main(dtb: u64) -> ! {
 
     // SAFETY: `dtb_size` validated the header; the boot map covers the blob
     // and nothing writes it.
-    let dtb_bytes: &'static [u8] = unsafe { core::slice::from_raw_parts(dtb as *const u8, dtb_len) };
+    let dtb_bytes: &'static [u8] =
+        unsafe { core::slice::from_raw_parts(dtb as *const u8, dtb_len) };
     let platform = match Platform::parse(dtb_bytes) {
         Ok(platform) => PLATFORM.call_once(|| platform),
         Err(error) => early_failure(dtb_bytes, &image, dtb, error),
@@ -177,10 +179,13 @@ pub extern "C" fn primary_main(dtb: u64) -> ! {
     }
     cpus[0].mark_online();
 
-    let mut starter = PsciStarter::default();
+    let mut starter = PsciStarter;
     let report = smp::bring_up(&order, &mut starter);
     for (index, mpidr, why) in &report.failed {
-        log::error!("cpu {index} (mpidr {mpidr}, {}): {why}; left out", node_of(&order, *index));
+        log::error!(
+            "cpu {index} (mpidr {mpidr}, {}): {why}; left out",
+            node_of(&order, *index)
+        );
     }
     println!("smp: {} CPUs online", report.online.len());
 
@@ -232,7 +237,10 @@ pub extern "C" fn secondary_main(index: usize) -> ! {
     };
     cpu::set_current(this);
     if this.mpidr != cpu::current_mpidr() {
-        log::error!("started as cpu {index} but MPIDR is {}", cpu::current_mpidr());
+        log::error!(
+            "started as cpu {index} but MPIDR is {}",
+            cpu::current_mpidr()
+        );
         psci::park();
     }
     if let Err(error) = init_cpu_interrupts(platform, this) {
@@ -303,12 +311,11 @@ fn tick_check(cpus: &[PerCpu], online: &[usize], args: &BootArgs) {
 }
 
 /// Starts secondaries with PSCI CPU_ON at `head::secondary_entry`.
-#[derive(Default)]
 struct PsciStarter;
 
 impl CpuStarter for PsciStarter {
     fn start(&mut self, index: usize, cpu: &Cpu) -> Result<(), i32> {
-        let entry = head::secondary_entry as usize as u64;
+        let entry = head::secondary_entry as *const () as u64;
         psci::cpu_on(cpu.mpidr.value(), entry, index as u64)
     }
 
@@ -316,7 +323,8 @@ impl CpuStarter for PsciStarter {
         let Some(cpus) = CPUS.get() else {
             return false;
         };
-        let deadline = cpu::counter() + cpu::counter_frequency() * u64::from(CPU_ON_TIMEOUT_MS) / 1000;
+        let deadline =
+            cpu::counter() + cpu::counter_frequency() * u64::from(CPU_ON_TIMEOUT_MS) / 1000;
         while cpu::counter() < deadline {
             if cpus[index].is_online() {
                 return true;
@@ -350,10 +358,20 @@ fn print_platform(platform: &Platform, image: &ImageLayout, dtb: MemRange) {
         (frequency / 1000) % 1000
     );
     for bank in &platform.memory {
-        println!("  memory   {:#014x}..{:#014x} ({} MiB)", bank.base, bank.end(), bank.size >> 20);
+        println!(
+            "  memory   {:#014x}..{:#014x} ({} MiB)",
+            bank.base,
+            bank.end(),
+            bank.size >> 20
+        );
     }
     for region in &platform.reserved {
-        println!("  reserved {:#014x}..{:#014x} {}", region.range.base, region.range.end(), region.name);
+        println!(
+            "  reserved {:#014x}..{:#014x} {}",
+            region.range.base,
+            region.range.end(),
+            region.name
+        );
     }
     println!(
         "  image    {:#014x}..{:#014x}  dtb {:#014x}..{:#014x}",
@@ -385,7 +403,11 @@ fn print_platform(platform: &Platform, image: &ImageLayout, dtb: MemRange) {
         t.nonsecure_phys.intid(),
         t.virt.intid(),
         t.hyp_phys.intid(),
-        t.hyp_virt.map_or(alloc::string::String::new(), |v| alloc::format!(", EL2 virt {}", v.intid()))
+        t.hyp_virt
+            .map_or(alloc::string::String::new(), |v| alloc::format!(
+                ", EL2 virt {}",
+                v.intid()
+            ))
     );
     println!(
         "  PSCI     {}.{} via {:?}",
@@ -405,21 +427,51 @@ fn stop_with_console(platform: &Platform, what: core::fmt::Arguments) -> ! {
 
 /// The device tree did not parse. Find a console in it the simple way if
 /// possible, say what is wrong, and stop.
-fn early_failure(dtb: &[u8], image: &ImageLayout, dtb_base: u64, error: platform::PlatformError) -> ! {
-    if let Some(uart) = tmp_find_console(dtb) {
+fn early_failure(
+    dtb: &[u8],
+    image: &ImageLayout,
+    dtb_base: u64,
+    error: platform::PlatformError,
+) -> ! {
+    let rescue = platform::rescue(dtb);
+    if let Some(uart) = &rescue.console {
         // Map just enough to talk: the same image and DTB, plus the UART.
         let plan = [
-            layout::MapEntry { range: image.text, kind: layout::MapKind::Text, what: "text" },
-            layout::MapEntry { range: image.rodata, kind: layout::MapKind::ReadOnly, what: "rodata" },
-            layout::MapEntry { range: image.data, kind: layout::MapKind::ReadWrite, what: "data" },
-            layout::MapEntry { range: stacks_cover(image), kind: layout::MapKind::ReadWrite, what: "stacks" },
-            layout::MapEntry { range: image.heap, kind: layout::MapKind::ReadWrite, what: "heap" },
+            layout::MapEntry {
+                range: image.text,
+                kind: layout::MapKind::Text,
+                what: "text",
+            },
+            layout::MapEntry {
+                range: image.rodata,
+                kind: layout::MapKind::ReadOnly,
+                what: "rodata",
+            },
+            layout::MapEntry {
+                range: image.data,
+                kind: layout::MapKind::ReadWrite,
+                what: "data",
+            },
+            layout::MapEntry {
+                range: stacks_cover(image),
+                kind: layout::MapKind::ReadWrite,
+                what: "stacks",
+            },
+            layout::MapEntry {
+                range: image.heap,
+                kind: layout::MapKind::ReadWrite,
+                what: "heap",
+            },
             layout::MapEntry {
                 range: layout::page_cover(MemRange::new(dtb_base, dtb.len() as u64)),
                 kind: layout::MapKind::ReadOnly,
                 what: "dtb",
             },
-            layout::MapEntry { range: layout::page_cover(uart.range), kind: layout::MapKind::Device, what: "uart" },
+            layout::MapEntry {
+                range: layout::page_cover(uart.range),
+                kind: layout::MapKind::Device,
+                what: "uart",
+            },
         ];
         if let Ok(params) = mmu::final_map(&plan) {
             // SAFETY: the map keeps everything in use where it is.
@@ -430,7 +482,7 @@ fn early_failure(dtb: &[u8], image: &ImageLayout, dtb_base: u64, error: platform
             println!("*** {FATAL_MARKER}: cannot use the boot device tree: {error} ***");
         }
     }
-    if let Some(conduit) = tmp_find_psci_conduit(dtb) {
+    if let Some(conduit) = rescue.psci_conduit {
         psci::set_conduit(conduit);
     }
     psci::power_off()
@@ -447,5 +499,3 @@ fn stacks_cover(image: &ImageLayout) -> MemRange {
         .unwrap_or(0);
     MemRange::new(start, end - start)
 }
-fn tmp_find_console(_: &[u8]) -> Option<platform::Uart> { None }
-fn tmp_find_psci_conduit(_: &[u8]) -> Option<platform::Conduit> { None }
