@@ -52,6 +52,9 @@ _head:
     mrs     x1, CurrentEL
     cmp     x1, #{current_el_el2}
     b.ne    .Lpark
+    ldr     x1, ={sctlr_mmu_off}
+    msr     sctlr_el2, x1
+    isb
 
     // Clean lines the boot loader may have left in the caches hold nothing
     // of ours; drop them so that nothing stale hides what we now write with
@@ -110,6 +113,9 @@ _head:
 {secondary_entry}:
     msr     daifset, #0xf
     mov     x20, x0
+    ldr     x1, ={sctlr_mmu_off}
+    msr     sctlr_el2, x1
+    isb
     // The boot CPU wrote the final translation settings and cleaned them to
     // the point of coherency; turn the MMU on before touching any memory
     // through the caches.
@@ -172,6 +178,7 @@ _head:
     exception_stacks = sym stacks::EXCEPTION_STACKS,
     thread_slot = const stacks::THREAD_SLOT_SIZE,
     exception_slot = const stacks::EXCEPTION_SLOT_SIZE,
+    sctlr_mmu_off = const mmu::SCTLR_EL2_MMU_OFF,
     text_offset = const TEXT_OFFSET,
     image_flags = const IMAGE_FLAGS,
     current_el_el2 = const CURRENT_EL_EL2,

@@ -68,7 +68,7 @@ fn tcr_value() -> u64 {
         + TCR_EL2::IRGN0::WriteBack_ReadAlloc_WriteAlloc_Cacheable
         + ps)
         .value
-        | regs::tcr_el2_res1()
+        | regs::TCR_EL2_RES1
 }
 
 /// SCTLR_EL2 with the MMU, caches and SP alignment checks on; `wxn` makes
@@ -89,8 +89,15 @@ fn sctlr_value(wxn: bool) -> u64 {
         + SCTLR_EL2::EOS::SET
         + wxn)
         .value
-        | regs::sctlr_el2_res1()
+        | regs::SCTLR_EL2_RES1
 }
+
+/// SCTLR_EL2 for running with the MMU and caches off, little-endian: what
+/// each CPU writes first thing, whatever firmware left there.
+pub const SCTLR_EL2_MMU_OFF: u64 = SCTLR_EL2::EE::Little.value
+    | SCTLR_EL2::EIS::SET.value
+    | SCTLR_EL2::EOS::SET.value
+    | regs::SCTLR_EL2_RES1;
 
 const ENTRIES: usize = 512;
 const GIB: u64 = 1 << 30;

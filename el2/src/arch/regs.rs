@@ -150,22 +150,20 @@ register_bitfields! {u64,
 }
 
 /// The RES1 bits of TCR_EL2 (non-VHE), to OR into any value written.
-pub fn tcr_el2_res1() -> u64 {
-    (TCR_EL2_NVHE_RES1::RES1_31::SET + TCR_EL2_NVHE_RES1::RES1_23::SET).value
-}
+pub const TCR_EL2_RES1: u64 =
+    TCR_EL2_NVHE_RES1::RES1_31::SET.value | TCR_EL2_NVHE_RES1::RES1_23::SET.value;
 
 /// The RES1 bits of SCTLR_EL2 (non-VHE) that aarch64-cpu does not name.
-pub fn sctlr_el2_res1() -> u64 {
+pub const SCTLR_EL2_RES1: u64 = {
     use SCTLR_EL2_NVHE_RES1 as S;
-    (S::RES1_29::SET
-        + S::RES1_28::SET
-        + S::RES1_23::SET
-        + S::RES1_18::SET
-        + S::RES1_16::SET
-        + S::RES1_5::SET
-        + S::RES1_4::SET)
-        .value
-}
+    S::RES1_29::SET.value
+        | S::RES1_28::SET.value
+        | S::RES1_23::SET.value
+        | S::RES1_18::SET.value
+        | S::RES1_16::SET.value
+        | S::RES1_5::SET.value
+        | S::RES1_4::SET.value
+};
 
 register_bitfields! {u64,
     /// Interrupt Controller Control Register (EL1), the field EL2 uses.

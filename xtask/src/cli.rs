@@ -1,0 +1,380 @@
+//! Command-line parsing (hand-written: a handful of options, no
+//! dependencies).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+
+use crate::image::{Profile, Source};
+use crate::qemu::{Machine, normalize_cpu};
+
+pub const HELP: &str = "\
+cargo xtask: build, run and test the el2 hypervisor
+
+USAGE:
+    cargo xtask <COMMAND> [OPTIONS]
+
+COMMANDS:
+    build     Build el2 and make the raw image target/aarch64-unknown-none/<profile>/el2.bin
+    run       Build, then boot under QEMU with the console on this terminal
+    test      Host checks (fmt, clippy, tests), then the QEMU boot-test matrix
+    gdb       Build, start QEMU halted with a gdb stub and attach gdb-multiarch
+    setup     Install everything the other commands need (Rust target, QEMU, U-Boot, gdb)
+    help      Print this help
+
+BUILD OPTIONS (build, run, test, gdb):
+    --debug            Build the debug profile instead of release
+    --elf PATH         Use this prebuilt el2 ELF instead of building
+
+RUN OPTIONS (run, gdb):
+    --cpu MODEL        QEMU CPU model: max (= max,pauth=off), cortex-a57, neoverse-n1, ...
+                       [default: max]
+    --smp N            Number of CPUs [default: 4]
+    --clusters C       Spread the N CPUs over C clusters (C must divide N)
+    --mem SIZE         RAM size, e.g. 1G, 512M [default: 1G]
+    --uboot            Boot through U-Boot (booti) instead of QEMU's -kernel loader
+    --append STR       Kernel command line (/chosen/bootargs), e.g. el2.selftest=undef
+    --icount           Deterministic timing: -accel tcg,thread=single -icount shift=0,sleep=off
+    --qemu-arg ARG     Pass ARG to QEMU (repeatable)
+    --timeout SECS     Kill QEMU and fail after SECS seconds; 0 = never [default: 120]
+                       (run only; gdb sessions have no timeout)
+
+    `run` exits non-zero if QEMU exits non-zero, on timeout, or if the console shows
+    `EL2 FATAL`. Quit QEMU with Ctrl-A X. The console is also saved to
+    target/xtask/console.log.
+
+    `gdb` starts QEMU with -s -S (stub on :1234, CPUs halted), writes the console to
+    target/xtask/gdb-console.log, loads el2's symbols at the address it runs at
+    (0x40080000) and stops QEMU when gdb exits.
+
+TEST OPTIONS:
+    --host-only        Only the host checks
+    --boot-only        Only build the image and run the boot tests
+    --filter STR       Only boot tests whose name contains STR (repeatable: any matches)
+    --list             List the boot tests and exit
+    --timeout SECS     Override every boot test's timeout
+    -v, --verbose      Stream each boot test's console
+
+    Consoles of boot tests are saved in target/xtask/boot-logs/.
+";
+
+/// A parsed command line.
+#[derive(Debug)]
+pub enum Cmd {
+    Help,
+    Setup,
+    Build(BuildOpts),
+    Run(RunOpts),
+    Gdb(RunOpts),
+    Test(TestOpts),
+}
+
+#[derive(Debug)]
+pub struct BuildOpts {
+    pub source: Source,
+}
+
+#[derive(Debug)]
+pub struct RunOpts {
+    pub build: BuildOpts,
+    pub machine: Machine,
+    /// None = no timeout.
+    pub timeout: Option<Duration>,
+}
+
+#[derive(Debug)]
+pub struct TestOpts {
+    pub build: BuildOpts,
+    pub host: bool,
+    pub boot: bool,
+    pub filters: Vec<String>,
+    pub list: bool,
+    pub timeout: Option<Duration>,
+    pub verbose: bool,
+}
+
+/// One `--name` or `--name=value` argument.
+struct Opt {
+    name: String,
+    inline: Option<String>,
+}
+
+struct Parser {
+    args: std::vec::IntoIter<String>,
+    cmd: &'static str,
+}
+
+impl Parser {
+    fn next(&mut self) -> Result<Option<Opt>> {
+        let Some(arg) = self.args.next() else {
+            return Ok(None);
+        };
+        if !arg.starts_with('-') || arg == "-" {
+            bail!(
+                "unexpected argument {arg:?} for `cargo xtask {}`; options start with -- \
+                 (see `cargo xtask help`)",
+                self.cmd
+            );
+        }
+        Ok(Some(match arg.split_once('=') {
+            Some((name, value)) if name.starts_with("--") => Opt {
+                name: name.into(),
+                inline: Some(value.into()),
+            },
+            _ => Opt {
+                name: arg,
+                inline: None,
+            },
+        }))
+    }
+
+    fn value(&mut self, opt: &mut Opt) -> Result<String> {
+        if let Some(v) = opt.inline.take() {
+            return Ok(v);
+        }
+        self.args
+            .next()
+            .with_context(|| format!("{} needs a value (see `cargo xtask help`)", opt.name))
+    }
+
+    fn number<T: std::str::FromStr>(&mut self, opt: &mut Opt) -> Result<T> {
+        let v = self.value(opt)?;
+        v.parse()
+            .ok()
+            .with_context(|| format!("{} {v:?}: expected a non-negative integer", opt.name))
+    }
+
+    fn flag(&self, opt: &Opt) -> Result<()> {
+        if opt.inline.is_some() {
+            bail!("{} takes no value", opt.name);
+        }
+        Ok(())
+    }
+
+    fn unknown(&self, opt: &Opt) -> anyhow::Error {
+        anyhow::anyhow!(
+            "unknown option {} for `cargo xtask {}` (see `cargo xtask help`)",
+            opt.name,
+            self.cmd
+        )
+    }
+
+    /// Handles a build option; false if `opt` is not one.
+    fn build_opt(&mut self, opt: &mut Opt, build: &mut BuildOpts) -> Result<bool> {
+        match opt.name.as_str() {
+            "--debug" => {
+                self.flag(opt)?;
+                build.source = Source::Build(Profile::Debug);
+            }
+            "--elf" => build.source = Source::Elf(PathBuf::from(self.value(opt)?)),
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+}
+
+fn default_build() -> BuildOpts {
+    BuildOpts {
+        source: Source::Build(Profile::Release),
+    }
+}
+
+/// Parses the arguments after `cargo xtask`.
+pub fn parse(args: Vec<String>) -> Result<Cmd> {
+    let mut args = args.into_iter();
+    let Some(cmd) = args.next() else {
+        return Ok(Cmd::Help);
+    };
+    let cmd: &'static str = match cmd.as_str() {
+        "help" | "-h" | "--help" => return Ok(Cmd::Help),
+        "setup" => "setup",
+        "build" => "build",
+        "run" => "run",
+        "gdb" => "gdb",
+        "test" => "test",
+        other => bail!(
+            "unknown command {other:?}; the commands are build, run, test, gdb, setup \
+             (see `cargo xtask help`)"
+        ),
+    };
+    let mut p = Parser { args, cmd };
+    match cmd {
+        "setup" => {
+            if let Some(opt) = p.next()? {
+                return Err(p.unknown(&opt));
+            }
+            Ok(Cmd::Setup)
+        }
+        "build" => {
+            let mut build = default_build();
+            while let Some(mut opt) = p.next()? {
+                if is_help(&opt) {
+                    return Ok(Cmd::Help);
+                }
+                if !p.build_opt(&mut opt, &mut build)? {
+                    return Err(p.unknown(&opt));
+                }
+            }
+            Ok(Cmd::Build(build))
+        }
+        "run" | "gdb" => {
+            let opts = parse_run(&mut p)?;
+            match opts {
+                None => Ok(Cmd::Help),
+                Some(o) if cmd == "run" => Ok(Cmd::Run(o)),
+                Some(o) => Ok(Cmd::Gdb(o)),
+            }
+        }
+        _ => parse_test(&mut p),
+    }
+}
+
+fn is_help(opt: &Opt) -> bool {
+    opt.name == "--help" || opt.name == "-h"
+}
+
+fn parse_run(p: &mut Parser) -> Result<Option<RunOpts>> {
+    let mut build = default_build();
+    let mut m = Machine::default();
+    let mut timeout = Some(Duration::from_secs(120));
+    while let Some(mut opt) = p.next()? {
+        if p.build_opt(&mut opt, &mut build)? {
+            continue;
+        }
+        match opt.name.as_str() {
+            "--help" | "-h" => return Ok(None),
+            "--cpu" => m.cpu = normalize_cpu(&p.value(&mut opt)?),
+            "--smp" => m.smp = p.number(&mut opt)?,
+            "--clusters" => m.clusters = Some(p.number(&mut opt)?),
+            "--mem" => m.mem = p.value(&mut opt)?,
+            "--uboot" => {
+                p.flag(&opt)?;
+                m.uboot = true;
+            }
+            "--append" => m.append = Some(p.value(&mut opt)?),
+            "--icount" => {
+                p.flag(&opt)?;
+                m.icount = true;
+            }
+            "--qemu-arg" => m.extra_args.push(p.value(&mut opt)?),
+            "--timeout" => {
+                let secs: u64 = p.number(&mut opt)?;
+                timeout = (secs > 0).then(|| Duration::from_secs(secs));
+            }
+            _ => return Err(p.unknown(&opt)),
+        }
+    }
+    m.validate()?;
+    Ok(Some(RunOpts {
+        build,
+        machine: m,
+        timeout,
+    }))
+}
+
+fn parse_test(p: &mut Parser) -> Result<Cmd> {
+    let mut o = TestOpts {
+        build: default_build(),
+        host: true,
+        boot: true,
+        filters: Vec::new(),
+        list: false,
+        timeout: None,
+        verbose: false,
+    };
+    let (mut host_only, mut boot_only) = (false, false);
+    while let Some(mut opt) = p.next()? {
+        if p.build_opt(&mut opt, &mut o.build)? {
+            continue;
+        }
+        match opt.name.as_str() {
+            "--help" | "-h" => return Ok(Cmd::Help),
+            "--host-only" => {
+                p.flag(&opt)?;
+                host_only = true;
+            }
+            "--boot-only" => {
+                p.flag(&opt)?;
+                boot_only = true;
+            }
+            "--filter" => o.filters.push(p.value(&mut opt)?),
+            "--list" => {
+                p.flag(&opt)?;
+                o.list = true;
+            }
+            "--timeout" => {
+                let secs: u64 = p.number(&mut opt)?;
+                if secs == 0 {
+                    bail!("--timeout 0: boot tests always need a timeout");
+                }
+                o.timeout = Some(Duration::from_secs(secs));
+            }
+            "-v" | "--verbose" => {
+                p.flag(&opt)?;
+                o.verbose = true;
+            }
+            _ => return Err(p.unknown(&opt)),
+        }
+    }
+    if host_only && boot_only {
+        bail!("--host-only and --boot-only exclude each other; give neither to run both");
+    }
+    o.host = !boot_only;
+    o.boot = !host_only;
+    Ok(Cmd::Test(o))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_str(s: &str) -> Result<Cmd> {
+        parse(s.split_whitespace().map(String::from).collect())
+    }
+
+    #[test]
+    fn run_options() {
+        let Cmd::Run(o) = parse_str(
+            "run --cpu max --smp=8 --clusters 2 --mem 2G --append el2.selftest=undef \
+             --qemu-arg -d --qemu-arg int --timeout 0 --icount",
+        )
+        .unwrap() else {
+            panic!("not run");
+        };
+        assert_eq!(o.machine.cpu, "max,pauth=off");
+        assert_eq!(o.machine.smp, 8);
+        assert_eq!(o.machine.clusters, Some(2));
+        assert_eq!(o.machine.mem, "2G");
+        assert_eq!(o.machine.append.as_deref(), Some("el2.selftest=undef"));
+        assert_eq!(o.machine.extra_args, ["-d", "int"]);
+        assert!(o.machine.icount);
+        assert_eq!(o.timeout, None);
+    }
+
+    #[test]
+    fn user_errors_are_errors() {
+        for bad in [
+            "frobnicate",
+            "run --smp",
+            "run --smp many",
+            "run --smp 6 --clusters 4",
+            "run --uboot=yes",
+            "run extra",
+            "test --host-only --boot-only",
+            "build --cpu max",
+        ] {
+            assert!(parse_str(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn test_options() {
+        let Cmd::Test(o) = parse_str("test --boot-only --filter smp=8 --filter uboot").unwrap()
+        else {
+            panic!("not test");
+        };
+        assert!(o.boot && !o.host);
+        assert_eq!(o.filters, ["smp=8", "uboot"]);
+    }
+}

@@ -1,0 +1,587 @@
+//! Building el2 and turning its ELF into the raw, bootable arm64 Image.
+//!
+//! The image is the bytes of the ELF's `PT_LOAD` segments laid out by
+//! virtual address, starting at the lowest one: file-backed parts copied,
+//! gaps zero-filled, trailing NOBITS (.bss, stacks) left out. Its first 64
+//! bytes must be the arm64 Linux Image header, which both QEMU's `-kernel`
+//! and U-Boot's `booti` interpret; [`validate_header`] checks it against the
+//! ELF so that a wrong `image_size` (which would let a loader place data
+//! over .bss) is caught at build time rather than as a mysterious crash.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail, ensure};
+
+use crate::{Workspace, setup};
+
+/// The hypervisor is built soft-float: EL2 never touches FP/SIMD registers.
+pub const TARGET: &str = "aarch64-unknown-none-softfloat";
+
+/// The arm64 Image header fields (Documentation/arch/arm64/booting.rst).
+pub const TEXT_OFFSET: u64 = 0x8_0000;
+pub const FLAGS: u64 = 0x2; // little-endian, 4 KiB pages, 2 MiB-aligned base
+pub const MAGIC: u32 = 0x644d_5241; // "ARM\x64"
+const HEADER_LEN: usize = 64;
+
+/// Refuse to write absurdly large images (e.g. segments linked gigabytes
+/// apart), which would otherwise fill the disk with zeros.
+const MAX_IMAGE_LEN: u64 = 256 << 20;
+
+/// The el2 ELF and the raw image made from it.
+#[derive(Clone, Debug)]
+pub struct Artifacts {
+    pub elf: PathBuf,
+    pub image: PathBuf,
+    /// The ELF address of the image's first byte (0 for a position-
+    /// independent el2 linked at 0).
+    pub link_base: u64,
+}
+
+/// Build profile of the el2 binary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Profile {
+    Release,
+    Debug,
+}
+
+impl Profile {
+    fn dir(self) -> &'static str {
+        match self {
+            Profile::Release => "release",
+            Profile::Debug => "debug",
+        }
+    }
+}
+
+/// Where the image comes from: built from the workspace, or a prebuilt ELF
+/// (`--elf`, e.g. an older build being bisected).
+#[derive(Clone, Debug)]
+pub enum Source {
+    Build(Profile),
+    Elf(PathBuf),
+}
+
+/// Builds el2 (unless a prebuilt ELF is given), writes the raw image next to
+/// the ELF and validates its header. Prints both paths.
+pub fn build(ws: &Workspace, source: &Source) -> Result<Artifacts> {
+    let elf = match source {
+        Source::Build(profile) => {
+            setup::ensure_rust_target(ws)?;
+            cargo_build_el2(ws, *profile)?
+        }
+        Source::Elf(path) => {
+            ensure!(
+                path.is_file(),
+                "--elf {}: no such file (give the path of an el2 ELF built for {TARGET})",
+                path.display()
+            );
+            path.clone()
+        }
+    };
+    let image = match source {
+        Source::Build(_) => elf.with_extension("bin"),
+        // Never write next to someone else's file: keep prebuilt images in
+        // the workspace's target dir.
+        Source::Elf(path) => {
+            let name = path
+                .file_name()
+                .map_or_else(|| "el2".into(), |n| n.to_string_lossy().into_owned());
+            let dir = ws.target_dir().join("xtask");
+            fs::create_dir_all(&dir)
+                .with_context(|| format!("cannot create directory {}", dir.display()))?;
+            dir.join(format!("{name}.bin"))
+        }
+    };
+    let link_base = make_image(&elf, &image)?;
+    println!("image: {}", image.display());
+    println!("elf:   {}", elf.display());
+    Ok(Artifacts {
+        elf,
+        image,
+        link_base,
+    })
+}
+
+fn cargo_build_el2(ws: &Workspace, profile: Profile) -> Result<PathBuf> {
+    let mut cmd = Command::new(ws.cargo());
+    cmd.current_dir(&ws.root)
+        .args(["build", "-p", "el2", "--target", TARGET]);
+    if profile == Profile::Release {
+        cmd.arg("--release");
+    }
+    // Always the workspace's own target dir, whatever CARGO_TARGET_DIR says,
+    // so the image lands at a stable path.
+    cmd.arg("--target-dir").arg(ws.target_dir());
+    let status = cmd.status().context("cannot run cargo to build el2")?;
+    ensure!(
+        status.success(),
+        "building el2 failed ({status}); see the compiler output above"
+    );
+    let elf = ws.target_dir().join(TARGET).join(profile.dir()).join("el2");
+    ensure!(
+        elf.is_file(),
+        "cargo reported success but {} does not exist",
+        elf.display()
+    );
+    Ok(elf)
+}
+
+/// Converts `elf_path` to a raw image at `image_path` and validates it.
+/// Returns the ELF address of the image's first byte.
+pub fn make_image(elf_path: &Path, image_path: &Path) -> Result<u64> {
+    let data = fs::read(elf_path).with_context(|| format!("cannot read {}", elf_path.display()))?;
+    let image = elf_to_image(&data).with_context(|| {
+        format!(
+            "cannot make a raw image from {} (is it an {TARGET} ELF?)",
+            elf_path.display()
+        )
+    })?;
+    validate_header(&image).with_context(|| {
+        format!(
+            "{} does not start with a valid arm64 Image header; el2's entry code \
+             must begin with the 64-byte header that QEMU and U-Boot require",
+            elf_path.display()
+        )
+    })?;
+    // Write atomically: a half-written image must never be booted.
+    let tmp = image_path.with_extension("bin.tmp");
+    fs::write(&tmp, &image.bytes).with_context(|| format!("cannot write {}", tmp.display()))?;
+    fs::rename(&tmp, image_path).with_context(|| {
+        format!(
+            "cannot rename {} to {}",
+            tmp.display(),
+            image_path.display()
+        )
+    })?;
+    Ok(image.base)
+}
+
+/// A raw image and what the ELF says about its memory layout.
+#[derive(Debug)]
+pub struct Image {
+    pub bytes: Vec<u8>,
+    /// Virtual address of the image's first byte (lowest `PT_LOAD` vaddr).
+    pub base: u64,
+    /// Bytes from `base` to the end of the highest segment in memory,
+    /// including NOBITS parts: what `image_size` must cover.
+    pub footprint: u64,
+}
+
+const PT_LOAD: u32 = 1;
+const SHT_RELA: u32 = 4;
+const SHT_REL: u32 = 9;
+const SHF_ALLOC: u64 = 0x2;
+const EM_AARCH64: u16 = 183;
+
+#[derive(Clone, Copy, Debug)]
+struct Segment {
+    offset: u64,
+    vaddr: u64,
+    filesz: u64,
+    memsz: u64,
+}
+
+/// Little-endian field reader that reports truncation instead of panicking.
+struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn bytes(&self, off: u64, len: u64, what: &str) -> Result<&[u8]> {
+        let start = usize::try_from(off).ok();
+        let end = off.checked_add(len).and_then(|e| usize::try_from(e).ok());
+        match (start, end) {
+            (Some(s), Some(e)) if e <= self.0.len() => Ok(&self.0[s..e]),
+            _ => bail!(
+                "ELF truncated: {what} at offset {off:#x}+{len:#x} lies beyond the \
+                 end of the file ({:#x} bytes)",
+                self.0.len()
+            ),
+        }
+    }
+    fn u16(&self, off: u64, what: &str) -> Result<u16> {
+        let b = self.bytes(off, 2, what)?;
+        Ok(u16::from_le_bytes([b[0], b[1]]))
+    }
+    fn u32(&self, off: u64, what: &str) -> Result<u32> {
+        let b = self.bytes(off, 4, what)?;
+        Ok(u32::from_le_bytes(b.try_into().expect("4 bytes")))
+    }
+    fn u64(&self, off: u64, what: &str) -> Result<u64> {
+        let b = self.bytes(off, 8, what)?;
+        Ok(u64::from_le_bytes(b.try_into().expect("8 bytes")))
+    }
+}
+
+/// Lays out the `PT_LOAD` segments of an ELF64 little-endian AArch64 file as
+/// a raw image. Also checks that dynamic relocation sections (which the image
+/// applies to itself at boot) are inside the copied bytes.
+pub fn elf_to_image(data: &[u8]) -> Result<Image> {
+    let r = Reader(data);
+    ensure!(
+        r.bytes(0, 4, "ELF magic")? == b"\x7fELF",
+        "not an ELF file (bad magic)"
+    );
+    ensure!(r.bytes(4, 1, "ELF class")?[0] == 2, "not a 64-bit ELF");
+    ensure!(
+        r.bytes(5, 1, "ELF data")?[0] == 1,
+        "not a little-endian ELF"
+    );
+    let machine = r.u16(18, "e_machine")?;
+    ensure!(
+        machine == EM_AARCH64,
+        "ELF machine is {machine}, not AArch64 ({EM_AARCH64})"
+    );
+    let phoff = r.u64(32, "e_phoff")?;
+    let shoff = r.u64(40, "e_shoff")?;
+    let phentsize = u64::from(r.u16(54, "e_phentsize")?);
+    let phnum = u64::from(r.u16(56, "e_phnum")?);
+    let shentsize = u64::from(r.u16(58, "e_shentsize")?);
+    let shnum = u64::from(r.u16(60, "e_shnum")?);
+    let shstrndx = u64::from(r.u16(62, "e_shstrndx")?);
+    ensure!(
+        phnum == 0 || phentsize >= 56,
+        "bad program header size {phentsize}"
+    );
+    // Bounding the table offsets keeps all the offset arithmetic below far
+    // from overflow; reads past the end are reported as truncation.
+    let file_len = data.len() as u64;
+    ensure!(
+        phoff <= file_len && shoff <= file_len,
+        "ELF truncated: header tables start beyond the end of the file"
+    );
+
+    let mut segments = Vec::new();
+    for i in 0..phnum {
+        let ph = phoff + i * phentsize;
+        if r.u32(ph, "p_type")? != PT_LOAD {
+            continue;
+        }
+        let seg = Segment {
+            offset: r.u64(ph + 8, "p_offset")?,
+            vaddr: r.u64(ph + 16, "p_vaddr")?,
+            filesz: r.u64(ph + 32, "p_filesz")?,
+            memsz: r.u64(ph + 40, "p_memsz")?,
+        };
+        ensure!(
+            seg.filesz <= seg.memsz,
+            "PT_LOAD segment {i} has p_filesz {:#x} > p_memsz {:#x}",
+            seg.filesz,
+            seg.memsz
+        );
+        ensure!(
+            seg.vaddr.checked_add(seg.memsz).is_some(),
+            "PT_LOAD segment {i} wraps around the address space"
+        );
+        r.bytes(seg.offset, seg.filesz, "PT_LOAD segment contents")?;
+        if seg.memsz > 0 {
+            segments.push(seg);
+        }
+    }
+    ensure!(!segments.is_empty(), "the ELF has no loadable segments");
+
+    let base = segments.iter().map(|s| s.vaddr).min().expect("non-empty");
+    let mem_end = segments
+        .iter()
+        .map(|s| s.vaddr + s.memsz)
+        .max()
+        .expect("non-empty");
+    let file_end = segments
+        .iter()
+        .filter(|s| s.filesz > 0)
+        .map(|s| s.vaddr + s.filesz)
+        .max()
+        .unwrap_or(base);
+    let len = file_end - base;
+    ensure!(
+        len <= MAX_IMAGE_LEN,
+        "the loadable segments span {len:#x} bytes from {base:#x} (more than {MAX_IMAGE_LEN:#x}); \
+         check the linker script for segments placed far apart"
+    );
+    // Every length here is at most MAX_IMAGE_LEN, so the casts are exact.
+    let mut bytes = vec![0u8; len as usize];
+    for s in segments.iter().filter(|s| s.filesz > 0) {
+        let at = (s.vaddr - base) as usize;
+        bytes[at..at + s.filesz as usize].copy_from_slice(r.bytes(s.offset, s.filesz, "segment")?);
+    }
+
+    // Dynamic relocations are applied by the image to itself: they must be
+    // among the bytes the loader copies, not in a NOBITS tail or outside
+    // every segment.
+    if shnum > 0 && shoff != 0 {
+        ensure!(shentsize >= 64, "bad section header size {shentsize}");
+        let strtab_off = if shstrndx < shnum {
+            Some(r.u64(shoff + shstrndx * shentsize + 24, "shstrtab offset")?)
+        } else {
+            None
+        };
+        for i in 0..shnum {
+            let sh = shoff + i * shentsize;
+            let kind = r.u32(sh + 4, "sh_type")?;
+            let flags = r.u64(sh + 8, "sh_flags")?;
+            if !(kind == SHT_RELA || kind == SHT_REL) || flags & SHF_ALLOC == 0 {
+                continue;
+            }
+            let addr = r.u64(sh + 16, "sh_addr")?;
+            let size = r.u64(sh + 32, "sh_size")?;
+            let name = strtab_off
+                .and_then(|t| section_name(&r, t, r.u32(sh, "sh_name").ok()?))
+                .unwrap_or_else(|| format!("section {i}"));
+            let inside = segments
+                .iter()
+                .any(|s| addr >= s.vaddr && addr.saturating_add(size) <= s.vaddr + s.filesz);
+            ensure!(
+                inside || size == 0,
+                "dynamic relocation section {name} ({addr:#x}+{size:#x}) is not inside \
+                 the file-backed part of a PT_LOAD segment, so the image would not \
+                 contain it; place it in a loaded output section before .bss"
+            );
+        }
+    }
+
+    Ok(Image {
+        bytes,
+        base,
+        footprint: mem_end - base,
+    })
+}
+
+fn section_name(r: &Reader<'_>, strtab: u64, name: u32) -> Option<String> {
+    let start = usize::try_from(strtab.checked_add(u64::from(name))?).ok()?;
+    let rest = r.0.get(start..)?;
+    let end = rest.iter().position(|&b| b == 0)?;
+    Some(String::from_utf8_lossy(&rest[..end]).into_owned())
+}
+
+/// Checks the arm64 Image header at the start of the image.
+pub fn validate_header(image: &Image) -> Result<()> {
+    let b = &image.bytes;
+    ensure!(
+        b.len() >= HEADER_LEN,
+        "the image is only {} bytes long, shorter than the {HEADER_LEN}-byte header",
+        b.len()
+    );
+    let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
+    let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
+
+    let magic = u32_at(0x38);
+    ensure!(
+        magic == MAGIC,
+        "magic at offset 0x38 is {magic:#010x}, expected {MAGIC:#010x} (\"ARM\\x64\")"
+    );
+    // code0 must branch to the entry code. An EFI-stub kernel instead has
+    // "MZ" in code0 and the branch in code1; accept that layout too.
+    let (branch_at, insn) = if &b[0..2] == b"MZ" {
+        (4i64, u32_at(4))
+    } else {
+        (0i64, u32_at(0))
+    };
+    ensure!(
+        insn & 0xfc00_0000 == 0x1400_0000,
+        "code0 (offset {branch_at}) is {insn:#010x}, not a branch instruction (B): \
+         the image must start by branching over the header to the entry code"
+    );
+    let imm26 = i64::from(insn & 0x03ff_ffff);
+    let delta = ((imm26 << 38) >> 36) + branch_at; // sign-extend, times 4
+    let len = i64::try_from(b.len()).unwrap_or(i64::MAX);
+    ensure!(
+        (64..len).contains(&delta),
+        "code0 branches to image offset {delta:#x}, outside the image's code \
+         (it must jump past the {HEADER_LEN}-byte header into the image)"
+    );
+    let text_offset = u64_at(8);
+    ensure!(
+        text_offset == TEXT_OFFSET,
+        "text_offset (offset 8) is {text_offset:#x}, expected {TEXT_OFFSET:#x}"
+    );
+    let image_size = u64_at(16);
+    ensure!(
+        image_size >= image.footprint,
+        "image_size (offset 16) is {image_size:#x} but the ELF occupies {:#x} bytes in memory \
+         from {:#x} (including .bss and stacks); a loader could place data over them. \
+         Compute image_size in the linker script as the end of the last section minus the start",
+        image.footprint,
+        image.base
+    );
+    let flags = u64_at(24);
+    ensure!(
+        flags == FLAGS,
+        "flags (offset 24) are {flags:#x}, expected {FLAGS:#x} (little-endian, 4 KiB pages)"
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A minimal ELF64 AArch64 file: header, program headers, section
+    /// headers (with a .shstrtab) and the segment contents.
+    struct ElfBuilder {
+        segments: Vec<(u64, Vec<u8>, u64)>, // vaddr, file bytes, memsz
+        rela: Option<(u64, u64)>,           // .rela.dyn addr, size
+    }
+
+    impl ElfBuilder {
+        fn build(&self) -> Vec<u8> {
+            let phoff = 64u64;
+            let phnum = self.segments.len() as u64;
+            let mut data_off = phoff + 56 * phnum;
+            let mut out = vec![0u8; data_off as usize];
+            out[0..4].copy_from_slice(b"\x7fELF");
+            out[4] = 2;
+            out[5] = 1;
+            out[6] = 1;
+            out[16..18].copy_from_slice(&3u16.to_le_bytes()); // ET_DYN
+            out[18..20].copy_from_slice(&EM_AARCH64.to_le_bytes());
+            out[32..40].copy_from_slice(&phoff.to_le_bytes());
+            out[52..54].copy_from_slice(&64u16.to_le_bytes());
+            out[54..56].copy_from_slice(&56u16.to_le_bytes());
+            out[56..58].copy_from_slice(&(phnum as u16).to_le_bytes());
+            for (i, (vaddr, bytes, memsz)) in self.segments.iter().enumerate() {
+                let ph = (phoff + 56 * i as u64) as usize;
+                out[ph..ph + 4].copy_from_slice(&PT_LOAD.to_le_bytes());
+                out[ph + 8..ph + 16].copy_from_slice(&data_off.to_le_bytes());
+                out[ph + 16..ph + 24].copy_from_slice(&vaddr.to_le_bytes());
+                out[ph + 24..ph + 32].copy_from_slice(&vaddr.to_le_bytes());
+                out[ph + 32..ph + 40].copy_from_slice(&(bytes.len() as u64).to_le_bytes());
+                out[ph + 40..ph + 48].copy_from_slice(&memsz.to_le_bytes());
+                out.extend_from_slice(bytes);
+                data_off += bytes.len() as u64;
+            }
+            if let Some((addr, size)) = self.rela {
+                let strtab = b"\0.shstrtab\0.rela.dyn\0";
+                let strtab_off = out.len() as u64;
+                out.extend_from_slice(strtab);
+                let shoff = out.len() as u64;
+                let mut sh = vec![0u8; 64 * 3]; // null, .shstrtab, .rela.dyn
+                sh[64..68].copy_from_slice(&1u32.to_le_bytes());
+                sh[68..72].copy_from_slice(&3u32.to_le_bytes());
+                sh[64 + 24..64 + 32].copy_from_slice(&strtab_off.to_le_bytes());
+                sh[64 + 32..64 + 40].copy_from_slice(&(strtab.len() as u64).to_le_bytes());
+                sh[128..132].copy_from_slice(&11u32.to_le_bytes());
+                sh[132..136].copy_from_slice(&SHT_RELA.to_le_bytes());
+                sh[136..144].copy_from_slice(&SHF_ALLOC.to_le_bytes());
+                sh[144..152].copy_from_slice(&addr.to_le_bytes());
+                sh[160..168].copy_from_slice(&size.to_le_bytes());
+                out.extend_from_slice(&sh);
+                out[40..48].copy_from_slice(&shoff.to_le_bytes());
+                out[58..60].copy_from_slice(&64u16.to_le_bytes());
+                out[60..62].copy_from_slice(&3u16.to_le_bytes());
+                out[62..64].copy_from_slice(&1u16.to_le_bytes());
+            }
+            out
+        }
+    }
+
+    fn header(image_size: u64) -> Vec<u8> {
+        let mut h = vec![0u8; 64];
+        h[0..4].copy_from_slice(&(0x1400_0000u32 | 16).to_le_bytes()); // b +64
+        h[8..16].copy_from_slice(&TEXT_OFFSET.to_le_bytes());
+        h[16..24].copy_from_slice(&image_size.to_le_bytes());
+        h[24..32].copy_from_slice(&FLAGS.to_le_bytes());
+        h[0x38..0x3c].copy_from_slice(&MAGIC.to_le_bytes());
+        h
+    }
+
+    fn text(image_size: u64) -> Vec<u8> {
+        let mut t = header(image_size);
+        t.extend_from_slice(&[0xaa; 64]);
+        t
+    }
+
+    #[test]
+    fn position_independent_at_zero_with_gap_and_bss() {
+        let elf = ElfBuilder {
+            segments: vec![
+                (0, text(0x3000), 128),
+                (0x1000, vec![0xbb; 16], 0x2000), // data + bss
+            ],
+            rela: Some((0x40, 0x18)),
+        }
+        .build();
+        let img = elf_to_image(&elf).unwrap();
+        assert_eq!(img.base, 0);
+        assert_eq!(img.footprint, 0x3000);
+        assert_eq!(img.bytes.len(), 0x1010, "trailing NOBITS not included");
+        assert_eq!(&img.bytes[64..128], &[0xaa; 64]);
+        assert!(img.bytes[128..0x1000].iter().all(|&b| b == 0), "gap zeroed");
+        assert_eq!(&img.bytes[0x1000..], &[0xbb; 16]);
+        validate_header(&img).unwrap();
+    }
+
+    #[test]
+    fn fixed_link_address() {
+        let base = 0x4008_0000;
+        let elf = ElfBuilder {
+            segments: vec![
+                (base + 0x1000, vec![1; 8], 0x100),
+                (base, text(0x1100), 128),
+            ],
+            rela: None,
+        }
+        .build();
+        let img = elf_to_image(&elf).unwrap();
+        assert_eq!(img.base, base);
+        assert_eq!(img.footprint, 0x1100);
+        assert_eq!(img.bytes.len(), 0x1008);
+        validate_header(&img).unwrap();
+    }
+
+    #[test]
+    fn image_size_must_cover_bss() {
+        let elf = ElfBuilder {
+            segments: vec![(0, text(0x1000), 0x2000)],
+            rela: None,
+        }
+        .build();
+        let err = validate_header(&elf_to_image(&elf).unwrap()).unwrap_err();
+        assert!(err.to_string().contains("image_size"), "{err}");
+    }
+
+    #[test]
+    fn bad_header_fields_are_named() {
+        let cases: [(usize, &[u8], &str); 4] = [
+            (0, &[0, 0, 0, 0], "code0"),
+            (8, &[0, 0, 0, 0], "text_offset"),
+            (24, &[0xa, 0, 0, 0], "flags"),
+            (0x38, b"ARM\x63", "magic"),
+        ];
+        for (off, patch, field) in cases {
+            let mut t = text(0x1000);
+            t[off..off + patch.len()].copy_from_slice(patch);
+            let elf = ElfBuilder {
+                segments: vec![(0, t, 0x1000)],
+                rela: None,
+            }
+            .build();
+            let err = validate_header(&elf_to_image(&elf).unwrap()).unwrap_err();
+            assert!(err.to_string().contains(field), "{field}: {err}");
+        }
+    }
+
+    #[test]
+    fn rela_dyn_in_bss_is_rejected() {
+        let elf = ElfBuilder {
+            segments: vec![(0, text(0x2000), 0x2000)],
+            rela: Some((0x1000, 0x30)),
+        }
+        .build();
+        let err = elf_to_image(&elf).unwrap_err();
+        assert!(err.to_string().contains(".rela.dyn"), "{err}");
+    }
+
+    #[test]
+    fn garbage_is_an_error_not_a_panic() {
+        assert!(elf_to_image(b"").is_err());
+        assert!(elf_to_image(b"\x7fELF\x02\x01").is_err());
+        let mut elf = ElfBuilder {
+            segments: vec![(0, text(0x1000), 0x1000)],
+            rela: None,
+        }
+        .build();
+        elf.truncate(200);
+        let err = elf_to_image(&elf).unwrap_err();
+        assert!(err.to_string().contains("truncated"), "{err}");
+    }
+}

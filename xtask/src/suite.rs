@@ -1,0 +1,237 @@
+//! `cargo xtask test`: host checks, then the QEMU boot tests, then one
+//! summary line.
+
+use std::fmt::Write as _;
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::time::Instant;
+
+use anyhow::Result;
+
+use crate::boottest::{self, BootTest};
+use crate::cli::TestOpts;
+use crate::qemu::{self, Console, Echo, RunSpec};
+use crate::setup::{self, Tool};
+use crate::{FATAL_GRACE, Workspace, display_command, dtedit, image};
+
+/// The host checks: (name, cargo arguments).
+const HOST_CHECKS: [(&str, &[&str]); 3] = [
+    ("fmt", &["fmt", "--all", "--check"]),
+    (
+        "clippy",
+        &[
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ],
+    ),
+    ("test", &["test", "--workspace"]),
+];
+
+/// Lines of console shown under a failed boot test.
+const TAIL_LINES: usize = 30;
+
+#[derive(Default)]
+struct Tally {
+    passed: u32,
+    failed: Vec<String>,
+}
+
+impl Tally {
+    /// Prints the progress line (or its end, if `continued`: the
+    /// "name ... " prefix is already on the current line) and counts it.
+    fn record(&mut self, name: &str, result: Result<f64, String>, continued: bool) {
+        if !continued {
+            print!("{name} ... ");
+        }
+        match result {
+            Ok(secs) => {
+                println!("ok ({secs:.1} s)");
+                self.passed += 1;
+            }
+            Err(why) => {
+                println!("FAILED: {why}");
+                self.failed.push(name.to_string());
+            }
+        }
+    }
+}
+
+pub fn test(ws: &Workspace, o: &TestOpts) -> Result<ExitCode> {
+    let tests: Vec<BootTest> = boottest::boot_tests()
+        .into_iter()
+        .filter(|t| o.filters.is_empty() || o.filters.iter().any(|f| t.name.contains(f.as_str())))
+        .map(|mut t| {
+            if let Some(timeout) = o.timeout {
+                t.timeout = timeout;
+            }
+            t
+        })
+        .collect();
+    if o.list {
+        for t in &tests {
+            println!("{}  (timeout {} s)", t.name, t.timeout.as_secs());
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    if o.boot && tests.is_empty() {
+        anyhow::bail!(
+            "no boot test matches --filter {:?}; `cargo xtask test --list` shows their names",
+            o.filters
+        );
+    }
+    setup::ensure_rust_target(ws)?;
+
+    let mut tally = Tally::default();
+    if o.host {
+        for (name, args) in HOST_CHECKS {
+            host_check(ws, &mut tally, name, args);
+        }
+    }
+    if o.boot {
+        boot_tests(ws, o, &tests, &mut tally);
+    }
+
+    if !tally.failed.is_empty() {
+        println!("failed: {}", tally.failed.join(", "));
+    }
+    println!("{} passed, {} failed", tally.passed, tally.failed.len());
+    Ok(if tally.failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn host_check(ws: &Workspace, tally: &mut Tally, name: &str, args: &[&str]) {
+    let name = format!("host {name}");
+    let mut cmd = Command::new(ws.cargo());
+    cmd.current_dir(&ws.root).args(args);
+    println!("$ cargo {}", args.join(" "));
+    let _ = std::io::stdout().flush();
+    let start = Instant::now();
+    let result = match cmd.status() {
+        Ok(s) if s.success() => Ok(start.elapsed().as_secs_f64()),
+        Ok(s) => Err(format!("`cargo {}` failed ({s})", args.join(" "))),
+        Err(e) => Err(format!("cannot run cargo: {e}")),
+    };
+    tally.record(&name, result, false);
+}
+
+fn boot_tests(ws: &Workspace, o: &TestOpts, tests: &[BootTest], tally: &mut Tally) {
+    // Everything the boot tests share; if it fails, each test fails with
+    // the reason (they did not pass, and the count must say so).
+    let prepared = setup::ensure_tools(&[Tool::Qemu, Tool::UBoot, Tool::Dtc])
+        .and_then(|()| image::build(ws, &o.build.source))
+        .and_then(|art| Ok((art, log_dir(ws)?)));
+    let (art, logs) = match prepared {
+        Ok(p) => p,
+        Err(e) => {
+            let mut why = e.to_string();
+            for cause in e.chain().skip(1) {
+                let _ = write!(why, ": {cause}");
+            }
+            for t in tests {
+                tally.record(&t.name, Err(format!("not run: {why}")), false);
+            }
+            return;
+        }
+    };
+    for t in tests {
+        run_one(t, &art.image, &logs, o.verbose, tally);
+    }
+}
+
+fn log_dir(ws: &Workspace) -> Result<PathBuf> {
+    let dir = ws.xtask_dir()?.join("boot-logs");
+    fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+fn run_one(t: &BootTest, image: &Path, logs: &Path, verbose: bool, tally: &mut Tally) {
+    // Without --verbose the result completes the "name ... " line; with it,
+    // the console comes in between and the result gets a line of its own.
+    if verbose {
+        println!("{} ...", t.name);
+    } else {
+        print!("{} ... ", t.name);
+    }
+    let _ = std::io::stdout().flush();
+    let continued = !verbose;
+    let mut machine = t.machine.clone();
+    if let Some(edit) = &t.dt_edit {
+        let dir = logs.join(format!("{}.dt", slug(&t.name)));
+        match dtedit::prepare(&machine, edit, image, &dir) {
+            Ok(dtb) => machine.dtb = Some(dtb),
+            Err(e) => {
+                tally.record(
+                    &t.name,
+                    Err(format!("cannot prepare the device tree: {e:#}")),
+                    continued,
+                );
+                return;
+            }
+        }
+    }
+    let cmd = match machine.command(image, &Console::Stdio, false) {
+        Ok(c) => c,
+        Err(e) => {
+            let why = format!("bad machine definition: {e}");
+            tally.record(&t.name, Err(why), continued);
+            return;
+        }
+    };
+    let command_line = display_command(&cmd);
+    let spec = RunSpec {
+        timeout: Some(t.timeout),
+        echo: if verbose { Echo::Terminal } else { Echo::None },
+        script: t.machine.console_script(),
+        fatal_grace: Some(FATAL_GRACE),
+        ..RunSpec::default()
+    };
+    let outcome = match qemu::run(cmd, spec) {
+        Ok(o) => o,
+        Err(e) => {
+            tally.record(&t.name, Err(format!("{e:#}")), continued);
+            return;
+        }
+    };
+    let secs = outcome.duration.as_secs_f64();
+    let log = logs.join(format!("{}.log", slug(&t.name)));
+    let mut text = format!(
+        "# {}\n# {command_line}\n# {} after {secs:.1} s\n{}",
+        t.name, outcome.ending, outcome.console
+    );
+    if !outcome.stderr.is_empty() {
+        let _ = write!(text, "\n--- QEMU stderr ---\n{}", outcome.stderr);
+    }
+    let _ = fs::write(&log, text);
+    match boottest::judge(t, &outcome) {
+        Ok(()) => tally.record(&t.name, Ok(secs), continued),
+        Err(why) => {
+            tally.record(&t.name, Err(format!("{why} ({secs:.1} s)")), continued);
+            if !verbose {
+                print!("{}", outcome.tail(TAIL_LINES, "    | "));
+            }
+            println!("    full console: {}", log.display());
+        }
+    }
+}
+
+/// A file name for a test name.
+fn slug(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '=' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
