@@ -190,6 +190,38 @@ pub fn el2_map_plan(
     Ok(plan)
 }
 
+/// The map used only to report a fatal error before the final map exists:
+/// the image by section (both stack arrays whole, guards included), the
+/// DTB read-only and the console UART. Not checked for overlaps: it is
+/// built from what may be a broken description, and only has to print.
+pub fn emergency_map_plan(image: &ImageLayout, dtb: MemRange, uart: MemRange) -> Vec<MapEntry> {
+    let arrays = [image.thread_stacks, image.exception_stacks];
+    let stacks_start = arrays.iter().map(|a| a.base).min().unwrap_or(0);
+    let stacks_end = arrays
+        .iter()
+        .map(|a| a.base + a.slot_size() * a.slots as u64)
+        .max()
+        .unwrap_or(0);
+    let entry = |range: MemRange, kind, what| MapEntry {
+        range: page_cover(range),
+        kind,
+        what,
+    };
+    alloc::vec![
+        entry(image.text, MapKind::Text, "hypervisor text"),
+        entry(image.rodata, MapKind::ReadOnly, "hypervisor rodata"),
+        entry(image.data, MapKind::ReadWrite, "hypervisor data"),
+        entry(
+            MemRange::new(stacks_start, stacks_end - stacks_start),
+            MapKind::ReadWrite,
+            "stacks"
+        ),
+        entry(image.heap, MapKind::ReadWrite, "hypervisor heap"),
+        entry(dtb, MapKind::ReadOnly, "device tree blob"),
+        entry(uart, MapKind::Device, "console UART"),
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -342,6 +374,26 @@ mod tests {
         )
         .unwrap_err();
         assert!(matches!(err, LayoutError::Overlap(..)), "{err}");
+    }
+
+    #[test]
+    fn emergency_map_covers_what_the_report_path_touches() {
+        let image = image_at(0x4008_0000);
+        let plan = emergency_map_plan(
+            &image,
+            MemRange::new(0x4800_0100, 0x2000),
+            MemRange::new(0x0900_0000, 0x1000),
+        );
+        let covered = |addr: u64| plan.iter().any(|e| e.range.contains(addr));
+        for stacks in [image.thread_stacks, image.exception_stacks] {
+            assert!(covered(stacks.stack(0).base));
+            assert!(covered(stacks.stack(stacks.slots - 1).end() - 1));
+        }
+        assert!(covered(image.heap.end() - 1));
+        assert!(covered(0x4800_0100) && covered(0x4800_20ff));
+        let uart = plan.iter().find(|e| e.what == "console UART").unwrap();
+        assert_eq!(uart.kind, MapKind::Device);
+        assert_eq!(plan.iter().filter(|e| e.kind == MapKind::Text).count(), 1);
     }
 
     #[test]

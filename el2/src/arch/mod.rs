@@ -25,7 +25,7 @@ use el2::layout::{self, ImageLayout};
 use el2::percpu::PerCpu;
 use el2::smp::{self, CpuStarter, MAX_CPUS};
 use el2::{BANNER, FATAL_MARKER};
-use platform::{Cpu, MemRange, Platform};
+use platform::{Conduit, Cpu, MemRange, Platform, Uart};
 use spin::Once;
 
 /// How long a secondary CPU has to report in after CPU_ON.
@@ -114,7 +114,16 @@ pub extern "C" fn primary_main(dtb: u64) -> ! {
         unsafe { core::slice::from_raw_parts(dtb as *const u8, dtb_len) };
     let platform = match Platform::parse(dtb_bytes) {
         Ok(platform) => PLATFORM.call_once(|| platform),
-        Err(error) => early_failure(dtb_bytes, &image, dtb, error),
+        Err(error) => {
+            let rescue = platform::rescue(dtb_bytes);
+            fail_early(
+                &image,
+                MemRange::new(dtb, dtb_len as u64),
+                rescue.console.as_ref(),
+                rescue.psci_conduit,
+                format_args!("cannot use the boot device tree: {error}"),
+            )
+        }
     };
     psci::set_conduit(platform.psci.conduit);
     let (args, warnings) = bootargs::parse(&platform.bootargs);
@@ -126,11 +135,23 @@ pub extern "C" fn primary_main(dtb: u64) -> ! {
     let dtb_range = MemRange::new(dtb, dtb_len as u64);
     let plan = match layout::el2_map_plan(&image, platform, dtb_range, cpu_count) {
         Ok(plan) => plan,
-        Err(error) => stop_with_console(platform, format_args!("EL2 memory map: {error}")),
+        Err(error) => fail_early(
+            &image,
+            dtb_range,
+            platform.uart.as_ref(),
+            Some(platform.psci.conduit),
+            format_args!("EL2 memory map: {error}"),
+        ),
     };
     let params = match mmu::final_map(&plan) {
         Ok(params) => params,
-        Err(error) => stop_with_console(platform, format_args!("EL2 page tables: {error}")),
+        Err(error) => fail_early(
+            &image,
+            dtb_range,
+            platform.uart.as_ref(),
+            Some(platform.psci.conduit),
+            format_args!("EL2 page tables: {error}"),
+        ),
     };
     // SAFETY: the final map keeps text, data, stacks, heap and DTB at the
     // same addresses, now with their own permissions.
@@ -153,10 +174,9 @@ pub extern "C" fn primary_main(dtb: u64) -> ! {
         );
     }
     let Some(order) = order else {
-        stop_with_console(
-            platform,
-            format_args!("device tree node /cpus: no cpu has this CPU's MPIDR {boot_mpidr}"),
-        )
+        stop(format_args!(
+            "device tree node /cpus: no cpu has this CPU's MPIDR {boot_mpidr}"
+        ))
     };
     let cpus: Vec<PerCpu> = order
         .iter()
@@ -169,13 +189,13 @@ pub extern "C" fn primary_main(dtb: u64) -> ! {
 
     // SAFETY: the distributor and redistributors are in the final map as device memory.
     if let Err(error) = unsafe { gic::init_distributor(&platform.gic) } {
-        stop_with_console(platform, format_args!("GIC distributor: {error}"));
+        stop(format_args!("GIC distributor: {error}"));
     }
     let tick_intid = platform.timer.hyp_phys.intid();
     irq::set_tick_intid(tick_intid);
     timer::set_period(cpu::counter_frequency() * u64::from(args.tick_ms) / 1000);
     if let Err(error) = init_cpu_interrupts(platform, &cpus[0]) {
-        stop_with_console(platform, format_args!("GIC on the boot CPU: {error}"));
+        stop(format_args!("GIC on the boot CPU: {error}"));
     }
     cpus[0].mark_online();
 
@@ -415,87 +435,35 @@ fn print_platform(platform: &Platform, image: &ImageLayout, dtb: MemRange) {
     );
 }
 
-/// Reports a fatal configuration error on the console (brought up if it can
-/// be) and powers off.
-fn stop_with_console(platform: &Platform, what: core::fmt::Arguments) -> ! {
-    if let Some(args) = BOOT_ARGS.get() {
-        start_console(platform, args);
-    }
+/// Reports a fatal configuration error on the (running) console and powers off.
+fn stop(what: core::fmt::Arguments) -> ! {
     println!("*** {FATAL_MARKER}: {what} ***");
     psci::power_off()
 }
 
-/// The device tree did not parse. Find a console in it the simple way if
-/// possible, say what is wrong, and stop.
-fn early_failure(
-    dtb: &[u8],
+/// Stops before the final map is active: maps just the image, the DTB and
+/// the console UART (when one is known), reports `what` there and powers
+/// off through `conduit` (when known).
+fn fail_early(
     image: &ImageLayout,
-    dtb_base: u64,
-    error: platform::PlatformError,
+    dtb: MemRange,
+    uart: Option<&Uart>,
+    conduit: Option<Conduit>,
+    what: core::fmt::Arguments,
 ) -> ! {
-    let rescue = platform::rescue(dtb);
-    if let Some(uart) = &rescue.console {
-        // Map just enough to talk: the same image and DTB, plus the UART.
-        let plan = [
-            layout::MapEntry {
-                range: image.text,
-                kind: layout::MapKind::Text,
-                what: "text",
-            },
-            layout::MapEntry {
-                range: image.rodata,
-                kind: layout::MapKind::ReadOnly,
-                what: "rodata",
-            },
-            layout::MapEntry {
-                range: image.data,
-                kind: layout::MapKind::ReadWrite,
-                what: "data",
-            },
-            layout::MapEntry {
-                range: stacks_cover(image),
-                kind: layout::MapKind::ReadWrite,
-                what: "stacks",
-            },
-            layout::MapEntry {
-                range: image.heap,
-                kind: layout::MapKind::ReadWrite,
-                what: "heap",
-            },
-            layout::MapEntry {
-                range: layout::page_cover(MemRange::new(dtb_base, dtb.len() as u64)),
-                kind: layout::MapKind::ReadOnly,
-                what: "dtb",
-            },
-            layout::MapEntry {
-                range: layout::page_cover(uart.range),
-                kind: layout::MapKind::Device,
-                what: "uart",
-            },
-        ];
-        if let Ok(params) = mmu::final_map(&plan) {
-            // SAFETY: the map keeps everything in use where it is.
-            unsafe { head::enable_mmu(&params) };
-            // SAFETY: just mapped as device memory; nothing else uses it.
-            unsafe { console::init(uart.range.base) };
-            println!("{BANNER}");
-            println!("*** {FATAL_MARKER}: cannot use the boot device tree: {error} ***");
-        }
+    if let Some(uart) = uart
+        && let Ok(params) = mmu::final_map(&layout::emergency_map_plan(image, dtb, uart.range))
+    {
+        // SAFETY: the emergency map keeps the whole image and the DTB
+        // where they are.
+        unsafe { head::enable_mmu(&params) };
+        // SAFETY: just mapped as device memory; nothing else uses it.
+        unsafe { console::init(uart.range.base) };
+        println!("{BANNER}");
+        println!("*** {FATAL_MARKER}: {what} ***");
     }
-    if let Some(conduit) = rescue.psci_conduit {
+    if let Some(conduit) = conduit {
         psci::set_conduit(conduit);
     }
     psci::power_off()
-}
-
-/// One range over both stack arrays, guards included (failure path only).
-fn stacks_cover(image: &ImageLayout) -> MemRange {
-    let arrays = [image.thread_stacks, image.exception_stacks];
-    let start = arrays.iter().map(|a| a.base).min().unwrap_or(0);
-    let end = arrays
-        .iter()
-        .map(|a| a.base + a.slot_size() * a.slots as u64)
-        .max()
-        .unwrap_or(0);
-    MemRange::new(start, end - start)
 }
