@@ -133,24 +133,21 @@ pub extern "C" fn primary_main(dtb: u64) -> ! {
     let order = smp::logical_order(&platform.cpus, boot_mpidr);
     let cpu_count = order.as_ref().map_or(1, |o| o.len().min(MAX_CPUS));
     let dtb_range = MemRange::new(dtb, dtb_len as u64);
-    let plan = match layout::el2_map_plan(&image, platform, dtb_range, cpu_count) {
-        Ok(plan) => plan,
-        Err(error) => fail_early(
+    let built = layout::el2_map_plan(&image, platform, dtb_range, cpu_count)
+        .map_err(|e| alloc::format!("EL2 memory map: {e}"))
+        .and_then(|plan| {
+            let params =
+                mmu::final_map(&plan).map_err(|e| alloc::format!("EL2 page tables: {e}"))?;
+            Ok((plan, params))
+        });
+    let (plan, params) = match built {
+        Ok(built) => built,
+        Err(why) => fail_early(
             &image,
             dtb_range,
             platform.uart.as_ref(),
             Some(platform.psci.conduit),
-            format_args!("EL2 memory map: {error}"),
-        ),
-    };
-    let params = match mmu::final_map(&plan) {
-        Ok(params) => params,
-        Err(error) => fail_early(
-            &image,
-            dtb_range,
-            platform.uart.as_ref(),
-            Some(platform.psci.conduit),
-            format_args!("EL2 page tables: {error}"),
+            format_args!("{why}"),
         ),
     };
     // SAFETY: the final map keeps text, data, stacks, heap and DTB at the
