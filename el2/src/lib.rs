@@ -10,10 +10,17 @@
 extern crate alloc;
 
 pub mod bootargs;
+pub mod emul;
 pub mod esr;
+pub mod guest;
 pub mod layout;
+pub mod mmio;
+pub mod ownership;
 pub mod percpu;
+pub mod sched;
+pub mod smccc;
 pub mod smp;
+pub mod vcpu;
 
 /// Printed at the start of every fatal report; `cargo xtask` treats a console
 /// containing it as a failed run whatever QEMU's exit status.

@@ -1,0 +1,69 @@
+//! Identities and register state of virtual CPUs, shared by the portable
+//! core (scheduler, hypercall dispatch, MMIO emulation) and the arch layer
+//! that saves and restores them.
+
+use core::fmt;
+
+/// A VM, by its index in the hypervisor's VM table (in boot-DT order).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct VmId(pub u16);
+
+/// One vCPU: its VM and its index within the VM (vCPU 0 is the boot vCPU;
+/// its guest MPIDR is derived from the index).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct VcpuId {
+    pub vm: VmId,
+    pub index: u16,
+}
+
+impl fmt::Display for VcpuId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "vm{}/vcpu{}", self.vm.0, self.index)
+    }
+}
+
+/// The general registers of a trapped guest, as the exception vector saves
+/// them, plus where and in which state it resumes.
+#[repr(C)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GuestRegs {
+    /// x0..x30.
+    pub x: [u64; 31],
+    /// ELR_EL2: the address the guest resumes at.
+    pub pc: u64,
+    /// SPSR_EL2: the guest's PSTATE when it trapped.
+    pub pstate: u64,
+}
+
+impl GuestRegs {
+    /// Register `n` as an instruction names it: 31 is XZR (reads zero).
+    pub fn reg(&self, n: u8) -> u64 {
+        self.x.get(usize::from(n)).copied().unwrap_or(0)
+    }
+
+    /// Writes register `n`; writes to 31 (XZR) are discarded.
+    pub fn set_reg(&mut self, n: u8, value: u64) {
+        if let Some(slot) = self.x.get_mut(usize::from(n)) {
+            *slot = value;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn register_31_is_the_zero_register() {
+        let mut regs = GuestRegs::default();
+        regs.set_reg(31, 7);
+        regs.set_reg(30, 9);
+        assert_eq!(regs.reg(31), 0);
+        assert_eq!(regs.reg(30), 9);
+        assert_eq!(regs.x, {
+            let mut x = [0; 31];
+            x[30] = 9;
+            x
+        });
+    }
+}
