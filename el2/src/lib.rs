@@ -12,6 +12,8 @@ extern crate alloc;
 pub mod bootargs;
 pub mod emul;
 pub mod esr;
+pub mod exit;
+pub mod fault;
 pub mod guest;
 pub mod layout;
 pub mod mmio;

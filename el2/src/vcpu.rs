@@ -33,6 +33,9 @@ pub struct GuestRegs {
     pub pc: u64,
     /// SPSR_EL2: the guest's PSTATE when it trapped.
     pub pstate: u64,
+    /// SP_EL0, switched together with the general registers because the
+    /// hypervisor's own code runs on SP_EL0.
+    pub sp_el0: u64,
 }
 
 impl GuestRegs {

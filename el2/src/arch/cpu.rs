@@ -64,17 +64,53 @@ pub fn current_mpidr() -> Mpidr {
     Mpidr::from_raw(MPIDR_EL1.get())
 }
 
+/// What the exception vectors need per CPU, reached through TPIDR_EL2:
+/// where to save a trapped guest's registers and where the hypervisor's
+/// thread stack was when it entered the guest. The layout is shared with
+/// the assembly in `vcpu.rs` (offsets via `offset_of!`).
+#[repr(C)]
+#[derive(Debug)]
+pub struct CpuLocal {
+    /// The running vCPU's register file while a guest runs on this CPU.
+    pub guest_regs: *mut el2::vcpu::GuestRegs,
+    /// SP_EL0 of the hypervisor thread that entered the guest.
+    pub host_sp: u64,
+    /// This CPU's portable per-CPU data.
+    pub percpu: *const PerCpu,
+}
+
+/// One `CpuLocal` per possible CPU, indexed by logical CPU number.
+static mut CPU_LOCALS: [CpuLocal; el2::smp::MAX_CPUS] = [const {
+    CpuLocal {
+        guest_regs: core::ptr::null_mut(),
+        host_sp: 0,
+        percpu: core::ptr::null(),
+    }
+}; el2::smp::MAX_CPUS];
+
 /// Records `cpu` as the running CPU's per-CPU data.
 pub fn set_current(cpu: &'static PerCpu) {
-    TPIDR_EL2.set(cpu as *const PerCpu as u64);
+    let index = cpu.index.min(el2::smp::MAX_CPUS - 1);
+    // SAFETY: each CPU only ever touches its own slot (its logical index),
+    // and only from this CPU.
+    let local = unsafe { &mut (*core::ptr::addr_of_mut!(CPU_LOCALS))[index] };
+    local.percpu = cpu;
+    TPIDR_EL2.set(local as *mut CpuLocal as u64);
+}
+
+/// The running CPU's `CpuLocal`, once `set_current` ran on it.
+pub fn local() -> Option<*mut CpuLocal> {
+    let ptr = TPIDR_EL2.get() as *mut CpuLocal;
+    (!ptr.is_null()).then_some(ptr)
 }
 
 /// The running CPU's per-CPU data, once `set_current` ran on it.
 pub fn current() -> Option<&'static PerCpu> {
-    let ptr = TPIDR_EL2.get() as *const PerCpu;
+    let local = local()?;
     // SAFETY: TPIDR_EL2 is zeroed by `clear_current` at entry and then only
-    // ever set by `set_current` from a `&'static PerCpu`.
-    unsafe { ptr.as_ref() }
+    // ever set by `set_current` to this CPU's slot, whose `percpu` points to
+    // a `&'static PerCpu`.
+    unsafe { (*local).percpu.as_ref() }
 }
 
 /// Forgets whatever firmware left in TPIDR_EL2.

@@ -67,6 +67,15 @@ global_asm!(
     b       .Lexception_common
 .endm
 
+// From a guest: save its registers into the running vCPU's register file
+// and return from `enter_guest` (vcpu.rs) with the vector number.
+.macro GUEST_VECTOR kind
+    .balign 0x80
+    stp     x0, x1, [sp, #-16]!
+    mov     x1, #\kind
+    b       .Lguest_exit
+.endm
+
     .section .text.vectors, "ax"
     .balign 0x800
     .global {vectors}
@@ -79,14 +88,54 @@ global_asm!(
     VECTOR 5
     VECTOR 6
     VECTOR 7
-    VECTOR 8
-    VECTOR 9
-    VECTOR 10
-    VECTOR 11
-    VECTOR 12
-    VECTOR 13
-    VECTOR 14
-    VECTOR 15
+    GUEST_VECTOR 8
+    GUEST_VECTOR 9
+    GUEST_VECTOR 10
+    GUEST_VECTOR 11
+    GUEST_VECTOR 12
+    GUEST_VECTOR 13
+    GUEST_VECTOR 14
+    GUEST_VECTOR 15
+
+.Lguest_exit:
+    mrs     x0, tpidr_el2
+    ldr     x0, [x0, #{local_guest_regs}]
+    stp     x2, x3, [x0, #16]
+    stp     x4, x5, [x0, #32]
+    stp     x6, x7, [x0, #48]
+    stp     x8, x9, [x0, #64]
+    stp     x10, x11, [x0, #80]
+    stp     x12, x13, [x0, #96]
+    stp     x14, x15, [x0, #112]
+    stp     x16, x17, [x0, #128]
+    stp     x18, x19, [x0, #144]
+    stp     x20, x21, [x0, #160]
+    stp     x22, x23, [x0, #176]
+    stp     x24, x25, [x0, #192]
+    stp     x26, x27, [x0, #208]
+    stp     x28, x29, [x0, #224]
+    str     x30, [x0, #240]
+    ldp     x2, x3, [sp], #16
+    stp     x2, x3, [x0, #0]
+    mrs     x2, elr_el2
+    mrs     x3, spsr_el2
+    mrs     x4, sp_el0
+    str     x2, [x0, #{regs_pc}]
+    str     x3, [x0, #{regs_pstate}]
+    str     x4, [x0, #{regs_sp_el0}]
+    // Back to the hypervisor thread that called enter_guest, on its stack.
+    mrs     x2, tpidr_el2
+    ldr     x3, [x2, #{local_host_sp}]
+    msr     spsel, #0
+    mov     sp, x3
+    mov     x0, x1
+    ldp     x19, x20, [sp, #16]
+    ldp     x21, x22, [sp, #32]
+    ldp     x23, x24, [sp, #48]
+    ldp     x25, x26, [sp, #64]
+    ldp     x27, x28, [sp, #80]
+    ldp     x29, x30, [sp], #96
+    ret
 
 .Lexception_common:
     stp     x2, x3, [sp, #16]
@@ -139,6 +188,11 @@ global_asm!(
     vectors = sym vectors,
     handler = sym handle_exception,
     frame_size = const FRAME_SIZE,
+    local_guest_regs = const core::mem::offset_of!(super::cpu::CpuLocal, guest_regs),
+    local_host_sp = const core::mem::offset_of!(super::cpu::CpuLocal, host_sp),
+    regs_pc = const core::mem::offset_of!(el2::vcpu::GuestRegs, pc),
+    regs_pstate = const core::mem::offset_of!(el2::vcpu::GuestRegs, pstate),
+    regs_sp_el0 = const core::mem::offset_of!(el2::vcpu::GuestRegs, sp_el0),
 );
 
 unsafe extern "C" {

@@ -225,7 +225,32 @@ pub struct CpuInterface {
     sgi: &'static RedistributorSgi,
 }
 
+/// Sends SGI `intid` (0..16) to the CPU with affinity `mpidr`.
+pub fn send_sgi(mpidr: Mpidr, intid: u8) {
+    use super::regs::{ICC_SGI1R, ICC_SGI1R_EL1};
+    let aff0 = mpidr.aff(0);
+    // SGIs are delivered once this write and earlier memory writes are
+    // observed: the target reads the state we set up before sending.
+    barrier::dsb(barrier::ISHST);
+    ICC_SGI1R_EL1.write(
+        ICC_SGI1R::AFF3.val(u64::from(mpidr.aff(3)))
+            + ICC_SGI1R::AFF2.val(u64::from(mpidr.aff(2)))
+            + ICC_SGI1R::AFF1.val(u64::from(mpidr.aff(1)))
+            + ICC_SGI1R::RS.val(u64::from(aff0 / 16))
+            + ICC_SGI1R::TARGET_LIST.val(1 << (aff0 % 16))
+            + ICC_SGI1R::INTID.val(u64::from(intid & 0xf)),
+    );
+    barrier::isb(barrier::SY);
+}
+
 impl CpuInterface {
+    /// Enables software-generated interrupt `intid` (0..16) on this CPU.
+    pub fn enable_sgi(&self, intid: u32) {
+        if intid < 16 {
+            self.sgi.isenabler0.set(1 << intid);
+        }
+    }
+
     /// Enables private interrupt `intid` (16..32) as level-sensitive.
     pub fn enable_ppi_level(&self, intid: u32) {
         if !(16..32).contains(&intid) {

@@ -15,6 +15,7 @@ use aarch64_paging::paging::{El2, MemoryRegion};
 use alloc::boxed::Box;
 use core::ptr::addr_of_mut;
 use el2::layout::{MapEntry, MapKind};
+use platform::MemRange;
 use tock_registers::interfaces::Readable;
 
 /// Translation settings loaded by `head::enable_mmu`.
@@ -186,14 +187,50 @@ pub fn final_map(plan: &[MapEntry]) -> Result<MmuParams, aarch64_paging::MapErro
     }
     idmap.mark_active();
     let ttbr0 = idmap.root_address().0 as u64;
-    // The hypervisor uses this map until it powers off.
-    Box::leak(idmap);
+    // The hypervisor uses this map until it powers off; later mappings
+    // (guest memory, boot modules) are added to it.
+    *LIVE_MAP.lock() = Some(Box::leak(idmap));
     Ok(MmuParams {
         mair: mair_value(),
         tcr: tcr_value(),
         ttbr0,
         sctlr: sctlr_value(true),
     })
+}
+
+/// Why [`map_more`] failed.
+#[derive(Debug)]
+pub enum MapMoreError {
+    /// Called before the final map was built.
+    NotBuilt,
+    Map(aarch64_paging::MapError),
+}
+
+impl core::fmt::Display for MapMoreError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Self::NotBuilt => write!(f, "the EL2 map is not built yet"),
+            Self::Map(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// The active EL2 map, for mappings added after boot.
+static LIVE_MAP: spin::Mutex<Option<&'static mut IdMap<El2>>> = spin::Mutex::new(None);
+
+/// Adds `range` (not mapped before) to the live EL2 map with the
+/// attributes of `kind`. Adding a mapping where there was none needs no
+/// break-before-make and no TLB maintenance, only ordering before use.
+pub fn map_more(range: MemRange, kind: MapKind) -> Result<(), MapMoreError> {
+    let mut live = LIVE_MAP.lock();
+    let idmap = live.as_deref_mut().ok_or(MapMoreError::NotBuilt)?;
+    let region = MemoryRegion::new(range.base as usize, range.end() as usize);
+    idmap
+        .map_range(&region, attributes(kind))
+        .map_err(MapMoreError::Map)?;
+    aarch64_cpu::asm::barrier::dsb(aarch64_cpu::asm::barrier::ISHST);
+    aarch64_cpu::asm::barrier::isb(aarch64_cpu::asm::barrier::SY);
+    Ok(())
 }
 
 /// Publishes `params` for secondary CPUs, which read them with the MMU off.

@@ -15,7 +15,9 @@ pub mod mmu;
 pub mod psci;
 pub mod regs;
 pub mod stacks;
+pub mod stage2;
 pub mod timer;
+pub mod vcpu;
 
 use crate::println;
 use alloc::vec::Vec;

@@ -175,3 +175,37 @@ register_bitfields! {u64,
 
 sysreg!(IccCtlrEl1, "icc_ctlr_el1", ICC_CTLR::Register);
 pub const ICC_CTLR_EL1: IccCtlrEl1 = IccCtlrEl1;
+
+register_bitfields! {u64,
+    /// Interrupt Controller Software Generated Interrupt Group 1 Register
+    /// (Arm IHI 0069, "ICC_SGI1R_EL1").
+    pub ICC_SGI1R [
+        AFF3 OFFSET(48) NUMBITS(8) [],
+        /// Range selector: which 16 Aff0 values TARGET_LIST covers.
+        RS OFFSET(44) NUMBITS(4) [],
+        /// 1 = every PE but this one; 0 = those named.
+        IRM OFFSET(40) NUMBITS(1) [],
+        AFF2 OFFSET(32) NUMBITS(8) [],
+        INTID OFFSET(24) NUMBITS(4) [],
+        AFF1 OFFSET(16) NUMBITS(8) [],
+        TARGET_LIST OFFSET(0) NUMBITS(16) [],
+    ],
+}
+
+/// ICC_SGI1R_EL1 is write-only: writing it sends the SGI.
+pub struct IccSgi1rEl1;
+
+impl Writeable for IccSgi1rEl1 {
+    type T = u64;
+    type R = ICC_SGI1R::Register;
+
+    #[inline]
+    fn set(&self, value: u64) {
+        // SAFETY: sends an SGI; no memory effects.
+        unsafe {
+            core::arch::asm!("msr icc_sgi1r_el1, {0}", in(reg) value, options(nomem, nostack, preserves_flags));
+        }
+    }
+}
+
+pub const ICC_SGI1R_EL1: IccSgi1rEl1 = IccSgi1rEl1;

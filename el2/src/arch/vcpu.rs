@@ -1,0 +1,272 @@
+//! Running a vCPU: its full register context, switching it on and off the
+//! physical CPU, and the entry into the guest.
+//!
+//! `enter_guest` is an ordinary function call for the hypervisor: it saves
+//! the callee-saved registers and the thread stack pointer, loads the
+//! guest's general registers and ERETs. When the guest traps, the lower-EL
+//! vectors (in `exceptions.rs`) store the guest's registers back and
+//! return from `enter_guest` with the vector number, on the thread stack.
+
+use super::cpu::CpuLocal;
+use aarch64_cpu::registers::*;
+use core::arch::{asm, global_asm};
+use core::mem::offset_of;
+use el2::vcpu::GuestRegs;
+use tock_registers::interfaces::{Readable, Writeable};
+
+/// Defines the EL1 system register context and its save/restore from one
+/// list, so that nothing is saved without being restored.
+macro_rules! el1_context {
+    ($($field:ident: $reg:ident),* $(,)?) => {
+        /// The guest's EL1 (and EL0) system registers while it is off the CPU.
+        #[derive(Clone, Debug, Default, PartialEq, Eq)]
+        pub struct El1Context {
+            $(pub $field: u64,)*
+        }
+
+        impl El1Context {
+            /// Reads the registers of the guest that just ran.
+            pub fn save(&mut self) {
+                $(self.$field = $reg.get();)*
+            }
+
+            /// Loads the registers for the guest about to run.
+            pub fn restore(&self) {
+                $($reg.set(self.$field);)*
+            }
+        }
+    };
+}
+
+el1_context! {
+    sctlr: SCTLR_EL1,
+    actlr: ACTLR_EL1,
+    cpacr: CPACR_EL1,
+    ttbr0: TTBR0_EL1,
+    ttbr1: TTBR1_EL1,
+    tcr: TCR_EL1,
+    mair: MAIR_EL1,
+    amair: AMAIR_EL1,
+    vbar: VBAR_EL1,
+    contextidr: CONTEXTIDR_EL1,
+    esr: ESR_EL1,
+    far: FAR_EL1,
+    afsr0: AFSR0_EL1,
+    afsr1: AFSR1_EL1,
+    par: PAR_EL1,
+    elr: ELR_EL1,
+    spsr: SPSR_EL1,
+    sp_el1: SP_EL1,
+    tpidr_el0: TPIDR_EL0,
+    tpidrro_el0: TPIDRRO_EL0,
+    tpidr_el1: TPIDR_EL1,
+    cntkctl: CNTKCTL_EL1,
+    csselr: CSSELR_EL1,
+    mdscr: MDSCR_EL1,
+}
+
+/// The FP/SIMD registers (Q0-Q31, FPCR, FPSR).
+#[repr(C, align(16))]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FpContext {
+    pub q: [u128; 32],
+    pub fpcr: u64,
+    pub fpsr: u64,
+}
+
+impl FpContext {
+    pub fn save(&mut self) {
+        // SAFETY: stores the 32 Q registers and FPCR/FPSR into `self`, which
+        // is 16-byte aligned and large enough; CPTR_EL2.TFP is clear while
+        // VMs exist, so the accesses do not trap. The hypervisor itself is
+        // soft-float, so these registers hold the guest's values.
+        unsafe {
+            asm!(
+                ".arch_extension fp",
+                ".arch_extension simd",
+                "stp q0, q1, [{0}, #0]",
+                "stp q2, q3, [{0}, #32]",
+                "stp q4, q5, [{0}, #64]",
+                "stp q6, q7, [{0}, #96]",
+                "stp q8, q9, [{0}, #128]",
+                "stp q10, q11, [{0}, #160]",
+                "stp q12, q13, [{0}, #192]",
+                "stp q14, q15, [{0}, #224]",
+                "stp q16, q17, [{0}, #256]",
+                "stp q18, q19, [{0}, #288]",
+                "stp q20, q21, [{0}, #320]",
+                "stp q22, q23, [{0}, #352]",
+                "stp q24, q25, [{0}, #384]",
+                "stp q26, q27, [{0}, #416]",
+                "stp q28, q29, [{0}, #448]",
+                "stp q30, q31, [{0}, #480]",
+                "mrs {1}, fpcr",
+                "mrs {2}, fpsr",
+                "stp {1}, {2}, [{0}, #512]",
+                in(reg) self as *mut Self,
+                out(reg) _,
+                out(reg) _,
+                options(nostack, preserves_flags),
+            );
+        }
+    }
+
+    pub fn restore(&self) {
+        // SAFETY: the mirror image of `save`: loads from `self`.
+        unsafe {
+            asm!(
+                ".arch_extension fp",
+                ".arch_extension simd",
+                "ldp q0, q1, [{0}, #0]",
+                "ldp q2, q3, [{0}, #32]",
+                "ldp q4, q5, [{0}, #64]",
+                "ldp q6, q7, [{0}, #96]",
+                "ldp q8, q9, [{0}, #128]",
+                "ldp q10, q11, [{0}, #160]",
+                "ldp q12, q13, [{0}, #192]",
+                "ldp q14, q15, [{0}, #224]",
+                "ldp q16, q17, [{0}, #256]",
+                "ldp q18, q19, [{0}, #288]",
+                "ldp q20, q21, [{0}, #320]",
+                "ldp q22, q23, [{0}, #352]",
+                "ldp q24, q25, [{0}, #384]",
+                "ldp q26, q27, [{0}, #416]",
+                "ldp q28, q29, [{0}, #448]",
+                "ldp q30, q31, [{0}, #480]",
+                "ldp {1}, {2}, [{0}, #512]",
+                "msr fpcr, {1}",
+                "msr fpsr, {2}",
+                in(reg) self as *const Self,
+                out(reg) _,
+                out(reg) _,
+                options(nostack, preserves_flags),
+            );
+        }
+    }
+}
+
+const _: () = assert!(offset_of!(FpContext, fpcr) == 512);
+
+/// The guest's virtual timer. While the vCPU is off the CPU its timer is
+/// disabled in hardware (so it cannot fire for the wrong guest) and the
+/// deadline is tracked by the scheduler instead.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VtimerContext {
+    pub ctl: u64,
+    pub cval: u64,
+}
+
+impl VtimerContext {
+    pub fn save(&mut self) {
+        self.ctl = CNTV_CTL_EL0.get();
+        self.cval = CNTV_CVAL_EL0.get();
+        CNTV_CTL_EL0.set(0);
+    }
+
+    pub fn restore(&self) {
+        CNTV_CVAL_EL0.set(self.cval);
+        CNTV_CTL_EL0.set(self.ctl);
+    }
+
+    /// The counter value at which the timer will assert its interrupt, if
+    /// it is enabled and unmasked (CNTV_CTL_EL0.ENABLE = 1, IMASK = 0).
+    pub fn deadline(&self) -> Option<u64> {
+        let ctl = tock_registers::LocalRegisterCopy::<u64, CNTV_CTL_EL0::Register>::new(self.ctl);
+        (ctl.is_set(CNTV_CTL_EL0::ENABLE) && !ctl.is_set(CNTV_CTL_EL0::IMASK)).then_some(self.cval)
+    }
+}
+
+/// Everything of a vCPU that lives in CPU registers while it runs.
+#[derive(Clone, Debug, Default)]
+pub struct VcpuContext {
+    pub regs: GuestRegs,
+    pub el1: El1Context,
+    pub fp: FpContext,
+    pub vtimer: VtimerContext,
+    /// The MPIDR the guest reads (VMPIDR_EL2).
+    pub vmpidr: u64,
+}
+
+impl VcpuContext {
+    /// Loads the vCPU's system state into this CPU (its general registers
+    /// go in at `enter_guest`).
+    pub fn load(&self) {
+        self.el1.restore();
+        self.fp.restore();
+        self.vtimer.restore();
+        VMPIDR_EL2.set(self.vmpidr);
+    }
+
+    /// Saves the vCPU's system state from this CPU.
+    pub fn save(&mut self) {
+        self.el1.save();
+        self.fp.save();
+        self.vtimer.save();
+    }
+}
+
+global_asm!(
+    r#"
+    .section .text.guest, "ax"
+    .global {enter_guest}
+{enter_guest}:
+    stp     x29, x30, [sp, #-96]!
+    stp     x19, x20, [sp, #16]
+    stp     x21, x22, [sp, #32]
+    stp     x23, x24, [sp, #48]
+    stp     x25, x26, [sp, #64]
+    stp     x27, x28, [sp, #80]
+    mrs     x1, tpidr_el2
+    str     x0, [x1, #{local_guest_regs}]
+    mov     x2, sp
+    str     x2, [x1, #{local_host_sp}]
+    ldr     x2, [x0, #{regs_pc}]
+    ldr     x3, [x0, #{regs_pstate}]
+    ldr     x4, [x0, #{regs_sp_el0}]
+    msr     elr_el2, x2
+    msr     spsr_el2, x3
+    // From here on SP_EL0 is the guest's: run on SP_EL2 until the ERET.
+    msr     spsel, #1
+    msr     sp_el0, x4
+    ldp     x2, x3, [x0, #16]
+    ldp     x4, x5, [x0, #32]
+    ldp     x6, x7, [x0, #48]
+    ldp     x8, x9, [x0, #64]
+    ldp     x10, x11, [x0, #80]
+    ldp     x12, x13, [x0, #96]
+    ldp     x14, x15, [x0, #112]
+    ldp     x16, x17, [x0, #128]
+    ldp     x18, x19, [x0, #144]
+    ldp     x20, x21, [x0, #160]
+    ldp     x22, x23, [x0, #176]
+    ldp     x24, x25, [x0, #192]
+    ldp     x26, x27, [x0, #208]
+    ldp     x28, x29, [x0, #224]
+    ldr     x30, [x0, #240]
+    ldp     x0, x1, [x0, #0]
+    eret
+    // Never reached architecturally; stops straight-line speculation past the ERET.
+    dsb     nsh
+    isb
+"#,
+    enter_guest = sym enter_guest,
+    local_guest_regs = const offset_of!(CpuLocal, guest_regs),
+    local_host_sp = const offset_of!(CpuLocal, host_sp),
+    regs_pc = const offset_of!(GuestRegs, pc),
+    regs_pstate = const offset_of!(GuestRegs, pstate),
+    regs_sp_el0 = const offset_of!(GuestRegs, sp_el0),
+);
+
+// The assembly above and in exceptions.rs addresses x0..x30 at 8-byte steps from 0.
+const _: () = assert!(offset_of!(GuestRegs, x) == 0);
+
+unsafe extern "C" {
+    /// Runs the guest whose registers `regs` holds until it traps; returns
+    /// the lower-EL vector taken (8 synchronous, 9 IRQ, 10 FIQ, 11 SError;
+    /// 12-15 the same from AArch32).
+    ///
+    /// # Safety
+    /// The vCPU's system state must be loaded (`VcpuContext::load`), its
+    /// stage 2 active, and `regs` must stay valid until it returns.
+    pub fn enter_guest(regs: *mut GuestRegs) -> u64;
+}

@@ -1,0 +1,239 @@
+//! Why a guest stopped running: the lower-EL vector taken and ESR_EL2,
+//! decoded once into a typed [`Exit`] that the rest of the hypervisor
+//! matches on (DESIGN.md, "Flow of one trap").
+
+use crate::esr::Esr;
+use aarch64_cpu::registers::ESR_EL2;
+use tock_registers::{LocalRegisterCopy, register_bitfields};
+
+register_bitfields! {u64,
+    /// ISS of a trapped WFI/WFE (Arm ARM D24.2.45, "ISS encoding for an
+    /// exception from a WF* instruction").
+    WFX_ISS [
+        /// Register holding the timeout of WFIT/WFET.
+        RN OFFSET(5) NUMBITS(5) [],
+        /// RN is valid.
+        RV OFFSET(2) NUMBITS(1) [],
+        /// Which instruction: WFI, WFE, WFIT, WFET.
+        TI OFFSET(0) NUMBITS(2) [
+            Wfi = 0,
+            Wfe = 1,
+            Wfit = 2,
+            Wfet = 3,
+        ],
+    ],
+    /// ISS of an HVC/SMC (the instruction's immediate).
+    CALL_ISS [
+        IMM16 OFFSET(0) NUMBITS(16) [],
+    ],
+}
+
+/// Lower-EL vector numbers as `enter_guest` returns them (vector table
+/// entries 8..=15: AArch64 then AArch32, each synchronous/IRQ/FIQ/SError).
+const VECTOR_LOWER_FIRST: u64 = 8;
+
+/// The wait instructions (Arm ARM C6.2, WFE/WFI/WFET/WFIT).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WfxKind {
+    Wfi,
+    Wfe,
+}
+
+/// A decoded guest exit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exit {
+    /// `hvc #imm` from AArch64 (ELR already points past it).
+    Hvc {
+        imm: u16,
+    },
+    /// `smc #imm` trapped by HCR_EL2.TSC (ELR points at it).
+    Smc {
+        imm: u16,
+    },
+    /// WFI/WFE, or WFIT/WFET with their deadline register.
+    Wfx {
+        kind: WfxKind,
+        deadline_register: Option<u8>,
+    },
+    /// A stage-2 fault on a data access: emulated device or outside the VM.
+    DataAbort,
+    /// A stage-2 fault on an instruction fetch.
+    InstructionAbort,
+    /// A trapped system register access or system instruction.
+    SystemRegister,
+    /// A physical interrupt arrived while the guest ran.
+    Irq,
+    Fiq,
+    SError,
+    /// Any other synchronous exception: its exception class bits.
+    Other {
+        class: u64,
+    },
+}
+
+impl Exit {
+    /// Decodes the exit from the lower-EL `vector` taken and `esr`.
+    pub fn decode(vector: u64, esr: u64) -> Exit {
+        match vector.wrapping_sub(VECTOR_LOWER_FIRST) % 4 {
+            1 => return Exit::Irq,
+            2 => return Exit::Fiq,
+            3 => return Exit::SError,
+            _ => {}
+        }
+        let esr = Esr::new(esr);
+        let iss = esr.iss();
+        use ESR_EL2::EC::Value as Ec;
+        match esr.class() {
+            Some(Ec::HVC64) => Exit::Hvc {
+                imm: LocalRegisterCopy::<u64, CALL_ISS::Register>::new(iss).read(CALL_ISS::IMM16)
+                    as u16,
+            },
+            Some(Ec::SMC64) => Exit::Smc {
+                imm: LocalRegisterCopy::<u64, CALL_ISS::Register>::new(iss).read(CALL_ISS::IMM16)
+                    as u16,
+            },
+            Some(Ec::TrappedWFIorWFE) => {
+                let wfx = LocalRegisterCopy::<u64, WFX_ISS::Register>::new(iss);
+                let (kind, timed) = match wfx.read_as_enum(WFX_ISS::TI) {
+                    Some(WFX_ISS::TI::Value::Wfe) => (WfxKind::Wfe, false),
+                    Some(WFX_ISS::TI::Value::Wfit) => (WfxKind::Wfi, true),
+                    Some(WFX_ISS::TI::Value::Wfet) => (WfxKind::Wfe, true),
+                    _ => (WfxKind::Wfi, false),
+                };
+                Exit::Wfx {
+                    kind,
+                    deadline_register: (timed && wfx.is_set(WFX_ISS::RV))
+                        .then(|| wfx.read(WFX_ISS::RN) as u8),
+                }
+            }
+            Some(Ec::DataAbortLowerEL) => Exit::DataAbort,
+            Some(Ec::InstrAbortLowerEL) => Exit::InstructionAbort,
+            Some(Ec::TrappedMsrMrs) => Exit::SystemRegister,
+            _ => Exit::Other {
+                class: esr.class_bits(),
+            },
+        }
+    }
+
+    /// A short name per kind, for the per-VM exit statistics.
+    pub fn class_name(&self) -> &'static str {
+        match self {
+            Exit::Hvc { .. } => "hvc",
+            Exit::Smc { .. } => "smc",
+            Exit::Wfx {
+                kind: WfxKind::Wfi, ..
+            } => "wfi",
+            Exit::Wfx {
+                kind: WfxKind::Wfe, ..
+            } => "wfe",
+            Exit::DataAbort => "data-abort",
+            Exit::InstructionAbort => "insn-abort",
+            Exit::SystemRegister => "sysreg",
+            Exit::Irq => "irq",
+            Exit::Fiq => "fiq",
+            Exit::SError => "serror",
+            Exit::Other { .. } => "other",
+        }
+    }
+}
+
+/// Every value of [`Exit::class_name`], in a fixed order (statistics index).
+pub const EXIT_CLASSES: [&str; 11] = [
+    "hvc",
+    "smc",
+    "wfi",
+    "wfe",
+    "data-abort",
+    "insn-abort",
+    "sysreg",
+    "irq",
+    "fiq",
+    "serror",
+    "other",
+];
+
+impl Exit {
+    /// Index of this exit's class in [`EXIT_CLASSES`].
+    pub fn class_index(&self) -> usize {
+        let name = self.class_name();
+        EXIT_CLASSES
+            .iter()
+            .position(|c| *c == name)
+            .unwrap_or(EXIT_CLASSES.len() - 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SYNC: u64 = 8;
+
+    #[test]
+    fn hypercalls() {
+        // EC 0x16, IL, imm 0.
+        assert_eq!(Exit::decode(SYNC, 0x5a00_0000), Exit::Hvc { imm: 0 });
+        // EC 0x17, IL, imm 0x1234.
+        assert_eq!(Exit::decode(SYNC, 0x5e00_1234), Exit::Smc { imm: 0x1234 });
+    }
+
+    #[test]
+    fn wait_instructions() {
+        let wfi = 0x0600_0000; // EC 0x01, IL, TI = 0
+        assert_eq!(
+            Exit::decode(SYNC, wfi),
+            Exit::Wfx {
+                kind: WfxKind::Wfi,
+                deadline_register: None
+            }
+        );
+        assert_eq!(
+            Exit::decode(SYNC, wfi | 1),
+            Exit::Wfx {
+                kind: WfxKind::Wfe,
+                deadline_register: None
+            }
+        );
+        // WFET with RV and Rt = 3.
+        assert_eq!(
+            Exit::decode(SYNC, wfi | (3 << 5) | (1 << 2) | 3),
+            Exit::Wfx {
+                kind: WfxKind::Wfe,
+                deadline_register: Some(3)
+            }
+        );
+        // WFIT without RV: no usable deadline.
+        assert_eq!(
+            Exit::decode(SYNC, wfi | 2),
+            Exit::Wfx {
+                kind: WfxKind::Wfi,
+                deadline_register: None
+            }
+        );
+    }
+
+    #[test]
+    fn aborts_interrupts_and_others() {
+        assert_eq!(Exit::decode(SYNC, 0x9200_0046), Exit::DataAbort); // EC 0x24
+        assert_eq!(Exit::decode(SYNC, 0x8200_0006), Exit::InstructionAbort); // EC 0x20
+        assert_eq!(Exit::decode(SYNC, 0x6200_0000), Exit::SystemRegister); // EC 0x18
+        assert_eq!(Exit::decode(9, 0), Exit::Irq);
+        assert_eq!(Exit::decode(10, 0), Exit::Fiq);
+        assert_eq!(Exit::decode(11, 0), Exit::SError);
+        assert_eq!(Exit::decode(13, 0), Exit::Irq, "IRQ from AArch32");
+        assert_eq!(
+            Exit::decode(SYNC, 0x5600_0000),
+            Exit::Other { class: 0x15 },
+            "SVC"
+        );
+    }
+
+    #[test]
+    fn class_indices_are_stable() {
+        for (i, name) in EXIT_CLASSES.iter().enumerate() {
+            assert!(EXIT_CLASSES[..i].iter().all(|n| n != name));
+        }
+        assert_eq!(Exit::Irq.class_index(), 7);
+        assert_eq!(Exit::Other { class: 0 }.class_index(), 10);
+    }
+}
