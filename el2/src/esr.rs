@@ -16,10 +16,21 @@ register_bitfields! {u64,
         ISV OFFSET(24) NUMBITS(1) [],
         /// Access size: 0 byte, 1 halfword, 2 word, 3 doubleword.
         SAS OFFSET(22) NUMBITS(2) [],
+        /// Syndrome sign extend: the load sign-extends its value (when ISV).
+        SSE OFFSET(21) NUMBITS(1) [],
         /// Register transferred (when ISV).
         SRT OFFSET(16) NUMBITS(5) [],
+        /// Sixty-four: the register is Xt, not Wt (when ISV).
+        SF OFFSET(15) NUMBITS(1) [],
+        /// Acquire/release semantics (when ISV).
+        AR OFFSET(14) NUMBITS(1) [],
         /// FAR not valid.
         FNV OFFSET(10) NUMBITS(1) [],
+        /// External abort type (IMPLEMENTATION DEFINED classification).
+        EA OFFSET(9) NUMBITS(1) [],
+        /// Cache maintenance: the abort came from a cache maintenance or
+        /// address translation instruction (data aborts only).
+        CM OFFSET(8) NUMBITS(1) [],
         /// Fault on a stage-2 walk of a stage-1 table.
         S1PTW OFFSET(7) NUMBITS(1) [],
         /// Write, not read (data aborts only).

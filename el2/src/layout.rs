@@ -294,6 +294,7 @@ mod tests {
                 version: (1, 0),
             },
             bootargs: String::new(),
+            vms: vec![],
         }
     }
 

@@ -4,7 +4,8 @@
 //! Everything the hypervisor needs to know about the board comes from here:
 //! memory banks and reserved regions, the CPUs by MPIDR, the GICv3
 //! distributor and redistributor regions, the console UART, the
-//! architected timer's interrupts and the PSCI conduit. Parsing never
+//! architected timer's interrupts and the PSCI conduit; and the VMs it is
+//! to run ([`vm`]). Parsing never
 //! panics: a malformed or truncated tree yields a [`PlatformError`] that
 //! names the node and property at fault.
 //!
@@ -18,6 +19,9 @@ extern crate alloc;
 
 mod fdt;
 mod parse;
+pub mod vm;
+
+pub use vm::VmConfig;
 
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -270,6 +274,10 @@ pub struct Platform {
     pub psci: Psci,
     /// `/chosen/bootargs`, empty when absent.
     pub bootargs: String,
+    /// The VMs described under `/chosen` (docs/vm-binding.md), in DT order;
+    /// each is parsed on its own, so a bad VM node is an `Err` here that
+    /// names the node and property, and never makes [`Platform::parse`] fail.
+    pub vms: Vec<Result<VmConfig, PlatformError>>,
 }
 
 /// What is wrong, for [`PlatformError`].

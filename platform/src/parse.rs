@@ -61,7 +61,7 @@ pub(crate) fn parse(fdt: &Fdt<'_>) -> Result<Platform, PlatformError> {
     // looked at, with the reason that matters.
     let gic_node = tree.gic_node()?;
     let gic = tree.gic(gic_node)?;
-    Ok(Platform {
+    let mut platform = Platform {
         model: tree.model()?,
         memory: tree.memory()?,
         reserved: tree.reserved()?,
@@ -71,7 +71,11 @@ pub(crate) fn parse(fdt: &Fdt<'_>) -> Result<Platform, PlatformError> {
         timer: tree.timer(gic_node)?,
         psci: tree.psci()?,
         bootargs: tree.bootargs()?,
-    })
+        vms: Vec::new(),
+    };
+    // Last, and never failing: a bad VM node only affects that VM.
+    platform.vms = crate::vm::parse_vms(&tree, platform.cpus.len());
+    Ok(platform)
 }
 
 /// An interrupt specifier and the node that interprets it.
@@ -82,8 +86,8 @@ struct Specifier {
 
 /// The indexed tree plus the typed accessors the parser needs; every
 /// accessor reports errors with the node's path and the property name.
-struct Tree<'f, 'a> {
-    fdt: &'f Fdt<'a>,
+pub(crate) struct Tree<'f, 'a> {
+    pub(crate) fdt: &'f Fdt<'a>,
 }
 
 impl Tree<'_, '_> {
@@ -97,11 +101,16 @@ impl Tree<'_, '_> {
         }
     }
 
-    fn bad(&self, node: NodeId, property: &str, why: impl Into<String>) -> PlatformError {
+    pub(crate) fn bad(
+        &self,
+        node: NodeId,
+        property: &str,
+        why: impl Into<String>,
+    ) -> PlatformError {
         self.error(node, Some(property), ErrorKind::BadValue(why.into()))
     }
 
-    fn missing(&self, node: NodeId, property: &str) -> PlatformError {
+    pub(crate) fn missing(&self, node: NodeId, property: &str) -> PlatformError {
         self.error(node, Some(property), ErrorKind::MissingProperty)
     }
 
@@ -121,7 +130,11 @@ impl Tree<'_, '_> {
     }
 
     /// A `<u32>` property; `None` when absent.
-    fn u32_prop(&self, node: NodeId, property: &str) -> Result<Option<u32>, PlatformError> {
+    pub(crate) fn u32_prop(
+        &self,
+        node: NodeId,
+        property: &str,
+    ) -> Result<Option<u32>, PlatformError> {
         let Some(value) = self.fdt.prop(node, property) else {
             return Ok(None);
         };
@@ -136,7 +149,11 @@ impl Tree<'_, '_> {
     }
 
     /// A `<u64>` property (two cells); `None` when absent.
-    fn u64_prop(&self, node: NodeId, property: &str) -> Result<Option<u64>, PlatformError> {
+    pub(crate) fn u64_prop(
+        &self,
+        node: NodeId,
+        property: &str,
+    ) -> Result<Option<u64>, PlatformError> {
         let Some(value) = self.fdt.prop(node, property) else {
             return Ok(None);
         };
@@ -151,7 +168,11 @@ impl Tree<'_, '_> {
     }
 
     /// A property as `u32` cells; its length must be a multiple of 4.
-    fn cells(&self, node: NodeId, property: &str) -> Result<Option<Vec<u32>>, PlatformError> {
+    pub(crate) fn cells(
+        &self,
+        node: NodeId,
+        property: &str,
+    ) -> Result<Option<Vec<u32>>, PlatformError> {
         let Some(value) = self.fdt.prop(node, property) else {
             return Ok(None);
         };
@@ -185,7 +206,11 @@ impl Tree<'_, '_> {
 
     /// A `<string>` property (the first string of a list); `None` when
     /// absent.
-    fn string(&self, node: NodeId, property: &str) -> Result<Option<&str>, PlatformError> {
+    pub(crate) fn string(
+        &self,
+        node: NodeId,
+        property: &str,
+    ) -> Result<Option<&str>, PlatformError> {
         let Some(value) = self.fdt.prop(node, property) else {
             return Ok(None);
         };
@@ -204,7 +229,7 @@ impl Tree<'_, '_> {
             .any(|entry| names.iter().any(|name| name.as_bytes() == entry))
     }
 
-    fn is_compatible(&self, node: NodeId, name: &str) -> bool {
+    pub(crate) fn is_compatible(&self, node: NodeId, name: &str) -> bool {
         self.is_compatible_any(node, &[name])
     }
 
@@ -217,7 +242,7 @@ impl Tree<'_, '_> {
 
     /// DT spec 2.3.4: a node is usable when `status` is absent, "okay" or
     /// the legacy "ok".
-    fn is_enabled(&self, node: NodeId) -> bool {
+    pub(crate) fn is_enabled(&self, node: NodeId) -> bool {
         match self.fdt.status(node) {
             None => true,
             Some(value) => matches!(string_list(value).next(), Some(b"okay" | b"ok")),

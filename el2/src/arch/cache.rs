@@ -27,3 +27,12 @@ pub fn clean_to_poc(base: u64, size: u64) {
     }
     barrier::dsb(barrier::SY);
 }
+
+/// Invalidates all instruction caches to the point of unification, inner
+/// shareable: code just written (a guest kernel) is fetched fresh.
+pub fn invalidate_icache() {
+    // SAFETY: invalidating instruction caches only costs refetches.
+    unsafe { core::arch::asm!("ic ialluis", options(nostack, preserves_flags)) };
+    barrier::dsb(barrier::ISH);
+    barrier::isb(barrier::SY);
+}

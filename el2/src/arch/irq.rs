@@ -7,6 +7,10 @@ use tock_registers::interfaces::Writeable;
 /// INTIDs 1020..=1023 are special: 1023 means nothing was pending.
 const FIRST_SPECIAL_INTID: u32 = 1020;
 
+/// The SGI one pCPU sends another to make it look at the scheduler again
+/// (a vCPU became runnable there, or a VM it runs is stopping).
+pub const RESCHEDULE_SGI: u8 = 0;
+
 /// The INTID of the EL2 physical timer, from the device tree.
 static TICK_INTID: AtomicU32 = AtomicU32::new(u32::MAX);
 
@@ -29,6 +33,9 @@ pub fn handle() {
         if let Some(cpu) = cpu {
             cpu.count_tick();
         }
+    } else if intid == u32::from(RESCHEDULE_SGI) {
+        // Nothing to do here: the run loop re-reads the scheduler after
+        // every interrupt.
     } else if let Some(cpu) = cpu {
         cpu.count_other_irq();
     }

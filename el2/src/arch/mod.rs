@@ -18,11 +18,13 @@ pub mod stacks;
 pub mod stage2;
 pub mod timer;
 pub mod vcpu;
+pub mod vm;
 
 use crate::println;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use el2::bootargs::{self, BootArgs, SelfTest};
+use el2::guest::placement::OwnedRange;
 use el2::layout::{self, ImageLayout};
 use el2::percpu::PerCpu;
 use el2::smp::{self, CpuStarter, MAX_CPUS};
@@ -41,6 +43,9 @@ static CPUS: Once<&'static [PerCpu]> = Once::new();
 /// same window once the boot CPU says go.
 static TICK_CHECK_GO: AtomicBool = AtomicBool::new(false);
 static TICK_CHECK_DONE: AtomicUsize = AtomicUsize::new(0);
+
+/// Set by the boot CPU once VMs exist: every online CPU enters the run loop.
+static RUN_VMS: AtomicBool = AtomicBool::new(false);
 
 unsafe extern "C" {
     static __image_start: u8;
@@ -222,11 +227,42 @@ pub extern "C" fn primary_main(dtb: u64) -> ! {
         None => {}
     }
 
+    // Secondaries wait for this before counting ticks (or skipping that).
+    TICK_CHECK_GO.store(true, Ordering::Release);
+    aarch64_cpu::asm::sev();
     if args.tick_check_ms > 0 {
         tick_check(cpus, &report.online, args);
     }
-    println!("el2: no VM configured, powering off");
-    psci::power_off()
+
+    let hypervisor = [
+        OwnedRange {
+            range: image.image,
+            what: "hypervisor image",
+        },
+        OwnedRange {
+            range: dtb_range,
+            what: "host device tree",
+        },
+    ];
+    let pcpus: Vec<(usize, platform::Mpidr)> = report
+        .online
+        .iter()
+        .map(|&index| (index, cpus[index].mpidr))
+        .collect();
+    let created = vm::create_vms(platform, &hypervisor, &pcpus);
+    if created == 0 {
+        if platform.vms.is_empty() {
+            println!("el2: no VM configured, powering off");
+        } else {
+            println!("el2: no VM could be started, powering off");
+        }
+        psci::power_off()
+    }
+    println!("el2: {created} VM(s) on {} pCPUs", pcpus.len());
+    vm::init_pcpu_for_guests();
+    RUN_VMS.store(true, Ordering::Release);
+    aarch64_cpu::asm::sev();
+    vm::run(0)
 }
 
 /// Recurses with a 1 KiB frame until the guard page stops it (the bound is
@@ -272,11 +308,18 @@ pub extern "C" fn secondary_main(index: usize) -> ! {
     while !TICK_CHECK_GO.load(Ordering::Acquire) {
         aarch64_cpu::asm::wfe();
     }
-    if let Some(args) = BOOT_ARGS.get() {
+    if let Some(args) = BOOT_ARGS.get()
+        && args.tick_check_ms > 0
+    {
         count_ticks(args.tick_check_ms);
     }
     TICK_CHECK_DONE.fetch_add(1, Ordering::AcqRel);
-    psci::park()
+    // Either the boot CPU starts VMs, or it powers the machine off.
+    while !RUN_VMS.load(Ordering::Acquire) {
+        aarch64_cpu::asm::wfe();
+    }
+    vm::init_pcpu_for_guests();
+    vm::run(index)
 }
 
 fn init_cpu_interrupts(platform: &Platform, this: &PerCpu) -> Result<(), &'static str> {
@@ -284,6 +327,7 @@ fn init_cpu_interrupts(platform: &Platform, this: &PerCpu) -> Result<(), &'stati
     // memory, and this runs on the CPU whose MPIDR is `this.mpidr`.
     let interface = unsafe { gic::init_cpu(&platform.gic, this.mpidr) }?;
     interface.enable_ppi_level(platform.timer.hyp_phys.intid());
+    interface.enable_sgi(u32::from(irq::RESCHEDULE_SGI));
     Ok(())
 }
 
@@ -304,8 +348,6 @@ fn count_ticks(window_ms: u32) {
 }
 
 fn tick_check(cpus: &[PerCpu], online: &[usize], args: &BootArgs) {
-    TICK_CHECK_GO.store(true, Ordering::Release);
-    aarch64_cpu::asm::sev();
     count_ticks(args.tick_check_ms);
     // The others started at about the same time; allow them the window again
     // plus the CPU_ON timeout before declaring one stuck.

@@ -209,3 +209,62 @@ impl Writeable for IccSgi1rEl1 {
 }
 
 pub const ICC_SGI1R_EL1: IccSgi1rEl1 = IccSgi1rEl1;
+
+sysreg!(
+    /// Virtualization Processor ID Register: the MIDR_EL1 a guest reads.
+    VpidrEl2, "vpidr_el2", COUNT64::Register
+);
+pub const VPIDR_EL2: VpidrEl2 = VpidrEl2;
+
+register_bitfields! {u64,
+    /// SCTLR_EL1 bits that are RES1 in ARMv8.0 (Arm ARM D24.2.161): the
+    /// reset state a vCPU starts from, MMU and caches off.
+    pub SCTLR_EL1_RES1 [
+        RES1_29 OFFSET(29) NUMBITS(1) [],
+        RES1_28 OFFSET(28) NUMBITS(1) [],
+        RES1_23 OFFSET(23) NUMBITS(1) [],
+        RES1_22 OFFSET(22) NUMBITS(1) [],
+        RES1_20 OFFSET(20) NUMBITS(1) [],
+        RES1_11 OFFSET(11) NUMBITS(1) [],
+    ],
+
+    /// CPACR_EL1, the FP/SIMD enable of EL1/EL0 (Arm ARM D24.2.33).
+    pub CPACR_EL1_FPEN [
+        /// 0b11: no FP/SIMD instructions trapped.
+        FPEN OFFSET(20) NUMBITS(2) [],
+    ],
+}
+
+/// SCTLR_EL1 at vCPU reset: RES1 bits only (MMU, caches, alignment checks off).
+pub const SCTLR_EL1_RESET: u64 = SCTLR_EL1_RES1::RES1_29::SET.value
+    | SCTLR_EL1_RES1::RES1_28::SET.value
+    | SCTLR_EL1_RES1::RES1_23::SET.value
+    | SCTLR_EL1_RES1::RES1_22::SET.value
+    | SCTLR_EL1_RES1::RES1_20::SET.value
+    | SCTLR_EL1_RES1::RES1_11::SET.value;
+
+/// CPACR_EL1 at vCPU reset: FP/SIMD usable at EL1 and EL0, as QEMU sets it
+/// for a kernel it boots directly (Linux sets it again itself).
+pub const CPACR_EL1_RESET: u64 = CPACR_EL1_FPEN::FPEN.val(0b11).value;
+
+register_bitfields! {u64,
+    /// The speculation-safety fields of ID_AA64PFR0_EL1 (Arm ARM D24.2.73)
+    /// that aarch64-cpu leaves out.
+    pub ID_AA64PFR0_CSV [
+        /// Meltdown-class speculation safe.
+        CSV3 OFFSET(60) NUMBITS(4) [],
+        /// Branch-target speculation safe (1), and across contexts with
+        /// branch history too (3: FEAT_CSV2_3).
+        CSV2 OFFSET(56) NUMBITS(4) [],
+    ],
+}
+
+/// ID_AA64PFR0_EL1 read raw, for the fields above.
+pub fn id_aa64pfr0() -> tock_registers::LocalRegisterCopy<u64, ID_AA64PFR0_CSV::Register> {
+    let value: u64;
+    // SAFETY: reading an ID register has no side effects.
+    unsafe {
+        core::arch::asm!("mrs {0}, id_aa64pfr0_el1", out(reg) value, options(nomem, nostack, preserves_flags));
+    }
+    tock_registers::LocalRegisterCopy::new(value)
+}

@@ -13,9 +13,9 @@ use aarch64_paging::{MapError, Mapping};
 use platform::MemRange;
 use tock_registers::interfaces::Readable;
 
-/// IPA bits: 39, so that the root is a single level-1 table (Arm ARM
-/// D8.2.7, "stage 2 translation with the 4KB granule").
-const IPA_BITS: u64 = 39;
+/// The guest IPA width (39 bits: the root is a single level-1 table, Arm
+/// ARM D8.2.7, "stage 2 translation with the 4KB granule").
+const IPA_BITS: u64 = el2::guest::layout::IPA_BITS as u64;
 const ROOT_LEVEL: usize = 1;
 
 /// VTCR_EL2 for every VM: 39-bit IPAs starting at level 1, 4 KiB granule,
@@ -79,9 +79,5 @@ impl Stage2Tables {
     pub fn vttbr(&self) -> u64 {
         let root = self.mapping.root_address().0 as u64;
         (VTTBR_EL2::VMID.val(u64::from(self.vmid)) + VTTBR_EL2::BADDR.val(root >> 1)).value
-    }
-
-    pub fn vmid(&self) -> u8 {
-        self.vmid
     }
 }

@@ -102,8 +102,9 @@ impl FpContext {
                 "stp q30, q31, [{0}, #480]",
                 "mrs {1}, fpcr",
                 "mrs {2}, fpsr",
-                "stp {1}, {2}, [{0}, #512]",
-                in(reg) self as *mut Self,
+                "add {0}, {0}, #512",
+                "stp {1}, {2}, [{0}]",
+                inout(reg) self as *mut Self => _,
                 out(reg) _,
                 out(reg) _,
                 options(nostack, preserves_flags),
@@ -133,10 +134,11 @@ impl FpContext {
                 "ldp q26, q27, [{0}, #416]",
                 "ldp q28, q29, [{0}, #448]",
                 "ldp q30, q31, [{0}, #480]",
-                "ldp {1}, {2}, [{0}, #512]",
+                "add {0}, {0}, #512",
+                "ldp {1}, {2}, [{0}]",
                 "msr fpcr, {1}",
                 "msr fpsr, {2}",
-                in(reg) self as *const Self,
+                inout(reg) self as *const Self => _,
                 out(reg) _,
                 out(reg) _,
                 options(nostack, preserves_flags),
@@ -166,13 +168,6 @@ impl VtimerContext {
     pub fn restore(&self) {
         CNTV_CVAL_EL0.set(self.cval);
         CNTV_CTL_EL0.set(self.ctl);
-    }
-
-    /// The counter value at which the timer will assert its interrupt, if
-    /// it is enabled and unmasked (CNTV_CTL_EL0.ENABLE = 1, IMASK = 0).
-    pub fn deadline(&self) -> Option<u64> {
-        let ctl = tock_registers::LocalRegisterCopy::<u64, CNTV_CTL_EL0::Register>::new(self.ctl);
-        (ctl.is_set(CNTV_CTL_EL0::ENABLE) && !ctl.is_set(CNTV_CTL_EL0::IMASK)).then_some(self.cval)
     }
 }
 

@@ -1,0 +1,900 @@
+//! VMs as the hypervisor runs them: creation from the boot DT, loading,
+//! the per-pCPU run loop, trap handling and the end-of-run summary.
+//!
+//! Decisions are made by the portable core (placement, guest layout and
+//! DT, scheduler, SMCCC/PSCI dispatch, MMIO decode, PL011 model); this
+//! module applies them to hardware.
+//!
+//! Locking. `SCHED` guards every vCPU's scheduling and power state. Each
+//! vCPU's register context has its own lock, held by the pCPU running it
+//! from `vcpu_load` to `vcpu_put`. Lock order is context -> `SCHED`,
+//! except that a pCPU holding `SCHED` may lock the context of a vCPU that
+//! is Off; a vCPU is therefore always saved and its context released
+//! *before* the scheduler is told it is off.
+
+use super::cpu;
+use super::regs::{COUNT64, CPACR_EL1_RESET, SCTLR_EL1_RESET, VPIDR_EL2};
+use super::stage2::{self, Stage2Tables};
+use super::vcpu::{VcpuContext, enter_guest};
+use super::{cache, gic, irq, mmu, psci, timer};
+use crate::println;
+use aarch64_cpu::registers::*;
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
+use el2::emul::ConsoleSink;
+use el2::emul::pl011::Pl011;
+use el2::exit::{EXIT_CLASSES, Exit, WfxKind};
+use el2::fault::{self, GuestFault};
+use el2::guest::layout::{self, GuestLayout, ImageHeader};
+use el2::guest::placement::{self, HostMemory, OwnedRange, VmPlacement};
+use el2::guest::{VmError, dt};
+use el2::layout::{MapKind, page_cover};
+use el2::mmio::MmioAccess;
+use el2::ownership::{Owner, OwnershipMap};
+use el2::sched::{CpuSet, InitialState, PutOutcome, PutReason, Scheduler, Wakeup};
+use el2::smccc::{Action, Dispatcher, PowerState, VmView};
+use el2::vcpu::{VcpuId, VmId};
+use platform::{MemRange, Mpidr, Platform, VmConfig};
+use spin::{Mutex, Once};
+use tock_registers::interfaces::{Readable, Writeable};
+
+/// A VM's life cycle.
+const VM_RUNNING: u8 = 0;
+/// Every vCPU is being stopped; the VM then powers off.
+const VM_STOPPING: u8 = 1;
+/// Every vCPU is being stopped; the VM then restarts from its kernel.
+const VM_RESETTING: u8 = 2;
+const VM_OFF: u8 = 3;
+
+/// One VM.
+pub struct Vm {
+    pub id: VmId,
+    pub name: String,
+    pub config: VmConfig,
+    pub placement: VmPlacement,
+    pub layout: GuestLayout,
+    /// The VM's device tree, kept to reload it on SYSTEM_RESET.
+    dtb: Vec<u8>,
+    /// Kept alive for as long as the VM exists; VTTBR_EL2 points into it.
+    _stage2: Stage2Tables,
+    vttbr: u64,
+    vcpus: Vec<Mutex<VcpuContext>>,
+    console: Mutex<Pl011>,
+    exits: [AtomicU64; EXIT_CLASSES.len()],
+    state: AtomicU8,
+    resets: AtomicU32,
+}
+
+static VMS: Once<Vec<Vm>> = Once::new();
+static SCHED: Once<Mutex<Scheduler>> = Once::new();
+static DISPATCHER: Once<Dispatcher> = Once::new();
+static OWNERSHIP: Once<Mutex<OwnershipMap>> = Once::new();
+/// The pCPUs running the run loop (logical index -> MPIDR), for IPIs.
+static PCPU_MPIDRS: Once<Vec<Mpidr>> = Once::new();
+/// Set when the last VM has powered off.
+static ALL_OFF: AtomicBool = AtomicBool::new(false);
+
+/// Default vCPU time slice.
+const SLICE_MS: u64 = 4;
+/// An idle pCPU looks at the scheduler at least this often even if nobody
+/// sends it an IPI (a safety net, not the mechanism).
+const IDLE_RECHECK_MS: u64 = 50;
+
+fn ms_to_ticks(ms: u64) -> u64 {
+    cpu::counter_frequency() * ms / 1000
+}
+
+/// The hypervisor's console, as the sink of every VM's emulated UART.
+struct HypervisorConsole;
+
+impl ConsoleSink for HypervisorConsole {
+    fn emit_line(&mut self, vm_name: Option<&str>, line: &[u8]) {
+        let text = String::from_utf8_lossy(line);
+        match vm_name {
+            Some(name) => println!("[{name}] {text}"),
+            None => println!("{text}"),
+        }
+    }
+}
+
+/// Creates every VM the boot DT describes that can be placed and loaded;
+/// reports the others (naming node and property) and leaves them out.
+/// Returns how many VMs were created.
+pub fn create_vms(
+    platform: &Platform,
+    hypervisor: &[OwnedRange],
+    pcpus: &[(usize, Mpidr)],
+) -> usize {
+    let mut configs = Vec::new();
+    for result in &platform.vms {
+        match result {
+            Ok(config) => configs.push(config),
+            Err(error) => log::error!("VM not started: {error}"),
+        }
+    }
+    if configs.is_empty() {
+        return 0;
+    }
+    let host = HostMemory {
+        ram: &platform.memory,
+        reserved: &platform.reserved,
+        hypervisor,
+    };
+    let placements = placement::place(&host, &configs);
+
+    let mut ownership = OwnershipMap::from_platform(platform);
+    for owned in hypervisor {
+        let range = page_cover(owned.range);
+        if let Err(e) = ownership.claim(range, Owner::Free, Owner::Hypervisor) {
+            log::warn!("ownership: {} {range:x?}: {e}", owned.what);
+        }
+    }
+    let mut online = CpuSet::default();
+    for &(index, _) in pcpus {
+        online.insert(index);
+    }
+    let now = cpu::counter();
+    let mut sched = Scheduler::new(online, ms_to_ticks(SLICE_MS));
+    let several = configs.len() > 1;
+    let mut vms = Vec::new();
+    for (config, placed) in configs.iter().zip(placements) {
+        let created = placed.and_then(|placement| {
+            let id = VmId(u16::try_from(vms.len()).unwrap_or(u16::MAX));
+            build_vm(id, config, placement, &mut ownership, several)
+        });
+        match created {
+            Ok(vm) => match register_vcpus(&mut sched, &vm, now) {
+                Ok(()) => vms.push(vm),
+                Err(why) => log::error!("VM {} not started: {why}", config.name),
+            },
+            Err(error) => log::error!("VM not started: {error}"),
+        }
+    }
+    for vm in &vms {
+        log::info!(
+            "vm {}: {} vCPUs, {} MiB at host {:#x}, kernel at IPA {:#x}, DT at IPA {:#x}",
+            vm.name,
+            vm.vcpus.len(),
+            vm.placement.ram.size >> 20,
+            vm.placement.ram.base,
+            vm.layout.kernel_entry,
+            vm.layout.dtb_ipa
+        );
+    }
+    let count = vms.len();
+    PCPU_MPIDRS.call_once(|| {
+        let mut mpidrs = Vec::new();
+        for &(index, mpidr) in pcpus {
+            if mpidrs.len() <= index {
+                mpidrs.resize(index + 1, Mpidr::from_raw(0));
+            }
+            mpidrs[index] = mpidr;
+        }
+        mpidrs
+    });
+    OWNERSHIP.call_once(|| Mutex::new(ownership));
+    DISPATCHER.call_once(|| Dispatcher::standard(cpu_vulnerabilities()));
+    SCHED.call_once(|| Mutex::new(sched));
+    VMS.call_once(|| vms);
+    count
+}
+
+fn register_vcpus(sched: &mut Scheduler, vm: &Vm, now: u64) -> Result<(), String> {
+    let id = sched.add_vm().map_err(|e| alloc::format!("{e}"))?;
+    if id != vm.id {
+        return Err(alloc::format!(
+            "scheduler numbered the VM {} instead of {}",
+            id.0,
+            vm.id.0
+        ));
+    }
+    let affinity = vm.config.cpu_affinity.as_ref().map(|cpus| {
+        let mut set = CpuSet::default();
+        for &c in cpus {
+            set.insert(c as usize);
+        }
+        set
+    });
+    for index in 0..vm.vcpus.len() {
+        let initial = if index == 0 {
+            InitialState::Runnable
+        } else {
+            InitialState::Off
+        };
+        sched
+            .add_vcpu(vm.id, affinity, initial, now)
+            .map_err(|e| alloc::format!("{e}"))?;
+    }
+    Ok(())
+}
+
+/// Claims, maps and loads one VM.
+fn build_vm(
+    id: VmId,
+    config: &VmConfig,
+    placement: VmPlacement,
+    ownership: &mut OwnershipMap,
+    several: bool,
+) -> Result<Vm, VmError> {
+    let fail = |property: &'static str, why: String| VmError::new(&config.node, property, why);
+    let ram = placement.ram;
+    ownership
+        .claim(ram, Owner::Free, Owner::Vm(id))
+        .map_err(|e| fail("memory", alloc::format!("host memory {ram:x?}: {e}")))?;
+    for module in [Some(config.kernel), config.initrd].into_iter().flatten() {
+        let range = page_cover(module);
+        // A module may share pages with another VM's; claim what is still free.
+        let _ = ownership.claim(range, Owner::Free, Owner::Module);
+        mmu::map_more(range, MapKind::ReadOnly).map_err(|e| {
+            fail(
+                "kernel",
+                alloc::format!("cannot map the module at {range:x?}: {e}"),
+            )
+        })?;
+    }
+    mmu::map_more(ram, MapKind::ReadWrite)
+        .map_err(|e| fail("memory", alloc::format!("cannot map the VM's memory: {e}")))?;
+    // SAFETY: the kernel module was just mapped read-only; its size was
+    // checked by placement to be non-zero and inside host RAM.
+    let header = unsafe {
+        host_bytes(
+            config.kernel.base,
+            config.kernel.size.min(ImageHeader::SIZE as u64),
+        )
+    };
+    let layout = layout::plan(config, header)?;
+    let dtb = dt::build(config, &layout)?;
+    let mut stage2 =
+        Stage2Tables::new(u8::try_from(id.0 + 1).map_err(|_| fail("name", "too many VMs".into()))?);
+    stage2
+        .map_ram(layout.ram, ram.base)
+        .map_err(|e| fail("memory", alloc::format!("stage 2: {e}")))?;
+    let vttbr = stage2.vttbr();
+    let name = config.name.clone();
+    let vm = Vm {
+        id,
+        console: Mutex::new(Pl011::new(several.then_some(name.as_str()))),
+        name,
+        config: config.clone(),
+        placement,
+        layout,
+        dtb,
+        _stage2: stage2,
+        vttbr,
+        vcpus: (0..layout.vcpus)
+            .map(|_| Mutex::new(VcpuContext::default()))
+            .collect(),
+        exits: [const { AtomicU64::new(0) }; EXIT_CLASSES.len()],
+        state: AtomicU8::new(VM_RUNNING),
+        resets: AtomicU32::new(0),
+    };
+    vm.load();
+    Ok(vm)
+}
+
+/// `len` bytes of host memory at `pa`.
+///
+/// # Safety
+/// `[pa, pa + len)` must be mapped in the EL2 map and not written while the
+/// slice lives.
+unsafe fn host_bytes<'a>(pa: u64, len: u64) -> &'a [u8] {
+    // SAFETY: per the caller.
+    unsafe { core::slice::from_raw_parts(pa as *const u8, len as usize) }
+}
+
+impl Vm {
+    fn host_pa(&self, ipa: u64) -> u64 {
+        self.placement
+            .host_pa(ipa)
+            .unwrap_or(self.placement.ram.base)
+    }
+
+    /// Writes the VM's initial memory: zeroes, the kernel, the initrd and
+    /// the DT; resets every vCPU (vCPU 0 to the kernel entry). Only called
+    /// while no vCPU of the VM runs.
+    fn load(&self) {
+        let ram = self.placement.ram;
+        // SAFETY: the VM's RAM is mapped read-write at EL2 and owned by this
+        // VM, none of whose vCPUs runs; the modules are mapped read-only and
+        // lie outside every VM's RAM (placement guarantees it).
+        unsafe {
+            core::ptr::write_bytes(ram.base as *mut u8, 0, ram.size as usize);
+            copy_to(self.host_pa(self.layout.kernel_ipa), self.config.kernel);
+            if let (Some(module), Some(slot)) = (self.config.initrd, self.layout.initrd) {
+                copy_to(self.host_pa(slot.base), module);
+            }
+            let dtb = self.host_pa(self.layout.dtb_ipa) as *mut u8;
+            core::ptr::copy_nonoverlapping(self.dtb.as_ptr(), dtb, self.dtb.len());
+        }
+        // The guest starts with its MMU off: its accesses go to memory, not
+        // to the caches this was written through.
+        cache::clean_to_poc(ram.base, ram.size);
+        cache::invalidate_icache();
+        for (index, slot) in self.vcpus.iter().enumerate() {
+            let mut ctx = slot.lock();
+            *ctx = reset_context(index as u16);
+            if index == 0 {
+                ctx.regs = self.layout.boot_regs();
+            }
+        }
+    }
+
+    fn state(&self) -> u8 {
+        self.state.load(Ordering::Acquire)
+    }
+
+    fn count_exit(&self, exit: &Exit) {
+        self.exits[exit.class_index()].fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Copies `module` from host memory to host address `dst`.
+///
+/// # Safety
+/// Both ranges must be mapped at EL2, `dst` writable, and not overlap.
+unsafe fn copy_to(dst: u64, module: MemRange) {
+    // SAFETY: per the caller.
+    unsafe {
+        core::ptr::copy_nonoverlapping(
+            module.base as *const u8,
+            dst as *mut u8,
+            module.size as usize,
+        )
+    };
+}
+
+/// A vCPU as it is after reset, before CPU_ON gives it an entry point.
+fn reset_context(index: u16) -> VcpuContext {
+    let mut ctx = VcpuContext::default();
+    ctx.el1.sctlr = SCTLR_EL1_RESET;
+    ctx.el1.cpacr = CPACR_EL1_RESET;
+    // MPIDR_EL1 bit 31 is RES1.
+    ctx.vmpidr = layout::vcpu_mpidr(index).value() | (1 << 31);
+    ctx
+}
+
+/// What the guests are told about this CPU's speculation bugs, from its
+/// ID registers; what the ID registers do not clear stays "vulnerable"
+/// (the hypervisor applies no firmware mitigation on a guest's behalf).
+fn cpu_vulnerabilities() -> el2::smccc::CpuVulnerabilities {
+    use super::regs::ID_AA64PFR0_CSV as Csv;
+    use el2::smccc::Exposure;
+    let pfr0 = super::regs::id_aa64pfr0();
+    let csv2 = pfr0.read(Csv::CSV2);
+    let safe = |yes: bool| {
+        if yes {
+            Exposure::Unaffected
+        } else {
+            Exposure::Vulnerable
+        }
+    };
+    el2::smccc::CpuVulnerabilities {
+        spectre_v2: safe(csv2 >= 1),
+        spectre_v4: Exposure::Vulnerable,
+        spectre_bhb: safe(csv2 >= 3),
+    }
+}
+
+/// HCR_EL2 while a guest runs: stage 2 on, EL1 is AArch64, physical
+/// interrupts to EL2, guest SMC and WFI trapped, TLB and cache maintenance
+/// broadcast inner-shareable (vCPUs migrate between pCPUs).
+fn guest_hcr() -> u64 {
+    (HCR_EL2::VM::Enable
+        + HCR_EL2::SWIO::SET
+        + HCR_EL2::RW::EL1IsAarch64
+        + HCR_EL2::IMO::EnableVirtualIRQ
+        + HCR_EL2::FMO::EnableVirtualFIQ
+        + HCR_EL2::AMO::SET
+        + HCR_EL2::TSC::EnableTrapEl1SmcToEl2
+        + HCR_EL2::TWI::SET
+        + HCR_EL2::FB::SET
+        + HCR_EL2::BSU::InnerShareable)
+        .value
+}
+
+/// Per-pCPU set-up for running guests, once before the run loop.
+pub fn init_pcpu_for_guests() {
+    VTCR_EL2.set(stage2::vtcr_value());
+    VPIDR_EL2.write(COUNT64::VALUE.val(MIDR_EL1.get()));
+    // Guests use FP/SIMD and manage their own CPACR_EL1; the hypervisor
+    // itself never uses FP/SIMD (soft-float).
+    super::regs::CPTR_EL2
+        .modify(super::regs::CPTR_EL2_NVHE::TFP::CLEAR + super::regs::CPTR_EL2_NVHE::TCPAC::CLEAR);
+    // EL1 may read the physical counter but not use the physical timer:
+    // guests get the virtual timer (their DT names it).
+    CNTHCTL_EL2.write(CNTHCTL_EL2::EL1PCTEN::SET + CNTHCTL_EL2::EL1PCEN::CLEAR);
+    timer::set_one_shot();
+}
+
+/// The run loop of pCPU `pcpu`: picks vCPUs and runs them until every VM
+/// has powered off. The boot CPU then prints the summary and powers off.
+pub fn run(pcpu: usize) -> ! {
+    let (Some(vms), Some(sched)) = (VMS.get(), SCHED.get()) else {
+        psci::park()
+    };
+    loop {
+        if ALL_OFF.load(Ordering::Acquire) {
+            if pcpu == 0 {
+                finish(vms, sched);
+            }
+            psci::park();
+        }
+        let now = cpu::counter();
+        let next = {
+            let mut s = sched.lock();
+            s.expire_timers_on(pcpu, now, |_, wakeup| poke(pcpu, wakeup));
+            s.pick_next(pcpu, now)
+        };
+        match next {
+            Some(vcpu) => run_vcpu(pcpu, &vms[usize::from(vcpu.vm.0)], vcpu, sched),
+            None => idle(pcpu, sched),
+        }
+    }
+}
+
+/// Sends the reschedule SGI where a wake-up needs it.
+fn poke(this_pcpu: usize, wakeup: Wakeup) {
+    if let Wakeup::Queued { pcpu, ipi: true } = wakeup
+        && pcpu != this_pcpu
+    {
+        send_reschedule(pcpu);
+    }
+}
+
+fn send_reschedule(pcpu: usize) {
+    if let Some(mpidr) = PCPU_MPIDRS.get().and_then(|m| m.get(pcpu)) {
+        gic::send_sgi(*mpidr, irq::RESCHEDULE_SGI);
+    }
+}
+
+/// Waits with interrupts enabled until a timer deadline of this pCPU, an
+/// IPI, or the safety-net recheck.
+fn idle(pcpu: usize, sched: &Mutex<Scheduler>) {
+    let now = cpu::counter();
+    let recheck = now + ms_to_ticks(IDLE_RECHECK_MS);
+    let deadline = sched
+        .lock()
+        .next_deadline_on(pcpu)
+        .map_or(recheck, |d| d.min(recheck));
+    timer::arm_at(deadline);
+    // SAFETY: unmasking IRQs lets the EL2 IRQ handler run at this WFI; it
+    // touches nothing this code holds (no lock is held here).
+    unsafe {
+        core::arch::asm!(
+            "msr daifclr, #2",
+            "wfi",
+            "msr daifset, #2",
+            options(nomem, nostack)
+        )
+    };
+}
+
+/// What to do after one exit.
+enum Next {
+    /// Enter the guest again.
+    Resume,
+    /// Leave the pCPU for this reason.
+    Put(PutReason),
+}
+
+/// Runs `vcpu` on this pCPU until the scheduler takes it off.
+fn run_vcpu(pcpu: usize, vm: &Vm, vcpu: VcpuId, sched: &Mutex<Scheduler>) {
+    let mut ctx = vm.vcpus[usize::from(vcpu.index)].lock();
+    vcpu_load(vm, &ctx);
+    let reason = loop {
+        if vm.state() != VM_RUNNING {
+            break PutReason::PowerOff;
+        }
+        let Some(slice_end) = sched.lock().slice_end(vcpu) else {
+            break PutReason::Yield;
+        };
+        timer::arm_at(slice_end);
+        // SAFETY: the context is loaded and stage 2 active (vcpu_load), and
+        // `ctx.regs` outlives the call.
+        let vector = unsafe { enter_guest(&mut ctx.regs) };
+        let esr = ESR_EL2.get();
+        let exit = Exit::decode(vector, esr);
+        vm.count_exit(&exit);
+        let next = handle_exit(pcpu, vm, vcpu, &mut ctx, exit, esr, sched);
+        let reason = match next {
+            Next::Resume => {
+                if cpu::counter() < slice_end {
+                    continue;
+                }
+                PutReason::SliceExpired
+            }
+            Next::Put(reason) => reason,
+        };
+        if reason == PutReason::PowerOff {
+            break reason;
+        }
+        let now = cpu::counter();
+        match sched.lock().put(vcpu, pcpu, now, reason) {
+            Ok(PutOutcome::KeepRunning) => continue,
+            Ok(_) => {
+                vcpu_put(&mut ctx);
+                return;
+            }
+            Err(e) => {
+                log::error!("{vcpu}: scheduler refused put: {e}");
+                vcpu_put(&mut ctx);
+                return;
+            }
+        }
+    };
+    // Powering off: save and release the context before the scheduler
+    // marks the vCPU Off (see the module docs on lock order).
+    vcpu_put(&mut ctx);
+    drop(ctx);
+    let now = cpu::counter();
+    let mut s = sched.lock();
+    if let Err(e) = s.put(vcpu, pcpu, now, reason) {
+        log::error!("{vcpu}: scheduler refused power-off: {e}");
+    }
+    let all_off = s
+        .vcpus(vm.id)
+        .all(|v| s.power_state(v) == Some(PowerState::Off));
+    drop(s);
+    if all_off {
+        vm_stopped(vm, sched);
+    }
+}
+
+/// Loads a vCPU onto this pCPU: its VM's stage 2 and the vCPU's system
+/// registers. (PV-lock and steal-time updates hook in here.)
+fn vcpu_load(vm: &Vm, ctx: &VcpuContext) {
+    HCR_EL2.set(guest_hcr());
+    VTTBR_EL2.set(vm.vttbr);
+    aarch64_cpu::asm::barrier::isb(aarch64_cpu::asm::barrier::SY);
+    ctx.load();
+}
+
+/// Saves the running vCPU's system registers. (PV-lock and steal-time
+/// updates hook in here.)
+fn vcpu_put(ctx: &mut VcpuContext) {
+    ctx.save();
+}
+
+fn handle_exit(
+    pcpu: usize,
+    vm: &Vm,
+    vcpu: VcpuId,
+    ctx: &mut VcpuContext,
+    exit: Exit,
+    esr: u64,
+    sched: &Mutex<Scheduler>,
+) -> Next {
+    match exit {
+        Exit::Irq => {
+            irq::handle();
+            Next::Resume
+        }
+        Exit::Hvc { imm } => hypercall(pcpu, vm, vcpu, ctx, imm, sched),
+        Exit::Smc { imm } => {
+            // ELR points at the trapped SMC (Arm ARM D1.10.2): step over it.
+            ctx.regs.pc += 4;
+            hypercall(pcpu, vm, vcpu, ctx, imm, sched)
+        }
+        Exit::Wfx { kind, .. } => {
+            ctx.regs.pc += 4;
+            match kind {
+                WfxKind::Wfi => Next::Put(PutReason::Wfi {
+                    deadline: live_vtimer_deadline(),
+                }),
+                WfxKind::Wfe => Next::Put(PutReason::Yield),
+            }
+        }
+        Exit::DataAbort => data_abort(vm, vcpu, ctx, esr),
+        Exit::InstructionAbort => {
+            let address = FAR_EL2.get();
+            log::warn!(
+                "{vcpu} ({}): instruction fetch at {address:#x} outside its memory; abort injected",
+                vm.name
+            );
+            inject(ctx, GuestFault::InstructionAbort { address });
+            Next::Resume
+        }
+        Exit::SystemRegister | Exit::Other { .. } => {
+            log::debug!(
+                "{vcpu} ({}): {} (ESR {esr:#x}) at {:#x}; undefined instruction injected",
+                vm.name,
+                exit.class_name(),
+                ctx.regs.pc
+            );
+            inject(ctx, GuestFault::Undefined);
+            Next::Resume
+        }
+        Exit::Fiq | Exit::SError => {
+            log::warn!("{vcpu} ({}): unexpected {}", vm.name, exit.class_name());
+            Next::Resume
+        }
+    }
+}
+
+/// The virtual timer's deadline in physical counter ticks, read from the
+/// live registers (CNTVOFF_EL2 is 0: virtual time is physical time).
+fn live_vtimer_deadline() -> Option<u64> {
+    let ctl = CNTV_CTL_EL0.extract();
+    (ctl.is_set(CNTV_CTL_EL0::ENABLE) && !ctl.is_set(CNTV_CTL_EL0::IMASK))
+        .then(|| CNTV_CVAL_EL0.get())
+}
+
+/// Writes an injected exception into the live EL1 registers and the
+/// guest's resume state.
+fn inject(ctx: &mut VcpuContext, what: GuestFault) {
+    let entry = fault::inject(what, ctx.regs.pc, ctx.regs.pstate, VBAR_EL1.get());
+    ESR_EL1.set(entry.esr_el1);
+    if let Some(far) = entry.far_el1 {
+        FAR_EL1.set(far);
+    }
+    ELR_EL1.set(entry.elr_el1);
+    SPSR_EL1.set(entry.spsr_el1);
+    ctx.regs.pc = entry.pc;
+    ctx.regs.pstate = entry.pstate;
+}
+
+fn data_abort(vm: &Vm, vcpu: VcpuId, ctx: &mut VcpuContext, esr: u64) -> Next {
+    let far = FAR_EL2.get();
+    let hpfar = HPFAR_EL2.get();
+    let access = match MmioAccess::decode(esr, far, hpfar) {
+        Ok(access) => access,
+        Err(why) => {
+            log::warn!(
+                "{vcpu} ({}): undecodable access at VA {far:#x}: {why}; abort injected",
+                vm.name
+            );
+            inject(
+                ctx,
+                GuestFault::DataAbort {
+                    address: far,
+                    write: esr & (1 << 6) != 0,
+                },
+            );
+            return Next::Resume;
+        }
+    };
+    let ipa = access.ipa;
+    if layout::UART.contains(ipa) {
+        let offset = ipa - layout::UART.base;
+        let mut uart = vm.console.lock();
+        let result = if access.write {
+            let value = el2::mmio::write_value(&ctx.regs, &access);
+            uart.write(offset, access.size, value, &mut HypervisorConsole)
+        } else {
+            uart.read(offset, access.size)
+                .map(|value| el2::mmio::complete_read(&mut ctx.regs, &access, value))
+        };
+        drop(uart);
+        match result {
+            Ok(()) => el2::mmio::skip_instruction(&mut ctx.regs, &access),
+            Err(e) => {
+                log::warn!("{vcpu} ({}): UART {e}; abort injected", vm.name);
+                inject(
+                    ctx,
+                    GuestFault::DataAbort {
+                        address: far,
+                        write: access.write,
+                    },
+                );
+            }
+        }
+        return Next::Resume;
+    }
+    if layout::GICD.contains(ipa) || layout::redistributors(vm.layout.vcpus).contains(ipa) {
+        // The virtual GIC arrives with the Linux-guest work; until then its
+        // frames read as zero and ignore writes.
+        if !access.write {
+            el2::mmio::complete_read(&mut ctx.regs, &access, 0);
+        }
+        el2::mmio::skip_instruction(&mut ctx.regs, &access);
+        return Next::Resume;
+    }
+    log::warn!(
+        "{vcpu} ({}): {} at IPA {ipa:#x} outside its memory; synchronous external abort injected",
+        vm.name,
+        if access.write { "write" } else { "read" }
+    );
+    inject(
+        ctx,
+        GuestFault::DataAbort {
+            address: far,
+            write: access.write,
+        },
+    );
+    Next::Resume
+}
+
+/// The dispatcher's view of a VM: its vCPUs' MPIDRs and power states, its RAM.
+struct View<'a> {
+    vm: &'a Vm,
+    sched: &'a Scheduler,
+}
+
+impl VmView for View<'_> {
+    fn vcpu_count(&self) -> u16 {
+        self.vm.vcpus.len() as u16
+    }
+
+    fn mpidr_of(&self, index: u16) -> Mpidr {
+        layout::vcpu_mpidr(index)
+    }
+
+    fn vcpu_of_mpidr(&self, mpidr: Mpidr) -> Option<u16> {
+        layout::vcpu_index(mpidr).filter(|&i| i < self.vcpu_count())
+    }
+
+    fn power_state(&self, index: u16) -> PowerState {
+        self.sched
+            .power_state(VcpuId {
+                vm: self.vm.id,
+                index,
+            })
+            .unwrap_or(PowerState::Off)
+    }
+
+    fn ram_contains(&self, ipa: u64, len: u64) -> bool {
+        let ram = self.vm.layout.ram;
+        ipa >= ram.base && ipa.checked_add(len).is_some_and(|end| end <= ram.end())
+    }
+}
+
+fn hypercall(
+    pcpu: usize,
+    vm: &Vm,
+    vcpu: VcpuId,
+    ctx: &mut VcpuContext,
+    imm: u16,
+    sched: &Mutex<Scheduler>,
+) -> Next {
+    let Some(dispatcher) = DISPATCHER.get() else {
+        return Next::Resume;
+    };
+    if imm != 0 {
+        // SMCCC: only immediate 0 is a call; answer as an unknown function.
+        ctx.regs.x[0] = pvlock_abi::smccc::ret_to_x0(pvlock_abi::smccc::NOT_SUPPORTED);
+        return Next::Resume;
+    }
+    let mut s = sched.lock();
+    let action = dispatcher.dispatch(vcpu, &mut ctx.regs, &View { vm, sched: &s });
+    match action {
+        Action::None => Next::Resume,
+        Action::CpuOn {
+            target,
+            entry,
+            context_id,
+        } => {
+            // The target is Off (checked under this lock), so nobody holds
+            // its context: reset it to the entry point, then start it.
+            match vm.vcpus.get(usize::from(target.index)) {
+                Some(slot) => {
+                    let mut t = slot.lock();
+                    *t = reset_context(target.index);
+                    t.regs = el2::vcpu::GuestRegs {
+                        pc: entry,
+                        pstate: vm.layout.boot_regs().pstate,
+                        ..Default::default()
+                    };
+                    t.regs.set_reg(0, context_id);
+                }
+                None => return Next::Resume,
+            }
+            match s.power_on(target, cpu::counter()) {
+                Ok(wakeup) => poke(pcpu, wakeup),
+                Err(e) => {
+                    let code = match s.power_state(target) {
+                        Some(state) => state
+                            .cpu_on_error()
+                            .unwrap_or(pvlock_abi::psci::error::INTERNAL_FAILURE),
+                        None => pvlock_abi::psci::error::INVALID_PARAMETERS,
+                    };
+                    log::warn!("{vcpu}: CPU_ON {target}: {e}");
+                    ctx.regs.x[0] = pvlock_abi::psci::ret_to_x0(code);
+                }
+            }
+            Next::Resume
+        }
+        Action::CpuOff => Next::Put(PutReason::PowerOff),
+        Action::CpuSuspend => Next::Put(PutReason::Wfi {
+            deadline: live_vtimer_deadline(),
+        }),
+        Action::SystemOff | Action::SystemReset => {
+            let reset = action == Action::SystemReset;
+            stop_vm(pcpu, vm, &mut s, reset);
+            Next::Put(PutReason::PowerOff)
+        }
+    }
+}
+
+/// Starts stopping every vCPU of `vm` (SYSTEM_OFF / SYSTEM_RESET): the
+/// ones not running are turned off here, the running ones see the VM's
+/// state at their next exit (an IPI makes that soon).
+fn stop_vm(pcpu: usize, vm: &Vm, s: &mut Scheduler, reset: bool) {
+    let target = if reset { VM_RESETTING } else { VM_STOPPING };
+    if vm
+        .state
+        .compare_exchange(VM_RUNNING, target, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        return;
+    }
+    let now = cpu::counter();
+    let vcpus: Vec<VcpuId> = s.vcpus(vm.id).collect();
+    for v in vcpus {
+        if let Err(el2::sched::SchedError::Running { pcpu: other }) = s.power_off(v, now)
+            && other != pcpu
+        {
+            send_reschedule(other);
+        }
+    }
+}
+
+/// Every vCPU of `vm` is off: power the VM off, or reload and restart it.
+fn vm_stopped(vm: &Vm, sched: &Mutex<Scheduler>) {
+    match vm.state() {
+        VM_RESETTING => {
+            vm.console.lock().flush(&mut HypervisorConsole);
+            vm.resets.fetch_add(1, Ordering::Relaxed);
+            log::info!("vm {}: restarting (SYSTEM_RESET)", vm.name);
+            vm.load();
+            vm.state.store(VM_RUNNING, Ordering::Release);
+            let boot = VcpuId {
+                vm: vm.id,
+                index: 0,
+            };
+            let mut s = sched.lock();
+            match s.power_on(boot, cpu::counter()) {
+                Ok(wakeup) => poke(usize::MAX, wakeup),
+                Err(e) => log::error!("vm {}: cannot restart: {e}", vm.name),
+            }
+        }
+        VM_STOPPING | VM_RUNNING => {
+            // RUNNING: every vCPU did CPU_OFF; treat it as SYSTEM_OFF.
+            vm.state.store(VM_OFF, Ordering::Release);
+            vm.console.lock().flush(&mut HypervisorConsole);
+            println!("el2: vm {} powered off", vm.name);
+            let vms = VMS.get().map_or(&[][..], |v| v.as_slice());
+            if vms.iter().all(|v| v.state() == VM_OFF) {
+                ALL_OFF.store(true, Ordering::Release);
+                if let Some(mpidrs) = PCPU_MPIDRS.get() {
+                    for (pcpu, _) in mpidrs.iter().enumerate() {
+                        send_reschedule(pcpu);
+                    }
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Prints the per-VM summary and powers the machine off.
+fn finish(vms: &[Vm], sched: &Mutex<Scheduler>) -> ! {
+    let hz = cpu::counter_frequency().max(1);
+    let now = cpu::counter();
+    let s = sched.lock();
+    println!("el2: all VMs powered off");
+    for vm in vms {
+        let mut exits = String::new();
+        for (name, count) in EXIT_CLASSES.iter().zip(&vm.exits) {
+            let n = count.load(Ordering::Relaxed);
+            if n > 0 {
+                exits.push_str(&alloc::format!(" {name}={n}"));
+            }
+        }
+        println!(
+            "summary: vm {}: {} vCPUs, resets {}, exits:{}",
+            vm.name,
+            vm.vcpus.len(),
+            vm.resets.load(Ordering::Relaxed),
+            exits
+        );
+        for v in s.vcpus(vm.id) {
+            if let Some(stats) = s.stats(v, now) {
+                println!("summary:   {v}: {}", stats.display(hz));
+            }
+        }
+    }
+    drop(s);
+    println!("el2: powering off");
+    psci::power_off()
+}

@@ -1,0 +1,1100 @@
+//! The vCPU scheduler: which vCPU each physical CPU runs, for how long, and
+//! what each vCPU's time went to.
+//!
+//! This is pure bookkeeping. The arch layer keeps one [`Scheduler`] behind
+//! one spin lock, calls it on every scheduling event (slice timer, WFI trap,
+//! hypercall, wake-up) with the current counter value `now` (CNTPCT ticks),
+//! and acts on its answers after dropping the lock: it loads the vCPU that
+//! [`Scheduler::pick_next`] names, programs the pCPU's timer for
+//! [`Scheduler::slice_end`] and [`Scheduler::next_deadline_on`], and sends a
+//! reschedule IPI where a [`Wakeup`] says so. Nothing here blocks, allocates
+//! on the hot paths (beyond the amortised growth of a timer heap), or
+//! panics on anything a guest can cause.
+//!
+//! # States
+//!
+//! | from | to | by |
+//! |---|---|---|
+//! | Off | Runnable | `add_vcpu(Runnable)`, `power_on` |
+//! | Runnable | Running(pcpu) | `pick_next` (first the target of a `yield_to`) |
+//! | Running | Runnable | `put(SliceExpired)`, `put(Yield)`, `yield_to` (the yielder) |
+//! | Running | Blocked(Wfi) | `put(Wfi)` |
+//! | Blocked | Runnable | `wake`, `expire_timers` |
+//! | Running | Off | `put(PowerOff)` (PSCI CPU_OFF) |
+//! | Runnable, Blocked | Off | `power_off` (the VM stops or resets) |
+//!
+//! A wake-up that arrives while the vCPU is Running (or Runnable) sets its
+//! *kicked* flag instead, and the next `put(Wfi)` consumes it and answers
+//! [`PutOutcome::KeepRunning`]: a wake that races with the vCPU's decision
+//! to block is never lost. WFI may always complete early (Arm ARM "Wait For
+//! Interrupt"), so a stale kick costs the guest one spurious wake-up at most.
+//!
+//! # Run queues and placement
+//!
+//! Every online pCPU has a FIFO run queue (an intrusive doubly linked list
+//! through the vCPU table, so any vCPU can leave its queue in O(1)). A vCPU
+//! has an affinity (the pCPUs it may run on, intersected with the online
+//! ones; a single pCPU pins it) and a *home*, the pCPU it last ran or was
+//! queued on. When it becomes Runnable it is queued on:
+//! 1. its home, if that pCPU is idle;
+//! 2. else any idle pCPU it may use (found through an idle bitmap);
+//! 3. else its home, if it has run before (warm caches, no migration);
+//! 4. else (first start: `add_vcpu`, `power_on`) the least loaded pCPU it
+//!    may use.
+//!
+//! A pCPU is *idle* once `pick_next` found nothing for it; queuing a vCPU
+//! on an idle pCPU claims it (so two wake-ups at once spread over two idle
+//! pCPUs) and tells the caller to IPI it ([`Wakeup::Queued`] `ipi`).
+//!
+//! [`Scheduler::pick_next`] takes, in order:
+//! 1. a vCPU handed over by [`Scheduler::yield_to`];
+//! 2. the head of its own queue — unless the head of another queue that
+//!    may run here has had at least [`FAIRNESS_MARGIN_SLICES`] slices less
+//!    CPU time; then that one moves here;
+//! 3. with an empty queue, the first vCPU allowed here from the most loaded
+//!    other queue (stealing).
+//!
+//! Rule 2 keeps shares even when the vCPUs do not divide evenly over the
+//! pCPUs: with n+1 vCPUs on n pCPUs, one pCPU would otherwise serve a single
+//! vCPU while another alternates two. "CPU time" is each vCPU's virtual run
+//! time (`vruntime`, as in Linux CFS): its run ticks, except that a vCPU
+//! coming back from Blocked or Off is raised to no less than the fair clock
+//! (the highest virtual run time any vCPU was scheduled in or had its slice
+//! renewed with) minus the margin, so time it did not want is not owed to
+//! it. The margin is the
+//! hysteresis: shares stay within about that many slices of each other
+//! while only a fraction of switches migrate, and evenly loaded queues never
+//! migrate anyone. A vCPU never runs on a pCPU outside its affinity, so
+//! pinned vCPUs never migrate.
+//!
+//! # Time slice
+//!
+//! A vCPU picked from a queue gets a fresh slice of [`Scheduler::slice`]
+//! ticks; the arch layer arms the pCPU's timer for
+//! [`Scheduler::slice_end`] and calls `put(SliceExpired)` when it fires.
+//! If nobody is waiting for the pCPU (its queue is empty and no other queue
+//! has a head that `pick_next` would pull), the slice is renewed in place
+//! ([`PutOutcome::KeepRunning`]): no switch, so no spurious "preempted"
+//! flag for the guest.
+//!
+//! # Directed yield and fairness
+//!
+//! [`Scheduler::yield_to`] is the primitive the directed-yield policy
+//! (KVM's `kvm_vcpu_on_spin`, ABI.md §6) builds on: the running vCPU gives
+//! the rest of its slice to a Runnable sibling *of the same VM*, which is
+//! taken out of whichever queue holds it and becomes this pCPU's next pick.
+//! The sibling inherits the yielder's `slice_end` — it does not get a fresh
+//! slice — and the yielder goes to the tail of the queue as with a plain
+//! yield. So a VM's hints only reorder its own vCPUs inside time the VM
+//! already had: no other VM's vCPU waits longer than it would have had the
+//! yielder spun to the end of its slice. A yield with no slice left is
+//! refused ([`YieldError::NoSliceLeft`]).
+//!
+//! # Accounting
+//!
+//! Each vCPU accumulates run, steal (Runnable but not running, DEN0057A
+//! stolen time) and blocked ticks, plus event counts ([`VcpuStats`]);
+//! [`Scheduler::stats`] and [`Scheduler::vm_stats`] include the interval in
+//! progress. The arch layer reads the steal total at every load to update
+//! the guest's PV stolen-time record, and writes the PV "preempted" flag at
+//! every put/load; [`Scheduler::is_preempted`] answers the same question
+//! for the hypervisor's own policies.
+//!
+//! # Locking
+//!
+//! All state is in one [`Scheduler`] and every method takes `&mut self` or
+//! `&self`: the arch layer wraps it in one spin lock, taken with interrupts
+//! masked (the slice timer and IPI handlers call in too), held only for the
+//! call, never across a guest entry. It acts on the answers — loading a
+//! vCPU, writing PV flags, sending IPIs — after releasing the lock.
+//!
+//! # Cost
+//!
+//! `wake`, `power_off`, `yield_to`, `put` and the queue operations are O(1)
+//! plus O(log n) for the WFI timer heap; wake-up placement scans the idle
+//! bitmap (`MAX_CPUS / 64` words). `pick_next` and `put(SliceExpired)`
+//! look at the head of each non-empty queue (at most one per pCPU, found
+//! through a bitmap), and `pick_next` with an empty own queue walks a
+//! victim queue for a vCPU allowed to move — the steal scan. First
+//! placement (`add_vcpu`, `power_on`) and `expire_timers` /
+//! `next_deadline` (all pCPUs) scan the pCPUs.
+
+mod cpuset;
+mod stats;
+#[cfg(test)]
+mod tests;
+mod timers;
+
+pub use cpuset::CpuSet;
+pub use stats::{VcpuStats, VmStats};
+
+use alloc::vec::Vec;
+use core::fmt;
+
+use crate::smccc::PowerState;
+use crate::vcpu::{VcpuId, VmId};
+use timers::{Positions, TimerHeap};
+
+/// How much less CPU time (in slices) the head of another pCPU's queue
+/// must have had than the own candidate before `pick_next` takes it
+/// instead. The hysteresis that keeps unevenly loaded queues fair without
+/// migrating on every switch; it also bounds the credit a vCPU keeps
+/// across a block.
+pub const FAIRNESS_MARGIN_SLICES: u64 = 2;
+
+/// Where a vCPU is in its life cycle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VcpuState {
+    /// Powered off (never started, or after PSCI CPU_OFF).
+    Off,
+    /// Wants to run and is waiting for a pCPU (queued, or handed over by a
+    /// directed yield and not yet picked): "preempted".
+    Runnable,
+    /// Running on logical pCPU `pcpu`.
+    Running {
+        /// The pCPU it runs on.
+        pcpu: usize,
+    },
+    /// Waiting for an event.
+    Blocked(BlockReason),
+}
+
+/// Why a vCPU is blocked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockReason {
+    /// WFI (or PSCI CPU_SUSPEND, which behaves like it): until an interrupt
+    /// wakes it ([`Scheduler::wake`]) or, if `deadline` is set, until the
+    /// counter reaches it ([`Scheduler::expire_timers`]).
+    Wfi {
+        /// Counter value at which the vCPU's virtual timer fires, if armed.
+        deadline: Option<u64>,
+    },
+}
+
+/// The state [`Scheduler::add_vcpu`] creates a vCPU in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InitialState {
+    /// Powered off; a sibling starts it with PSCI CPU_ON.
+    Off,
+    /// Runnable at once (the boot vCPU).
+    Runnable,
+}
+
+/// Why the running vCPU leaves its pCPU ([`Scheduler::put`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PutReason {
+    /// Its slice timer fired.
+    SliceExpired,
+    /// It executed WFI (or CPU_SUSPEND) with nothing pending.
+    Wfi {
+        /// Counter value at which its virtual timer fires, if armed.
+        deadline: Option<u64>,
+    },
+    /// It gives up the rest of its slice (e.g. a WFE trap with no better
+    /// candidate); it goes to the tail of the queue.
+    Yield,
+    /// PSCI CPU_OFF.
+    PowerOff,
+}
+
+/// What [`Scheduler::put`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PutOutcome {
+    /// Queued at the tail of this pCPU's run queue; call `pick_next`.
+    Requeued,
+    /// Nothing changed: the vCPU stays Running here, resume it. Answered
+    /// for a WFI that must complete at once (a kick is pending or its
+    /// deadline has passed) and for a slice expiry with nobody waiting (the
+    /// slice was renewed; re-read [`Scheduler::slice_end`]).
+    KeepRunning,
+    /// Blocked; call `pick_next`.
+    Blocked,
+    /// Off; call `pick_next`.
+    PoweredOff,
+}
+
+/// What [`Scheduler::wake`] (or a timer expiry, or `power_on`) did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wakeup {
+    /// The vCPU became Runnable and was queued on `pcpu`. `ipi` is true
+    /// when that pCPU was idle: send it the reschedule SGI (not needed if
+    /// it is the calling pCPU, which will call `pick_next` anyway).
+    Queued {
+        /// The pCPU it was queued on.
+        pcpu: usize,
+        /// Whether `pcpu` was idle and must be poked.
+        ipi: bool,
+    },
+    /// The vCPU was already Running (`running_on` is its pCPU) or Runnable
+    /// (`None`): its kicked flag is set, so its next WFI completes at once.
+    /// A Running vCPU may also need an IPI to see a new virtual interrupt —
+    /// that is the interrupt controller's business, not the scheduler's.
+    Kicked {
+        /// The pCPU it is running on, if it is running.
+        running_on: Option<usize>,
+    },
+    /// The vCPU is off; nothing was done.
+    Ignored,
+}
+
+/// A scheduler call that cannot be carried out. None of these can be
+/// caused by a guest on its own: they mean the caller passed ids that do
+/// not exist or do not match the scheduler's state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SchedError {
+    /// No such VM.
+    UnknownVm(VmId),
+    /// No such vCPU.
+    UnknownVcpu(VcpuId),
+    /// The pCPU index is not an online pCPU of this scheduler.
+    BadPcpu(usize),
+    /// The affinity asked for contains no online pCPU.
+    NoAllowedPcpu,
+    /// More than `u16::MAX` VMs, or vCPUs in one VM.
+    TooMany,
+    /// The vCPU is not the one running on that pCPU.
+    NotRunningHere {
+        /// The vCPU named.
+        vcpu: VcpuId,
+        /// The pCPU named.
+        pcpu: usize,
+    },
+    /// `power_on` of a vCPU that is not Off; holds its state, from which
+    /// the PSCI layer derives ALREADY_ON or ON_PENDING.
+    NotOff(VcpuState),
+    /// `power_off` of a vCPU that is running on `pcpu`: stop it there (IPI)
+    /// and `put(PowerOff)` it on that pCPU.
+    Running {
+        /// Where it runs.
+        pcpu: usize,
+    },
+}
+
+impl fmt::Display for SchedError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::UnknownVm(vm) => write!(f, "no VM {}", vm.0),
+            Self::UnknownVcpu(vcpu) => write!(f, "no vCPU {vcpu}"),
+            Self::BadPcpu(pcpu) => write!(f, "pCPU {pcpu} is not online"),
+            Self::NoAllowedPcpu => write!(f, "the affinity holds no online pCPU"),
+            Self::TooMany => write!(f, "too many VMs or vCPUs"),
+            Self::NotRunningHere { vcpu, pcpu } => {
+                write!(f, "{vcpu} is not running on pCPU {pcpu}")
+            }
+            Self::NotOff(state) => write!(f, "vCPU is not off ({state:?})"),
+            Self::Running { pcpu } => write!(f, "vCPU is running on pCPU {pcpu}"),
+        }
+    }
+}
+
+/// Why [`Scheduler::yield_to`] refused. Nothing has changed when it does;
+/// the policy may try another candidate or fall back to a plain yield.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum YieldError {
+    /// One of the two vCPUs does not exist.
+    UnknownVcpu(VcpuId),
+    /// The yielder is not the vCPU running on that pCPU.
+    NotRunningHere,
+    /// A vCPU cannot yield to itself.
+    ToSelf,
+    /// The target belongs to another VM: a guest's hints never take time
+    /// from another VM.
+    OtherVm,
+    /// The target is not waiting in a run queue (it is running, blocked,
+    /// off, or already handed a slice by another yield).
+    NotRunnable(VcpuState),
+    /// The target's affinity does not include this pCPU.
+    NotAllowedHere,
+    /// The yielder's slice is already used up; there is nothing to give.
+    NoSliceLeft,
+}
+
+/// Where a Runnable vCPU waits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Place {
+    /// Not waiting (Off, Running, Blocked).
+    Nowhere,
+    /// In this pCPU's run queue.
+    Queue(usize),
+    /// Handed over to this pCPU by a directed yield.
+    Handoff(usize),
+}
+
+#[derive(Debug)]
+struct Vcpu {
+    id: VcpuId,
+    state: VcpuState,
+    /// Affinity intersected with the online pCPUs; never empty.
+    allowed: CpuSet,
+    /// Where it last ran or was queued.
+    home: usize,
+    /// Where it last ran, if it ever did.
+    last_pcpu: Option<usize>,
+    /// A wake-up arrived while it was not blocked.
+    kicked: bool,
+    /// Powered on and not scheduled in since (PSCI ON_PENDING).
+    on_pending: bool,
+    /// When the current state began (for accounting and FIFO ages).
+    since: u64,
+    /// End of the slice, while Running.
+    slice_end: u64,
+    /// CPU time received, for fairness between queues: run ticks, raised on
+    /// wake-up to no less than the fair clock minus the margin.
+    vruntime: u64,
+    place: Place,
+    prev: Option<usize>,
+    next: Option<usize>,
+    /// The pCPU whose timer heap holds its WFI deadline, if armed.
+    timer: Option<usize>,
+    /// Its index in that heap.
+    timer_pos: usize,
+    stats: VcpuStats,
+}
+
+impl Positions for [Vcpu] {
+    fn set_pos(&mut self, slot: usize, pos: usize) {
+        if let Some(v) = self.get_mut(slot) {
+            v.timer_pos = pos;
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Pcpu {
+    head: Option<usize>,
+    tail: Option<usize>,
+    len: usize,
+    current: Option<usize>,
+    /// The target of a directed yield and the slice end it inherits.
+    handoff: Option<(usize, u64)>,
+    timers: TimerHeap,
+}
+
+impl Pcpu {
+    /// vCPUs that want this pCPU: queued, running or handed over.
+    fn load(&self) -> usize {
+        self.len + usize::from(self.current.is_some()) + usize::from(self.handoff.is_some())
+    }
+}
+
+/// The scheduler of every vCPU on every pCPU. See the module documentation.
+#[derive(Debug)]
+pub struct Scheduler {
+    slice: u64,
+    online: CpuSet,
+    /// Online pCPUs that found nothing to run and have not been given work.
+    idle: CpuSet,
+    /// pCPUs whose run queue is not empty.
+    queued: CpuSet,
+    pcpus: Vec<Pcpu>,
+    vcpus: Vec<Vcpu>,
+    /// Per VM, the slots of its vCPUs by vCPU index.
+    vms: Vec<Vec<usize>>,
+    /// The fair clock: the highest `vruntime` a vCPU was scheduled in (or
+    /// had its slice renewed) with.
+    fair_clock: u64,
+}
+
+impl Scheduler {
+    /// A scheduler for the `online` pCPUs (logical indices, e.g.
+    /// `BringUpReport::online`) with a time slice of `slice_ticks` counter
+    /// ticks (at least 1). Every online pCPU starts idle.
+    pub fn new(online: CpuSet, slice_ticks: u64) -> Self {
+        let count = online.iter().last().map_or(0, |last| last + 1);
+        Self {
+            slice: slice_ticks.max(1),
+            online,
+            idle: online,
+            queued: CpuSet::EMPTY,
+            pcpus: (0..count).map(|_| Pcpu::default()).collect(),
+            vcpus: Vec::new(),
+            vms: Vec::new(),
+            fair_clock: 0,
+        }
+    }
+
+    /// The time slice, in counter ticks.
+    pub fn slice(&self) -> u64 {
+        self.slice
+    }
+
+    /// Changes the time slice (at least 1 tick) for slices started from now on.
+    pub fn set_slice(&mut self, slice_ticks: u64) {
+        self.slice = slice_ticks.max(1);
+    }
+
+    /// The pCPUs this scheduler runs vCPUs on.
+    pub fn online(&self) -> CpuSet {
+        self.online
+    }
+
+    /// Adds a VM with no vCPUs. VM ids are handed out in call order from 0,
+    /// so add VMs in the order of the hypervisor's VM table.
+    pub fn add_vm(&mut self) -> Result<VmId, SchedError> {
+        let id = u16::try_from(self.vms.len()).map_err(|_| SchedError::TooMany)?;
+        self.vms.push(Vec::new());
+        Ok(VmId(id))
+    }
+
+    /// Adds the next vCPU of `vm` (indices are handed out from 0 in call
+    /// order; vCPU 0 is the boot vCPU). `affinity` restricts the pCPUs it
+    /// may run on (`None`: any online pCPU). It starts Off, or Runnable and
+    /// queued (first placement). A Runnable start is meant for boot, when
+    /// every pCPU is about to call `pick_next` anyway; once pCPUs may be
+    /// idle, add the vCPU Off and [`Self::power_on`] it, which says which
+    /// pCPU to IPI.
+    pub fn add_vcpu(
+        &mut self,
+        vm: VmId,
+        affinity: Option<CpuSet>,
+        initial: InitialState,
+        now: u64,
+    ) -> Result<VcpuId, SchedError> {
+        let slots = self
+            .vms
+            .get(usize::from(vm.0))
+            .ok_or(SchedError::UnknownVm(vm))?;
+        let index = u16::try_from(slots.len()).map_err(|_| SchedError::TooMany)?;
+        let allowed = affinity
+            .unwrap_or_else(CpuSet::all)
+            .intersection(&self.online);
+        let Some(first) = allowed.first() else {
+            return Err(SchedError::NoAllowedPcpu);
+        };
+        let id = VcpuId { vm, index };
+        let slot = self.vcpus.len();
+        self.vcpus.push(Vcpu {
+            id,
+            state: VcpuState::Off,
+            allowed,
+            home: self.least_loaded(&allowed, first),
+            last_pcpu: None,
+            kicked: false,
+            on_pending: false,
+            since: now,
+            slice_end: 0,
+            vruntime: 0,
+            place: Place::Nowhere,
+            prev: None,
+            next: None,
+            timer: None,
+            timer_pos: 0,
+            stats: VcpuStats::default(),
+        });
+        if let Some(slots) = self.vms.get_mut(usize::from(vm.0)) {
+            slots.push(slot);
+        }
+        if initial == InitialState::Runnable {
+            self.start(slot, now);
+        }
+        Ok(id)
+    }
+
+    /// Number of VMs.
+    pub fn vm_count(&self) -> usize {
+        self.vms.len()
+    }
+
+    /// Number of vCPUs of `vm`.
+    pub fn vcpu_count(&self, vm: VmId) -> Option<u16> {
+        let slots = self.vms.get(usize::from(vm.0))?;
+        u16::try_from(slots.len()).ok()
+    }
+
+    /// The vCPUs of `vm`, by index.
+    pub fn vcpus(&self, vm: VmId) -> impl Iterator<Item = VcpuId> + '_ {
+        let slots = self.vms.get(usize::from(vm.0)).map_or(&[][..], |s| &s[..]);
+        slots
+            .iter()
+            .filter_map(|&slot| self.vcpus.get(slot))
+            .map(|v| v.id)
+    }
+
+    /// The state of `vcpu` (`None` if it does not exist).
+    pub fn state(&self, vcpu: VcpuId) -> Option<VcpuState> {
+        Some(self.vcpu(vcpu)?.state)
+    }
+
+    /// Whether `vcpu` wants to run but is not running (Runnable): the
+    /// question a guest's `vcpu_is_preempted` asks.
+    pub fn is_preempted(&self, vcpu: VcpuId) -> bool {
+        self.state(vcpu) == Some(VcpuState::Runnable)
+    }
+
+    /// Whether a wake-up is pending for `vcpu` (its next WFI completes at once).
+    pub fn is_kicked(&self, vcpu: VcpuId) -> bool {
+        self.vcpu(vcpu).is_some_and(|v| v.kicked)
+    }
+
+    /// The power state PSCI reports for `vcpu` (CPU_ON, AFFINITY_INFO):
+    /// Off; OnPending from `power_on` until it is first scheduled in; else On.
+    pub fn power_state(&self, vcpu: VcpuId) -> Option<PowerState> {
+        let v = self.vcpu(vcpu)?;
+        Some(match v.state {
+            VcpuState::Off => PowerState::Off,
+            VcpuState::Runnable if v.on_pending => PowerState::OnPending,
+            _ => PowerState::On,
+        })
+    }
+
+    /// The pCPU `vcpu` last ran or was queued on.
+    pub fn home(&self, vcpu: VcpuId) -> Option<usize> {
+        Some(self.vcpu(vcpu)?.home)
+    }
+
+    /// The counter value at which the running `vcpu`'s slice ends (`None`
+    /// unless it is Running).
+    pub fn slice_end(&self, vcpu: VcpuId) -> Option<u64> {
+        let v = self.vcpu(vcpu)?;
+        matches!(v.state, VcpuState::Running { .. }).then_some(v.slice_end)
+    }
+
+    /// The vCPU running on `pcpu`.
+    pub fn current(&self, pcpu: usize) -> Option<VcpuId> {
+        let slot = self.pcpus.get(pcpu)?.current?;
+        Some(self.vcpus.get(slot)?.id)
+    }
+
+    /// Number of vCPUs waiting in `pcpu`'s run queue.
+    pub fn queue_len(&self, pcpu: usize) -> usize {
+        self.pcpus.get(pcpu).map_or(0, |p| p.len)
+    }
+
+    /// Whether `pcpu` found nothing to run and has not been given work since.
+    pub fn is_idle(&self, pcpu: usize) -> bool {
+        self.idle.contains(pcpu)
+    }
+
+    /// `vcpu`'s accounting, including the interval in progress at `now`.
+    pub fn stats(&self, vcpu: VcpuId, now: u64) -> Option<VcpuStats> {
+        Some(Self::stats_of(self.vcpu(vcpu)?, now))
+    }
+
+    /// The sum of `vm`'s vCPU accounting at `now`.
+    pub fn vm_stats(&self, vm: VmId, now: u64) -> Option<VmStats> {
+        let slots = self.vms.get(usize::from(vm.0))?;
+        let mut stats = VmStats::default();
+        for v in slots.iter().filter_map(|&slot| self.vcpus.get(slot)) {
+            stats.vcpus += 1;
+            stats.total += &Self::stats_of(v, now);
+        }
+        Some(stats)
+    }
+
+    /// Chooses what `pcpu` runs next and marks it Running there with its
+    /// slice (see the module documentation for the order). `None`: nothing
+    /// may run here; the pCPU is now idle and waits for an IPI or its timer
+    /// ([`Self::next_deadline_on`]). If a vCPU is already running on `pcpu`
+    /// it is returned unchanged. An offline or unknown `pcpu` gets `None`.
+    pub fn pick_next(&mut self, pcpu: usize, now: u64) -> Option<VcpuId> {
+        if !self.online.contains(pcpu) {
+            return None;
+        }
+        let p = self.pcpus.get_mut(pcpu)?;
+        if let Some(slot) = p.current {
+            return self.vcpus.get(slot).map(|v| v.id);
+        }
+        let (slot, slice_end) = match p.handoff.take() {
+            Some((slot, inherited_end)) => (slot, inherited_end),
+            None => match self.choose_next(pcpu) {
+                Some(slot) => (slot, now.saturating_add(self.slice)),
+                None => {
+                    self.idle.insert(pcpu);
+                    return None;
+                }
+            },
+        };
+        self.run(slot, pcpu, now, slice_end);
+        self.vcpus.get(slot).map(|v| v.id)
+    }
+
+    /// Takes the running `vcpu` off `pcpu` for `why`. See [`PutOutcome`]
+    /// for what to do next. Errors if `vcpu` is not the one running on
+    /// `pcpu`.
+    pub fn put(
+        &mut self,
+        vcpu: VcpuId,
+        pcpu: usize,
+        now: u64,
+        why: PutReason,
+    ) -> Result<PutOutcome, SchedError> {
+        let slot = self.running_slot(vcpu, pcpu)?;
+        match why {
+            PutReason::SliceExpired => {
+                if self.would_pick_again(slot, pcpu, now) {
+                    // Renewed in place: as good as scheduled in again.
+                    let vruntime = self.vruntime_at(slot, now);
+                    self.fair_clock = self.fair_clock.max(vruntime);
+                    self.vcpus[slot].slice_end = now.saturating_add(self.slice);
+                    return Ok(PutOutcome::KeepRunning);
+                }
+                self.vcpus[slot].stats.preemptions += 1;
+                self.requeue(slot, pcpu, now);
+                Ok(PutOutcome::Requeued)
+            }
+            PutReason::Yield => {
+                self.vcpus[slot].stats.yields += 1;
+                self.requeue(slot, pcpu, now);
+                Ok(PutOutcome::Requeued)
+            }
+            PutReason::Wfi { deadline } => {
+                let v = &mut self.vcpus[slot];
+                if v.kicked {
+                    v.kicked = false;
+                    return Ok(PutOutcome::KeepRunning);
+                }
+                if deadline.is_some_and(|d| d <= now) {
+                    return Ok(PutOutcome::KeepRunning);
+                }
+                v.stats.blocks += 1;
+                self.pcpus[pcpu].current = None;
+                self.transition(slot, VcpuState::Blocked(BlockReason::Wfi { deadline }), now);
+                if let Some(deadline) = deadline {
+                    self.arm_timer(slot, pcpu, deadline);
+                }
+                Ok(PutOutcome::Blocked)
+            }
+            PutReason::PowerOff => {
+                self.pcpus[pcpu].current = None;
+                self.transition(slot, VcpuState::Off, now);
+                let v = &mut self.vcpus[slot];
+                v.kicked = false;
+                v.on_pending = false;
+                Ok(PutOutcome::PoweredOff)
+            }
+        }
+    }
+
+    /// A wake-up for `vcpu` (an interrupt became pending for it, or a PV
+    /// kick): Blocked -> Runnable and queued; Running or Runnable -> kicked;
+    /// Off -> ignored. See [`Wakeup`].
+    pub fn wake(&mut self, vcpu: VcpuId, now: u64) -> Result<Wakeup, SchedError> {
+        let slot = self.slot(vcpu)?;
+        Ok(self.wake_slot(slot, now))
+    }
+
+    /// Starts an Off `vcpu` (PSCI CPU_ON, after the arch layer has set up
+    /// its entry registers): Runnable and queued on the least loaded pCPU
+    /// it may use (an idle one first). It reports
+    /// [`PowerState::OnPending`] until first scheduled in. Errors with
+    /// [`SchedError::NotOff`] if it is not Off.
+    pub fn power_on(&mut self, vcpu: VcpuId, now: u64) -> Result<Wakeup, SchedError> {
+        let slot = self.slot(vcpu)?;
+        match self.vcpus[slot].state {
+            VcpuState::Off => Ok(self.start(slot, now)),
+            state => Err(SchedError::NotOff(state)),
+        }
+    }
+
+    /// Stops `vcpu` from outside (system off or reset of its VM): a
+    /// Runnable or Blocked vCPU becomes Off at once, an Off one stays Off. A
+    /// Running one cannot be stopped from here: [`SchedError::Running`] names
+    /// its pCPU, which must `put(PowerOff)` it.
+    pub fn power_off(&mut self, vcpu: VcpuId, now: u64) -> Result<(), SchedError> {
+        let slot = self.slot(vcpu)?;
+        match self.vcpus[slot].state {
+            VcpuState::Running { pcpu } => return Err(SchedError::Running { pcpu }),
+            VcpuState::Off => {}
+            VcpuState::Runnable => {
+                self.unlink(slot);
+                self.transition(slot, VcpuState::Off, now);
+            }
+            VcpuState::Blocked(_) => {
+                self.disarm_timer(slot);
+                self.transition(slot, VcpuState::Off, now);
+            }
+        }
+        let v = &mut self.vcpus[slot];
+        v.kicked = false;
+        v.on_pending = false;
+        Ok(())
+    }
+
+    /// Directed yield: `from`, running on `pcpu`, gives the rest of its
+    /// slice to `target`, a Runnable vCPU of the same VM allowed on `pcpu`.
+    /// `target` leaves its run queue (on any pCPU) and becomes `pcpu`'s next
+    /// [`Self::pick_next`], with `from`'s `slice_end`; `from` is queued at
+    /// the tail of `pcpu`'s queue as for [`PutReason::Yield`]. Call
+    /// `pick_next(pcpu)` next. On refusal nothing changes.
+    pub fn yield_to(
+        &mut self,
+        from: VcpuId,
+        target: VcpuId,
+        pcpu: usize,
+        now: u64,
+    ) -> Result<(), YieldError> {
+        let from_slot = self.slot(from).map_err(|_| YieldError::UnknownVcpu(from))?;
+        let target_slot = self
+            .slot(target)
+            .map_err(|_| YieldError::UnknownVcpu(target))?;
+        self.running_slot(from, pcpu)
+            .map_err(|_| YieldError::NotRunningHere)?;
+        if target == from {
+            return Err(YieldError::ToSelf);
+        }
+        if target.vm != from.vm {
+            return Err(YieldError::OtherVm);
+        }
+        let t = &self.vcpus[target_slot];
+        if !matches!(t.place, Place::Queue(_)) {
+            return Err(YieldError::NotRunnable(t.state));
+        }
+        if !t.allowed.contains(pcpu) {
+            return Err(YieldError::NotAllowedHere);
+        }
+        let inherited_end = self.vcpus[from_slot].slice_end;
+        if inherited_end <= now {
+            return Err(YieldError::NoSliceLeft);
+        }
+        self.unlink(target_slot);
+        let t = &mut self.vcpus[target_slot];
+        t.place = Place::Handoff(pcpu);
+        t.stats.yielded_to += 1;
+        self.pcpus[pcpu].handoff = Some((target_slot, inherited_end));
+        self.vcpus[from_slot].stats.yields += 1;
+        self.requeue(from_slot, pcpu, now);
+        Ok(())
+    }
+
+    /// Wakes every vCPU that blocked on `pcpu` and whose WFI deadline is at
+    /// or before `now`, reporting each wake-up to `on_wake` (which may name
+    /// another pCPU to IPI). Call it from `pcpu`'s timer interrupt.
+    pub fn expire_timers_on(
+        &mut self,
+        pcpu: usize,
+        now: u64,
+        mut on_wake: impl FnMut(VcpuId, Wakeup),
+    ) {
+        while let Some((deadline, slot)) = self.pcpus.get(pcpu).and_then(|p| p.timers.peek()) {
+            if deadline > now {
+                break;
+            }
+            // Disarming first guarantees progress whatever the vCPU's state.
+            self.disarm_timer(slot);
+            let wakeup = self.wake_slot(slot, now);
+            on_wake(self.vcpus[slot].id, wakeup);
+        }
+    }
+
+    /// [`Self::expire_timers_on`] for every pCPU.
+    pub fn expire_timers(&mut self, now: u64, mut on_wake: impl FnMut(VcpuId, Wakeup)) {
+        let online = self.online;
+        for pcpu in online.iter() {
+            self.expire_timers_on(pcpu, now, &mut on_wake);
+        }
+    }
+
+    /// The earliest WFI deadline of the vCPUs blocked on `pcpu`: program
+    /// `pcpu`'s timer for the earlier of this and the running vCPU's
+    /// [`Self::slice_end`].
+    pub fn next_deadline_on(&self, pcpu: usize) -> Option<u64> {
+        Some(self.pcpus.get(pcpu)?.timers.peek()?.0)
+    }
+
+    /// The earliest WFI deadline of all blocked vCPUs.
+    pub fn next_deadline(&self) -> Option<u64> {
+        self.online
+            .iter()
+            .filter_map(|pcpu| self.next_deadline_on(pcpu))
+            .min()
+    }
+
+    // --- internals -------------------------------------------------------
+
+    fn slot(&self, vcpu: VcpuId) -> Result<usize, SchedError> {
+        self.vms
+            .get(usize::from(vcpu.vm.0))
+            .and_then(|slots| slots.get(usize::from(vcpu.index)))
+            .copied()
+            .ok_or(SchedError::UnknownVcpu(vcpu))
+    }
+
+    fn vcpu(&self, vcpu: VcpuId) -> Option<&Vcpu> {
+        self.vcpus.get(self.slot(vcpu).ok()?)
+    }
+
+    /// The slot of `vcpu` if it is the one running on `pcpu`.
+    fn running_slot(&self, vcpu: VcpuId, pcpu: usize) -> Result<usize, SchedError> {
+        let slot = self.slot(vcpu)?;
+        let here = self.pcpus.get(pcpu).and_then(|p| p.current) == Some(slot);
+        if here && self.vcpus[slot].state == (VcpuState::Running { pcpu }) {
+            Ok(slot)
+        } else {
+            Err(SchedError::NotRunningHere { vcpu, pcpu })
+        }
+    }
+
+    fn stats_of(v: &Vcpu, now: u64) -> VcpuStats {
+        let mut stats = v.stats;
+        let open = now.saturating_sub(v.since);
+        match v.state {
+            VcpuState::Running { .. } => stats.run_ticks = stats.run_ticks.saturating_add(open),
+            VcpuState::Runnable => stats.steal_ticks = stats.steal_ticks.saturating_add(open),
+            VcpuState::Blocked(_) => stats.blocked_ticks = stats.blocked_ticks.saturating_add(open),
+            VcpuState::Off => {}
+        }
+        stats
+    }
+
+    /// Closes the interval of the current state into the accounting and
+    /// enters `state`.
+    fn transition(&mut self, slot: usize, state: VcpuState, now: u64) {
+        let v = &mut self.vcpus[slot];
+        if matches!(v.state, VcpuState::Running { .. }) {
+            v.vruntime = v.vruntime.saturating_add(now.saturating_sub(v.since));
+        }
+        v.stats = Self::stats_of(v, now);
+        v.since = v.since.max(now);
+        v.state = state;
+    }
+
+    /// Off -> Runnable on its first placement.
+    fn start(&mut self, slot: usize, now: u64) -> Wakeup {
+        self.transition(slot, VcpuState::Runnable, now);
+        self.catch_up(slot);
+        let v = &mut self.vcpus[slot];
+        v.kicked = false;
+        v.on_pending = true;
+        let pcpu = self.placement(slot, true);
+        let ipi = self.enqueue(slot, pcpu);
+        Wakeup::Queued { pcpu, ipi }
+    }
+
+    fn wake_slot(&mut self, slot: usize, now: u64) -> Wakeup {
+        match self.vcpus[slot].state {
+            VcpuState::Off => Wakeup::Ignored,
+            VcpuState::Running { pcpu } => {
+                self.vcpus[slot].kicked = true;
+                Wakeup::Kicked {
+                    running_on: Some(pcpu),
+                }
+            }
+            VcpuState::Runnable => {
+                self.vcpus[slot].kicked = true;
+                Wakeup::Kicked { running_on: None }
+            }
+            VcpuState::Blocked(_) => {
+                self.disarm_timer(slot);
+                self.transition(slot, VcpuState::Runnable, now);
+                self.catch_up(slot);
+                let pcpu = self.placement(slot, false);
+                let ipi = self.enqueue(slot, pcpu);
+                Wakeup::Queued { pcpu, ipi }
+            }
+        }
+    }
+
+    /// A vCPU that was blocked or off comes back with at most the fairness
+    /// margin of credit: time it did not want is not owed to it.
+    fn catch_up(&mut self, slot: usize) {
+        let margin = self.slice.saturating_mul(FAIRNESS_MARGIN_SLICES);
+        let floor = self.fair_clock.saturating_sub(margin);
+        let v = &mut self.vcpus[slot];
+        v.vruntime = v.vruntime.max(floor);
+    }
+
+    /// Where a vCPU that becomes Runnable is queued (module documentation,
+    /// "Run queues and placement"). `first_start`: it has no warm home.
+    fn placement(&self, slot: usize, first_start: bool) -> usize {
+        let v = &self.vcpus[slot];
+        let home_allowed = v.allowed.contains(v.home);
+        if home_allowed && self.idle.contains(v.home) {
+            return v.home;
+        }
+        if let Some(idle) = self.idle.intersection(&v.allowed).first() {
+            return idle;
+        }
+        if home_allowed && !first_start {
+            return v.home;
+        }
+        self.least_loaded(&v.allowed, v.home)
+    }
+
+    /// The least loaded pCPU of `allowed`; ties go to `prefer`, then to the
+    /// lowest index.
+    fn least_loaded(&self, allowed: &CpuSet, prefer: usize) -> usize {
+        let load = |pcpu: usize| self.pcpus.get(pcpu).map_or(usize::MAX, Pcpu::load);
+        let mut best = (
+            prefer,
+            if allowed.contains(prefer) {
+                load(prefer)
+            } else {
+                usize::MAX
+            },
+        );
+        for pcpu in allowed.iter() {
+            if load(pcpu) < best.1 {
+                best = (pcpu, load(pcpu));
+            }
+        }
+        best.0
+    }
+
+    /// Queues a Runnable vCPU at the tail of `pcpu`'s queue; returns whether
+    /// `pcpu` was idle (and claims it).
+    fn enqueue(&mut self, slot: usize, pcpu: usize) -> bool {
+        let tail = self.pcpus[pcpu].tail;
+        let v = &mut self.vcpus[slot];
+        v.place = Place::Queue(pcpu);
+        v.prev = tail;
+        v.next = None;
+        v.home = pcpu;
+        match tail {
+            Some(tail) => self.vcpus[tail].next = Some(slot),
+            None => self.pcpus[pcpu].head = Some(slot),
+        }
+        let p = &mut self.pcpus[pcpu];
+        p.tail = Some(slot);
+        p.len += 1;
+        self.queued.insert(pcpu);
+        let was_idle = self.idle.contains(pcpu);
+        self.idle.remove(pcpu);
+        was_idle
+    }
+
+    /// Takes a Runnable vCPU out of its queue or hand-over slot.
+    fn unlink(&mut self, slot: usize) {
+        let (place, prev, next) = {
+            let v = &mut self.vcpus[slot];
+            let taken = (v.place, v.prev.take(), v.next.take());
+            v.place = Place::Nowhere;
+            taken
+        };
+        match place {
+            Place::Nowhere => {}
+            Place::Handoff(pcpu) => {
+                if let Some(p) = self.pcpus.get_mut(pcpu) {
+                    p.handoff = None;
+                }
+            }
+            Place::Queue(pcpu) => {
+                match prev {
+                    Some(prev) => self.vcpus[prev].next = next,
+                    None => self.pcpus[pcpu].head = next,
+                }
+                match next {
+                    Some(next) => self.vcpus[next].prev = prev,
+                    None => self.pcpus[pcpu].tail = prev,
+                }
+                let p = &mut self.pcpus[pcpu];
+                p.len = p.len.saturating_sub(1);
+                if p.len == 0 {
+                    self.queued.remove(pcpu);
+                }
+            }
+        }
+    }
+
+    /// Running -> Runnable at the tail of `pcpu`'s queue.
+    fn requeue(&mut self, slot: usize, pcpu: usize, now: u64) {
+        self.pcpus[pcpu].current = None;
+        self.transition(slot, VcpuState::Runnable, now);
+        self.enqueue(slot, pcpu);
+    }
+
+    /// Makes a waiting vCPU Running on `pcpu` until `slice_end`.
+    fn run(&mut self, slot: usize, pcpu: usize, now: u64, slice_end: u64) {
+        self.unlink(slot);
+        self.transition(slot, VcpuState::Running { pcpu }, now);
+        let v = &mut self.vcpus[slot];
+        v.slice_end = slice_end;
+        v.on_pending = false;
+        v.stats.scheduled_in += 1;
+        if v.last_pcpu.is_some_and(|last| last != pcpu) {
+            v.stats.migrations += 1;
+        }
+        v.last_pcpu = Some(pcpu);
+        v.home = pcpu;
+        self.fair_clock = self.fair_clock.max(v.vruntime);
+        self.pcpus[pcpu].current = Some(slot);
+        self.idle.remove(pcpu);
+    }
+
+    /// The next vCPU for `pcpu` from the run queues (hand-overs aside).
+    fn choose_next(&self, pcpu: usize) -> Option<usize> {
+        let Some(own) = self.pcpus.get(pcpu)?.head else {
+            return self.steal_for(pcpu);
+        };
+        match self.least_served_foreign_head(pcpu) {
+            Some(foreign) if self.owed_more(foreign, self.vcpus[own].vruntime) => Some(foreign),
+            _ => Some(own),
+        }
+    }
+
+    /// `slot`'s virtual run time at `now`, including a run in progress.
+    fn vruntime_at(&self, slot: usize, now: u64) -> u64 {
+        let v = &self.vcpus[slot];
+        match v.state {
+            VcpuState::Running { .. } => v.vruntime.saturating_add(now.saturating_sub(v.since)),
+            _ => v.vruntime,
+        }
+    }
+
+    /// Whether `slot` has had at least [`FAIRNESS_MARGIN_SLICES`] slices
+    /// less CPU time than a vCPU at `vruntime`.
+    fn owed_more(&self, slot: usize, vruntime: u64) -> bool {
+        let margin = self.slice.saturating_mul(FAIRNESS_MARGIN_SLICES);
+        self.vcpus[slot].vruntime.saturating_add(margin) <= vruntime
+    }
+
+    /// Whether `pick_next(pcpu)` would choose `slot`, running on `pcpu`,
+    /// again if it were put back at `now`: nothing else waits for this pCPU.
+    fn would_pick_again(&self, slot: usize, pcpu: usize, now: u64) -> bool {
+        let p = &self.pcpus[pcpu];
+        let vruntime = self.vruntime_at(slot, now);
+        p.head.is_none()
+            && p.handoff.is_none()
+            && self
+                .least_served_foreign_head(pcpu)
+                .is_none_or(|foreign| !self.owed_more(foreign, vruntime))
+    }
+
+    /// Among the heads of the other non-empty queues that may run on
+    /// `pcpu`, the one that has had the least CPU time.
+    fn least_served_foreign_head(&self, pcpu: usize) -> Option<usize> {
+        self.queued
+            .iter()
+            .filter(|&other| other != pcpu)
+            .filter_map(|other| self.pcpus.get(other)?.head)
+            .filter(|&head| self.vcpus[head].allowed.contains(pcpu))
+            .min_by_key(|&head| (self.vcpus[head].vruntime, head))
+    }
+
+    /// For an empty queue: the first vCPU allowed on `pcpu` in the most
+    /// loaded other queue that has one.
+    fn steal_for(&self, pcpu: usize) -> Option<usize> {
+        let mut best: Option<(usize, usize)> = None;
+        for other in self.queued.iter().filter(|&other| other != pcpu) {
+            let len = self.pcpus[other].len;
+            if best.is_some_and(|(best_len, _)| len <= best_len) {
+                continue;
+            }
+            let mut cursor = self.pcpus[other].head;
+            while let Some(slot) = cursor {
+                if self.vcpus[slot].allowed.contains(pcpu) {
+                    best = Some((len, slot));
+                    break;
+                }
+                cursor = self.vcpus[slot].next;
+            }
+        }
+        best.map(|(_, slot)| slot)
+    }
+
+    fn arm_timer(&mut self, slot: usize, pcpu: usize, deadline: u64) {
+        self.vcpus[slot].timer = Some(pcpu);
+        self.pcpus[pcpu]
+            .timers
+            .insert(deadline, slot, &mut self.vcpus[..]);
+    }
+
+    fn disarm_timer(&mut self, slot: usize) {
+        let v = &mut self.vcpus[slot];
+        if let Some(pcpu) = v.timer.take() {
+            let at = v.timer_pos;
+            if let Some(p) = self.pcpus.get_mut(pcpu) {
+                p.timers.remove_at(at, &mut self.vcpus[..]);
+            }
+        }
+    }
+}

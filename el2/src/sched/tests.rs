@@ -1,0 +1,799 @@
+//! Scheduler tests, including a small deterministic simulator of pCPUs
+//! driven by their slice timers.
+
+use super::*;
+use alloc::vec;
+use alloc::vec::Vec;
+
+const SLICE: u64 = 1_000;
+
+fn vcpu(vm: u16, index: u16) -> VcpuId {
+    VcpuId {
+        vm: VmId(vm),
+        index,
+    }
+}
+
+/// A scheduler over pCPUs `0..pcpus` with one VM per entry of `vms`, each
+/// with that many Runnable vCPUs of any affinity.
+fn scheduler(pcpus: usize, vms: &[u16]) -> Scheduler {
+    let mut s = Scheduler::new(CpuSet::first_n(pcpus), SLICE);
+    for &count in vms {
+        let vm = s.add_vm().unwrap();
+        for _ in 0..count {
+            s.add_vcpu(vm, None, InitialState::Runnable, 0).unwrap();
+        }
+    }
+    s
+}
+
+/// Drives every pCPU: each runs its vCPU until its slice ends, then puts
+/// it with `SliceExpired` and picks again. Events are processed in time
+/// order, ties by pCPU index, so runs are reproducible.
+struct Sim {
+    s: Scheduler,
+    now: u64,
+    pcpus: usize,
+}
+
+impl Sim {
+    /// With `staggered`, pCPU `p` of `n` starts at `p * SLICE / n`, so slice
+    /// ends interleave as they do on hardware; otherwise all start at 0.
+    fn with_phases(s: Scheduler, staggered: bool) -> Self {
+        let pcpus = s.pcpus.len();
+        let mut sim = Self { s, now: 0, pcpus };
+        for p in 0..pcpus {
+            let start = if staggered {
+                p as u64 * SLICE / pcpus as u64
+            } else {
+                0
+            };
+            sim.s.pick_next(p, start);
+        }
+        sim
+    }
+
+    /// Runs until `until`, checking invariants at every event.
+    fn run_until(&mut self, until: u64) {
+        loop {
+            let next = (0..self.pcpus)
+                .filter_map(|p| self.s.slice_end(self.s.current(p)?))
+                .min();
+            let Some(next) = next.filter(|&t| t <= until) else {
+                self.now = until;
+                return;
+            };
+            self.now = next.max(self.now);
+            for p in 0..self.pcpus {
+                let Some(v) = self.s.current(p) else {
+                    self.s.pick_next(p, self.now);
+                    continue;
+                };
+                if self.s.slice_end(v).is_some_and(|end| end <= self.now) {
+                    let outcome = self.s.put(v, p, self.now, PutReason::SliceExpired).unwrap();
+                    if outcome == PutOutcome::Requeued {
+                        self.s.pick_next(p, self.now).expect("work is waiting");
+                    }
+                }
+            }
+            self.check_invariants();
+        }
+    }
+
+    fn check_invariants(&self) {
+        for p in 0..self.pcpus {
+            if let Some(v) = self.s.current(p) {
+                assert_eq!(self.s.state(v), Some(VcpuState::Running { pcpu: p }));
+                let slot = self.s.slot(v).unwrap();
+                assert!(
+                    self.s.vcpus[slot].allowed.contains(p),
+                    "{v} outside affinity"
+                );
+            }
+            // Queue links are consistent and lengths match.
+            let mut n = 0;
+            let mut cursor = self.s.pcpus[p].head;
+            let mut prev = None;
+            while let Some(slot) = cursor {
+                assert_eq!(self.s.vcpus[slot].prev, prev);
+                assert_eq!(self.s.vcpus[slot].place, Place::Queue(p));
+                assert_eq!(self.s.vcpus[slot].state, VcpuState::Runnable);
+                prev = Some(slot);
+                cursor = self.s.vcpus[slot].next;
+                n += 1;
+            }
+            assert_eq!(self.s.pcpus[p].tail, prev);
+            assert_eq!(n, self.s.pcpus[p].len);
+            assert_eq!(self.s.queued.contains(p), n > 0);
+        }
+    }
+
+    fn run_ticks(&self, v: VcpuId) -> u64 {
+        self.s.stats(v, self.now).unwrap().run_ticks
+    }
+}
+
+/// Run ticks of each vCPU of VM 0.
+fn shares(sim: &Sim, count: u16) -> Vec<u64> {
+    (0..count).map(|i| sim.run_ticks(vcpu(0, i))).collect()
+}
+
+fn spread(runs: &[u64]) -> u64 {
+    runs.iter().max().unwrap() - runs.iter().min().unwrap()
+}
+
+#[test]
+fn round_robin_gives_eight_vcpus_equal_shares_of_two_pcpus() {
+    for staggered in [false, true] {
+        // Two VMs of four vCPUs each, overcommitted 4:1.
+        let mut sim = Sim::with_phases(scheduler(2, &[4, 4]), staggered);
+        let rounds = 1_000;
+        sim.run_until(rounds * SLICE);
+        let all: Vec<VcpuId> = (0..2)
+            .flat_map(|vm| (0..4).map(move |i| vcpu(vm, i)))
+            .collect();
+        let runs: Vec<u64> = all.iter().map(|&v| sim.run_ticks(v)).collect();
+        assert!(runs.iter().all(|&r| r > 0), "every vCPU ran");
+        assert!(
+            spread(&runs) <= SLICE,
+            "shares differ by more than one slice: {runs:?}"
+        );
+        // Both pCPUs were busy all the time after they started.
+        let idle_start = if staggered { SLICE / 2 } else { 0 };
+        assert_eq!(runs.iter().sum::<u64>(), 2 * rounds * SLICE - idle_start);
+        for &v in &all {
+            let stats = sim.s.stats(v, sim.now).unwrap();
+            // Runnable the whole time: every tick is either run or steal.
+            assert_eq!(stats.run_ticks + stats.steal_ticks, rounds * SLICE, "{v}");
+            assert_eq!(stats.blocked_ticks, 0);
+            // Whole slices, the last one possibly still running.
+            assert!(stats.run_ticks.abs_diff(stats.scheduled_in * SLICE) <= SLICE);
+            assert_eq!(stats.migrations, 0, "balanced queues need no migration");
+        }
+        let vm0 = sim.s.vm_stats(VmId(0), sim.now).unwrap();
+        let vm1 = sim.s.vm_stats(VmId(1), sim.now).unwrap();
+        assert_eq!(vm0.vcpus, 4);
+        assert!(vm0.total.run_ticks.abs_diff(vm1.total.run_ticks) <= SLICE);
+    }
+}
+
+#[test]
+fn uneven_queues_still_share_evenly() {
+    // vCPU counts that do not divide over the pCPUs: the vCPUs must rotate
+    // for the shares to be even, but not on every switch.
+    let margin = FAIRNESS_MARGIN_SLICES * SLICE;
+    for (pcpus, vcpus) in [(2, 3), (2, 5), (3, 4), (3, 7), (4, 5), (4, 9), (8, 9)] {
+        for staggered in [false, true] {
+            let mut sim = Sim::with_phases(scheduler(pcpus, &[vcpus]), staggered);
+            sim.run_until(3_000 * SLICE);
+            let runs = shares(&sim, vcpus);
+            assert!(
+                spread(&runs) <= margin,
+                "{vcpus} on {pcpus}: shares differ by more than the margin: {runs:?}"
+            );
+            let (migrations, switches) = (0..vcpus)
+                .map(|i| sim.s.stats(vcpu(0, i), sim.now).unwrap())
+                .fold((0, 0), |(m, s), st| {
+                    (m + st.migrations, s + st.scheduled_in)
+                });
+            assert!(
+                migrations * 3 < switches * 2,
+                "{vcpus} on {pcpus}: {migrations} migrations in {switches} switches"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_vcpu_back_from_a_long_block_is_owed_little() {
+    // Three vCPUs on two pCPUs; c sleeps for 1000 slices, then all run.
+    let mut s = scheduler(2, &[3]);
+    let (a, b, c) = (vcpu(0, 0), vcpu(0, 1), vcpu(0, 2));
+    let pa = s.home(a).unwrap();
+    assert_eq!(s.pick_next(pa, 0), Some(a));
+    assert_eq!(s.pick_next(1 - pa, 0), Some(b));
+    // c is queued behind a; let it run once and block.
+    s.put(a, pa, 1, PutReason::Yield).unwrap();
+    assert_eq!(s.pick_next(pa, 1), Some(c));
+    s.put(c, pa, 2, PutReason::Wfi { deadline: None }).unwrap();
+    assert_eq!(s.pick_next(pa, 2), Some(a));
+    let mut sim = Sim {
+        s,
+        now: 2,
+        pcpus: 2,
+    };
+    sim.run_until(1_000 * SLICE);
+    let before = shares(&sim, 3);
+    assert!(before[2] <= 1);
+    sim.s.wake(c, sim.now).unwrap();
+    // Its virtual run time was raised to within the margin of the fair
+    // clock: otherwise, at the head of a queue, it would look owed so much
+    // that no other pCPU's head would ever be pulled past it.
+    let margin = FAIRNESS_MARGIN_SLICES * SLICE;
+    let slot = sim.s.slot(c).unwrap();
+    assert!(sim.s.fair_clock >= 999 * SLICE);
+    assert_eq!(sim.s.vcpus[slot].vruntime + margin, sim.s.fair_clock);
+    sim.run_until(4_000 * SLICE);
+    let after: Vec<u64> = shares(&sim, 3)
+        .iter()
+        .zip(&before)
+        .map(|(now, then)| now - then)
+        .collect();
+    // Fair share of the last 3000 slices of two pCPUs: 2000 slices each.
+    // c may catch up by the margin, no more.
+    let fair = 2_000 * SLICE;
+    for run in &after {
+        assert!(run.abs_diff(fair) <= 2 * margin, "{after:?}");
+    }
+}
+
+#[test]
+fn a_lone_vcpu_keeps_its_pcpu_when_the_slice_expires() {
+    let mut s = scheduler(1, &[1]);
+    let v = vcpu(0, 0);
+    assert_eq!(s.pick_next(0, 0), Some(v));
+    assert_eq!(s.slice_end(v), Some(SLICE));
+    assert_eq!(
+        s.put(v, 0, SLICE, PutReason::SliceExpired),
+        Ok(PutOutcome::KeepRunning)
+    );
+    assert_eq!(s.slice_end(v), Some(2 * SLICE));
+    let stats = s.stats(v, 2 * SLICE).unwrap();
+    assert_eq!((stats.scheduled_in, stats.preemptions), (1, 0));
+    assert_eq!(stats.run_ticks, 2 * SLICE);
+}
+
+#[test]
+fn wfi_blocks_until_woken_and_the_idle_pcpu_is_poked() {
+    let mut s = scheduler(2, &[2]);
+    let (a, b) = (vcpu(0, 0), vcpu(0, 1));
+    assert_eq!(s.pick_next(0, 0), Some(a));
+    assert_eq!(s.pick_next(1, 0), Some(b));
+    assert_eq!(
+        s.put(b, 1, 100, PutReason::Wfi { deadline: None }),
+        Ok(PutOutcome::Blocked)
+    );
+    assert_eq!(
+        s.state(b),
+        Some(VcpuState::Blocked(BlockReason::Wfi { deadline: None }))
+    );
+    assert!(!s.is_preempted(b));
+    assert_eq!(s.pick_next(1, 100), None);
+    assert!(s.is_idle(1));
+    assert_eq!(s.next_deadline_on(1), None);
+    // An interrupt for b: back on its idle home pCPU, which must be poked.
+    assert_eq!(s.wake(b, 400), Ok(Wakeup::Queued { pcpu: 1, ipi: true }));
+    assert!(!s.is_idle(1));
+    assert!(s.is_preempted(b));
+    assert_eq!(s.pick_next(1, 450), Some(b));
+    let stats = s.stats(b, 450).unwrap();
+    assert_eq!(stats.blocked_ticks, 300);
+    assert_eq!(stats.steal_ticks, 50);
+    assert_eq!(stats.blocks, 1);
+    // Waking a powered-off vCPU does nothing.
+    s.put(b, 1, 500, PutReason::PowerOff).unwrap();
+    assert_eq!(s.wake(b, 600), Ok(Wakeup::Ignored));
+    assert_eq!(s.state(b), Some(VcpuState::Off));
+}
+
+#[test]
+fn wfi_deadlines_wake_vcpus_in_order() {
+    let mut s = scheduler(1, &[3]);
+    let (a, b, c) = (vcpu(0, 0), vcpu(0, 1), vcpu(0, 2));
+    assert_eq!(s.pick_next(0, 0), Some(a));
+    s.put(
+        a,
+        0,
+        10,
+        PutReason::Wfi {
+            deadline: Some(900),
+        },
+    )
+    .unwrap();
+    assert_eq!(s.pick_next(0, 10), Some(b));
+    s.put(
+        b,
+        0,
+        20,
+        PutReason::Wfi {
+            deadline: Some(500),
+        },
+    )
+    .unwrap();
+    assert_eq!(s.pick_next(0, 20), Some(c));
+    s.put(c, 0, 30, PutReason::Wfi { deadline: None }).unwrap();
+    assert_eq!(s.pick_next(0, 30), None);
+    assert_eq!(s.next_deadline_on(0), Some(500));
+    assert_eq!(s.next_deadline(), Some(500));
+
+    let mut woken = vec![];
+    s.expire_timers(499, |v, w| woken.push((v, w)));
+    assert!(woken.is_empty());
+    s.expire_timers_on(0, 500, |v, w| woken.push((v, w)));
+    assert_eq!(woken, [(b, Wakeup::Queued { pcpu: 0, ipi: true })]);
+    assert_eq!(s.next_deadline(), Some(900));
+    // A wake-up before the deadline disarms the timer.
+    assert_eq!(
+        s.wake(a, 600),
+        Ok(Wakeup::Queued {
+            pcpu: 0,
+            ipi: false
+        })
+    );
+    assert_eq!(s.next_deadline(), None);
+    woken.clear();
+    s.expire_timers(10_000, |v, w| woken.push((v, w)));
+    assert!(woken.is_empty(), "c has no deadline, a's was disarmed");
+    assert_eq!(s.pick_next(0, 700), Some(b));
+}
+
+#[test]
+fn wfi_past_its_deadline_does_not_block() {
+    let mut s = scheduler(1, &[1]);
+    let v = vcpu(0, 0);
+    s.pick_next(0, 0);
+    assert_eq!(
+        s.put(
+            v,
+            0,
+            100,
+            PutReason::Wfi {
+                deadline: Some(100)
+            }
+        ),
+        Ok(PutOutcome::KeepRunning)
+    );
+    assert_eq!(s.state(v), Some(VcpuState::Running { pcpu: 0 }));
+    assert_eq!(s.next_deadline(), None);
+}
+
+#[test]
+fn a_wake_racing_with_wfi_is_not_lost() {
+    let mut s = scheduler(1, &[1]);
+    let v = vcpu(0, 0);
+    s.pick_next(0, 0);
+    // The interrupt arrives while the vCPU is still running (e.g. between
+    // the trap and the put).
+    assert_eq!(
+        s.wake(v, 10),
+        Ok(Wakeup::Kicked {
+            running_on: Some(0)
+        })
+    );
+    assert!(s.is_kicked(v));
+    assert_eq!(
+        s.put(v, 0, 20, PutReason::Wfi { deadline: None }),
+        Ok(PutOutcome::KeepRunning)
+    );
+    assert!(!s.is_kicked(v), "the kick is consumed");
+    assert_eq!(
+        s.put(v, 0, 30, PutReason::Wfi { deadline: None }),
+        Ok(PutOutcome::Blocked)
+    );
+    // A kick while Runnable also makes its next WFI complete.
+    let mut s = scheduler(1, &[2]);
+    let (a, b) = (vcpu(0, 0), vcpu(0, 1));
+    s.pick_next(0, 0);
+    assert_eq!(s.wake(b, 5), Ok(Wakeup::Kicked { running_on: None }));
+    s.put(a, 0, SLICE, PutReason::SliceExpired).unwrap();
+    assert_eq!(s.pick_next(0, SLICE), Some(b));
+    assert_eq!(
+        s.put(b, 0, SLICE + 1, PutReason::Wfi { deadline: None }),
+        Ok(PutOutcome::KeepRunning)
+    );
+}
+
+#[test]
+fn simultaneous_wakeups_spread_over_idle_pcpus() {
+    let mut s = Scheduler::new(CpuSet::first_n(3), SLICE);
+    let vm = s.add_vm().unwrap();
+    let pinned = CpuSet::single(0);
+    let v: Vec<VcpuId> = (0..2)
+        .map(|_| {
+            s.add_vcpu(vm, Some(pinned), InitialState::Runnable, 0)
+                .unwrap()
+        })
+        .collect();
+    // Both start on pCPU 0 (pinned), then block there.
+    assert_eq!(s.pick_next(0, 0), Some(v[0]));
+    s.put(v[0], 0, 1, PutReason::Wfi { deadline: None })
+        .unwrap();
+    assert_eq!(s.pick_next(0, 1), Some(v[1]));
+    s.put(v[1], 0, 2, PutReason::Wfi { deadline: None })
+        .unwrap();
+    assert_eq!(s.pick_next(0, 2), None);
+    for p in 1..3 {
+        assert_eq!(s.pick_next(p, 2), None);
+    }
+    // Free vCPUs that blocked on pCPU 0 while 1 and 2 are idle.
+    let free: Vec<VcpuId> = (0..2)
+        .map(|_| s.add_vcpu(vm, None, InitialState::Off, 2).unwrap())
+        .collect();
+    for (i, &f) in free.iter().enumerate() {
+        assert_eq!(s.power_on(f, 3), Ok(Wakeup::Queued { pcpu: i, ipi: true }));
+    }
+    // pCPU 0 took the first; the second went to idle pCPU 1.
+    assert_eq!(s.pick_next(0, 4), Some(free[0]));
+    assert_eq!(s.pick_next(1, 4), Some(free[1]));
+    s.put(free[0], 0, 5, PutReason::Wfi { deadline: None })
+        .unwrap();
+    s.put(free[1], 1, 5, PutReason::Wfi { deadline: None })
+        .unwrap();
+    assert_eq!(s.pick_next(0, 5), None);
+    assert_eq!(s.pick_next(1, 5), None);
+    // Two wake-ups at once claim two different idle pCPUs.
+    let a = s.wake(free[0], 6).unwrap();
+    let b = s.wake(free[1], 6).unwrap();
+    assert_eq!(a, Wakeup::Queued { pcpu: 0, ipi: true });
+    assert_eq!(b, Wakeup::Queued { pcpu: 1, ipi: true });
+    // The pinned ones only ever go to pCPU 0, even with 2 idle.
+    assert_eq!(
+        s.wake(v[0], 7),
+        Ok(Wakeup::Queued {
+            pcpu: 0,
+            ipi: false
+        })
+    );
+}
+
+#[test]
+fn stealing_respects_affinity() {
+    let mut s = Scheduler::new(CpuSet::first_n(2), SLICE);
+    let vm = s.add_vm().unwrap();
+    let other_vm = s.add_vm().unwrap();
+    let (on0, on1) = (CpuSet::single(0), CpuSet::single(1));
+    let free = s.add_vcpu(vm, None, InitialState::Runnable, 0).unwrap();
+    let pinned: Vec<VcpuId> = (0..3)
+        .map(|_| {
+            s.add_vcpu(vm, Some(on0), InitialState::Runnable, 0)
+                .unwrap()
+        })
+        .collect();
+    let busy = s
+        .add_vcpu(other_vm, Some(on1), InitialState::Runnable, 0)
+        .unwrap();
+    assert_eq!(s.queue_len(0), 4);
+    assert_eq!(s.pick_next(1, 0), Some(busy));
+    // `free` runs on pCPU 0 first and blocks there: pCPU 0 is its home.
+    assert_eq!(s.pick_next(0, 0), Some(free));
+    s.put(free, 0, 10, PutReason::Wfi { deadline: None })
+        .unwrap();
+    assert_eq!(s.pick_next(0, 10), Some(pinned[0]));
+    // No pCPU is idle when it wakes: it queues at home, behind two pinned.
+    assert_eq!(
+        s.wake(free, 20),
+        Ok(Wakeup::Queued {
+            pcpu: 0,
+            ipi: false
+        })
+    );
+    assert_eq!(s.queue_len(0), 3);
+    // pCPU 1 runs out of work: it steals `free` from the tail of pCPU 0's
+    // queue, skipping the pinned vCPUs ahead of it.
+    s.put(busy, 1, 30, PutReason::Wfi { deadline: None })
+        .unwrap();
+    assert_eq!(s.pick_next(1, 30), Some(free));
+    assert_eq!(s.queue_len(0), 2);
+    assert_eq!(s.stats(free, 30).unwrap().migrations, 1);
+    // Nothing else may move: pCPU 1 goes idle with two vCPUs waiting on 0.
+    s.put(free, 1, 40, PutReason::Wfi { deadline: None })
+        .unwrap();
+    assert_eq!(s.pick_next(1, 40), None);
+    assert_eq!(s.queue_len(0), 2);
+}
+
+#[test]
+fn pinned_vcpus_never_migrate() {
+    // Six vCPUs over three pCPUs: two pinned to pCPU 0, two pinned to pCPU
+    // 2, two free; all block and wake in a fixed pseudo-random pattern.
+    let mut s = Scheduler::new(CpuSet::first_n(3), SLICE);
+    let vm = s.add_vm().unwrap();
+    let affinity = [
+        Some(CpuSet::single(0)),
+        Some(CpuSet::single(0)),
+        Some(CpuSet::single(2)),
+        Some(CpuSet::single(2)),
+        None,
+        None,
+    ];
+    let ids: Vec<VcpuId> = affinity
+        .iter()
+        .map(|a| s.add_vcpu(vm, *a, InitialState::Runnable, 0).unwrap())
+        .collect();
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut random = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let mut now = 0;
+    for _ in 0..20_000 {
+        now += 37;
+        let p = (random() % 3) as usize;
+        match s.current(p) {
+            None => {
+                s.pick_next(p, now);
+            }
+            Some(v) => {
+                let why = match random() % 4 {
+                    0 => PutReason::Wfi {
+                        deadline: Some(now + random() % 5_000),
+                    },
+                    1 => PutReason::Yield,
+                    _ => PutReason::SliceExpired,
+                };
+                let out = s.put(v, p, now, why).unwrap();
+                if out != PutOutcome::KeepRunning {
+                    s.pick_next(p, now);
+                }
+            }
+        }
+        s.expire_timers(now, |_, _| {});
+        if random() % 8 == 0 {
+            let v = ids[(random() % 6) as usize];
+            s.wake(v, now).unwrap();
+        }
+        for (i, &v) in ids.iter().enumerate() {
+            if let (Some(VcpuState::Running { pcpu }), Some(only)) = (s.state(v), affinity[i]) {
+                assert!(only.contains(pcpu), "{v} ran on pCPU {pcpu}");
+            }
+        }
+    }
+    for (i, &v) in ids.iter().enumerate() {
+        let stats = s.stats(v, now).unwrap();
+        assert!(stats.scheduled_in > 0, "{v} never ran");
+        if affinity[i].is_some() {
+            assert_eq!(stats.migrations, 0, "{v}");
+        }
+    }
+    let free_migrations: u64 = ids[4..]
+        .iter()
+        .map(|&v| s.stats(v, now).unwrap().migrations)
+        .sum();
+    assert!(free_migrations > 0, "free vCPUs do get balanced");
+}
+
+#[test]
+fn power_on_and_off_transitions_and_errors() {
+    let mut s = Scheduler::new(CpuSet::first_n(2), SLICE);
+    let vm = s.add_vm().unwrap();
+    let boot = s.add_vcpu(vm, None, InitialState::Runnable, 0).unwrap();
+    let second = s.add_vcpu(vm, None, InitialState::Off, 0).unwrap();
+    assert_eq!(boot, vcpu(0, 0));
+    assert_eq!(second, vcpu(0, 1));
+    assert_eq!(s.vcpus(vm).collect::<Vec<_>>(), [boot, second]);
+    assert_eq!(s.vcpu_count(vm), Some(2));
+    assert_eq!(s.power_state(boot), Some(PowerState::OnPending));
+    assert_eq!(s.power_state(second), Some(PowerState::Off));
+    assert_eq!(s.pick_next(0, 0), Some(boot));
+    assert_eq!(s.power_state(boot), Some(PowerState::On));
+
+    // CPU_ON of the second vCPU: it goes to the idle pCPU 1.
+    assert_eq!(
+        s.power_on(second, 10),
+        Ok(Wakeup::Queued { pcpu: 1, ipi: true })
+    );
+    assert_eq!(s.power_state(second), Some(PowerState::OnPending));
+    assert_eq!(
+        s.power_on(second, 11),
+        Err(SchedError::NotOff(VcpuState::Runnable))
+    );
+    assert_eq!(
+        s.power_on(boot, 11),
+        Err(SchedError::NotOff(VcpuState::Running { pcpu: 0 }))
+    );
+    assert_eq!(s.pick_next(1, 12), Some(second));
+    assert_eq!(s.stats(second, 12).unwrap().steal_ticks, 2);
+
+    // CPU_OFF.
+    assert_eq!(
+        s.put(second, 1, 20, PutReason::PowerOff),
+        Ok(PutOutcome::PoweredOff)
+    );
+    assert_eq!(s.state(second), Some(VcpuState::Off));
+    assert_eq!(s.power_state(second), Some(PowerState::Off));
+    assert_eq!(s.pick_next(1, 20), None);
+    // Off time is not accounted anywhere.
+    let stats = s.stats(second, 1_000).unwrap();
+    assert_eq!(
+        (stats.run_ticks, stats.steal_ticks, stats.blocked_ticks),
+        (8, 2, 0)
+    );
+
+    // Stopping from outside: refused while running, immediate otherwise.
+    assert_eq!(s.power_off(boot, 30), Err(SchedError::Running { pcpu: 0 }));
+    s.put(boot, 0, 30, PutReason::Wfi { deadline: Some(99) })
+        .unwrap();
+    assert_eq!(s.power_off(boot, 31), Ok(()));
+    assert_eq!(s.next_deadline(), None, "its timer went with it");
+    assert_eq!(s.power_off(boot, 32), Ok(()), "already off");
+    s.power_on(second, 40).unwrap();
+    assert_eq!(s.power_off(second, 41), Ok(()));
+    assert_eq!(s.queue_len(0) + s.queue_len(1), 0);
+    assert_eq!(s.pick_next(0, 42), None);
+}
+
+#[test]
+fn steal_time_accrues_only_while_waiting_for_a_pcpu() {
+    let mut s = scheduler(1, &[3]);
+    let (a, b, c) = (vcpu(0, 0), vcpu(0, 1), vcpu(0, 2));
+    assert_eq!(s.pick_next(0, 0), Some(a));
+    // c blocks as soon as it runs; b waits in the queue meanwhile.
+    s.put(a, 0, 100, PutReason::SliceExpired).unwrap();
+    assert_eq!(s.pick_next(0, 100), Some(b));
+    s.put(b, 0, 200, PutReason::SliceExpired).unwrap();
+    assert_eq!(s.pick_next(0, 200), Some(c));
+    s.put(c, 0, 250, PutReason::Wfi { deadline: None }).unwrap();
+    assert_eq!(s.pick_next(0, 250), Some(a));
+    let at = 1_250;
+    let (sa, sb, sc) = (
+        s.stats(a, at).unwrap(),
+        s.stats(b, at).unwrap(),
+        s.stats(c, at).unwrap(),
+    );
+    // a: ran 0-100 and from 250; waited 100-250.
+    assert_eq!((sa.run_ticks, sa.steal_ticks), (1_100, 150));
+    // b: waited 0-100, ran 100-200, waits since 200.
+    assert_eq!((sb.run_ticks, sb.steal_ticks), (100, 100 + 1_050));
+    // c: waited 0-200, ran 200-250, blocked since: no steal while blocked.
+    assert_eq!(
+        (sc.run_ticks, sc.steal_ticks, sc.blocked_ticks),
+        (50, 200, 1_000)
+    );
+    assert_eq!(sa.preemptions, 1);
+    let vm = s.vm_stats(VmId(0), at).unwrap();
+    assert_eq!(vm.vcpus, 3);
+    assert_eq!(vm.total.run_ticks, at);
+    assert_eq!(vm.total.steal_ticks, 150 + 1_150 + 200);
+}
+
+#[test]
+fn yield_to_hands_the_rest_of_the_slice_to_a_sibling() {
+    // pCPU 0 runs a; b (same VM) waits on pCPU 1's queue behind x (another
+    // VM), and y (another VM) waits on pCPU 0.
+    let mut s = Scheduler::new(CpuSet::first_n(2), SLICE);
+    let vm0 = s.add_vm().unwrap();
+    let vm1 = s.add_vm().unwrap();
+    let a = s
+        .add_vcpu(vm0, Some(CpuSet::single(0)), InitialState::Runnable, 0)
+        .unwrap();
+    let x = s
+        .add_vcpu(vm1, Some(CpuSet::single(1)), InitialState::Runnable, 0)
+        .unwrap();
+    let y = s
+        .add_vcpu(vm1, Some(CpuSet::single(0)), InitialState::Runnable, 0)
+        .unwrap();
+    let b = s.add_vcpu(vm0, None, InitialState::Runnable, 0).unwrap();
+    let c = s
+        .add_vcpu(vm0, Some(CpuSet::single(1)), InitialState::Runnable, 0)
+        .unwrap();
+    let z = s
+        .add_vcpu(vm1, Some(CpuSet::single(1)), InitialState::Runnable, 0)
+        .unwrap();
+    assert_eq!(s.pick_next(0, 0), Some(a));
+    assert_eq!(s.pick_next(1, 0), Some(x));
+    assert_eq!(s.home(b), Some(1));
+    assert!(s.is_preempted(b));
+
+    // Refusals change nothing.
+    assert_eq!(s.yield_to(a, y, 0, 300), Err(YieldError::OtherVm));
+    assert_eq!(s.yield_to(a, a, 0, 300), Err(YieldError::ToSelf));
+    assert_eq!(s.yield_to(b, a, 0, 300), Err(YieldError::NotRunningHere));
+    assert_eq!(s.yield_to(a, b, 1, 300), Err(YieldError::NotRunningHere));
+    assert_eq!(s.yield_to(a, c, 0, 300), Err(YieldError::NotAllowedHere));
+    assert_eq!(
+        s.yield_to(a, vcpu(0, 9), 0, 300),
+        Err(YieldError::UnknownVcpu(vcpu(0, 9)))
+    );
+    assert_eq!(s.yield_to(a, b, 0, SLICE), Err(YieldError::NoSliceLeft));
+    assert_eq!(s.queue_len(1), 3);
+
+    // a yields to b at 300: b leaves pCPU 1's queue and runs on pCPU 0 until
+    // a's slice would have ended, not for a fresh slice.
+    assert_eq!(s.yield_to(a, b, 0, 300), Ok(()));
+    assert_eq!(s.queue_len(1), 2);
+    assert_eq!(s.state(a), Some(VcpuState::Runnable));
+    assert!(s.is_preempted(b), "handed over but not yet running");
+    assert_eq!(s.pick_next(0, 305), Some(b));
+    assert_eq!(s.slice_end(b), Some(SLICE));
+    // a queued behind y: y (the other VM) runs next, exactly when it would
+    // have run had a used its whole slice.
+    assert_eq!(
+        s.put(b, 0, SLICE, PutReason::SliceExpired),
+        Ok(PutOutcome::Requeued)
+    );
+    assert_eq!(s.pick_next(0, SLICE), Some(y));
+    let (sa, sb) = (s.stats(a, SLICE).unwrap(), s.stats(b, SLICE).unwrap());
+    assert_eq!((sa.run_ticks, sa.yields), (300, 1));
+    assert_eq!((sb.run_ticks, sb.yielded_to, sb.migrations), (695, 1, 0));
+
+    // A running, blocked or handed-over vCPU cannot be yielded to.
+    assert_eq!(
+        s.yield_to(x, z, 1, 400),
+        Ok(()),
+        "same VM, queued on the same pCPU"
+    );
+    assert_eq!(
+        s.yield_to(y, z, 0, SLICE + 1),
+        Err(YieldError::NotRunnable(VcpuState::Runnable)),
+        "z is already handed to pCPU 1"
+    );
+    assert_eq!(s.pick_next(1, 401), Some(z));
+    assert_eq!(
+        s.yield_to(y, z, 0, SLICE + 1),
+        Err(YieldError::NotRunnable(VcpuState::Running { pcpu: 1 }))
+    );
+    s.put(z, 1, 402, PutReason::Wfi { deadline: None }).unwrap();
+    assert_eq!(
+        s.yield_to(y, z, 0, SLICE + 2),
+        Err(YieldError::NotRunnable(VcpuState::Blocked(
+            BlockReason::Wfi { deadline: None }
+        )))
+    );
+}
+
+#[test]
+fn calls_with_wrong_ids_fail_cleanly() {
+    let mut s = scheduler(2, &[1]);
+    let v = vcpu(0, 0);
+    let ghost = vcpu(3, 0);
+    assert_eq!(s.wake(ghost, 0), Err(SchedError::UnknownVcpu(ghost)));
+    assert_eq!(
+        s.power_on(vcpu(0, 1), 0),
+        Err(SchedError::UnknownVcpu(vcpu(0, 1)))
+    );
+    assert_eq!(s.state(ghost), None);
+    assert_eq!(s.stats(ghost, 0), None);
+    assert!(!s.is_preempted(ghost));
+    assert_eq!(s.vm_stats(VmId(7), 0), None);
+    assert_eq!(
+        s.add_vcpu(VmId(7), None, InitialState::Off, 0),
+        Err(SchedError::UnknownVm(VmId(7)))
+    );
+    assert_eq!(
+        s.add_vcpu(VmId(0), Some(CpuSet::single(5)), InitialState::Off, 0),
+        Err(SchedError::NoAllowedPcpu)
+    );
+    assert_eq!(s.pick_next(9, 0), None);
+    assert_eq!(s.pick_next(crate::smp::MAX_CPUS + 1, 0), None);
+    assert_eq!(
+        s.put(v, 0, 0, PutReason::Yield),
+        Err(SchedError::NotRunningHere { vcpu: v, pcpu: 0 })
+    );
+    let p = s.home(v).unwrap();
+    assert_eq!(s.pick_next(p, 0), Some(v));
+    assert_eq!(s.pick_next(p, 1), Some(v), "idempotent while running");
+    assert_eq!(s.stats(v, 1).unwrap().scheduled_in, 1);
+    assert_eq!(
+        s.put(v, 1 - p, 5, PutReason::Yield),
+        Err(SchedError::NotRunningHere {
+            vcpu: v,
+            pcpu: 1 - p
+        })
+    );
+    // Time running backwards never underflows.
+    assert_eq!(s.put(v, p, 0, PutReason::Yield), Ok(PutOutcome::Requeued));
+    assert_eq!(s.pick_next(p, 0), Some(v));
+    assert_eq!(s.stats(v, 0).unwrap().run_ticks, 0);
+}
+
+#[test]
+fn offline_pcpus_get_no_work() {
+    // pCPUs 0 and 2 online, 1 failed to start.
+    let online: CpuSet = [0, 2].into_iter().collect();
+    let mut s = Scheduler::new(online, SLICE);
+    let vm = s.add_vm().unwrap();
+    for _ in 0..4 {
+        s.add_vcpu(vm, None, InitialState::Runnable, 0).unwrap();
+    }
+    assert_eq!(s.queue_len(1), 0);
+    assert_eq!(s.queue_len(0), 2);
+    assert_eq!(s.queue_len(2), 2);
+    assert_eq!(s.pick_next(1, 0), None);
+    assert!(!s.is_idle(1));
+    assert_eq!(
+        s.add_vcpu(vm, Some(CpuSet::single(1)), InitialState::Off, 0),
+        Err(SchedError::NoAllowedPcpu)
+    );
+}

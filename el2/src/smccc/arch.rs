@@ -1,0 +1,152 @@
+//! Arm Architecture Calls (SMCCC owner 0): SMCCC_VERSION,
+//! SMCCC_ARCH_FEATURES, SMCCC_ARCH_SOC_ID and the Spectre workarounds.
+//!
+//! DEN0028 chapter "Arm Architecture Calls"; ABI.md §1.
+
+use pvlock_abi::arch::{
+    SMCCC_ARCH_FEATURES, SMCCC_ARCH_SOC_ID, SMCCC_ARCH_WORKAROUND_1, SMCCC_ARCH_WORKAROUND_2,
+    SMCCC_ARCH_WORKAROUND_3, SMCCC_VERSION, WORKAROUND_NOT_REQUIRED, WORKAROUND_UNAFFECTED,
+};
+use pvlock_abi::smccc::{self, FunctionId};
+
+use super::{Call, Reply, Service};
+
+/// Whether the physical CPUs are exposed to one speculative-execution
+/// issue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exposure {
+    /// No PE of the machine is affected.
+    Unaffected,
+    /// Some PE may be affected. The hypervisor implements no firmware
+    /// mitigation, so it says so (NOT_SUPPORTED) and the guest reports
+    /// itself vulnerable rather than wrongly safe.
+    Vulnerable,
+}
+
+/// The host's exposure to the issues the SMCCC workaround calls address;
+/// decides the SMCCC_ARCH_FEATURES answers for them.
+///
+/// The arch layer derives it from the physical CPUs (as Linux does:
+/// ID_AA64PFR0_EL1.CSV2 / CSV3, ID_AA64PFR1_EL1.SSBS, ID_AA64MMFR1_EL1.ECBHB
+/// and MIDR lists), or uses [`Self::UNAFFECTED`] under QEMU TCG, which
+/// does not speculate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CpuVulnerabilities {
+    /// Spectre v2 (CVE-2017-5715): SMCCC_ARCH_WORKAROUND_1.
+    pub spectre_v2: Exposure,
+    /// Spectre v4 / speculative store bypass (CVE-2018-3639):
+    /// SMCCC_ARCH_WORKAROUND_2.
+    pub spectre_v4: Exposure,
+    /// Spectre-BHB (CVE-2022-23960): SMCCC_ARCH_WORKAROUND_3.
+    pub spectre_bhb: Exposure,
+}
+
+impl CpuVulnerabilities {
+    /// Unaffected by all three (QEMU TCG; CPUs whose ID registers say so).
+    pub const UNAFFECTED: Self = Self {
+        spectre_v2: Exposure::Unaffected,
+        spectre_v4: Exposure::Unaffected,
+        spectre_bhb: Exposure::Unaffected,
+    };
+
+    /// Possibly affected by all three: the safe answer when unknown.
+    pub const VULNERABLE: Self = Self {
+        spectre_v2: Exposure::Vulnerable,
+        spectre_v4: Exposure::Vulnerable,
+        spectre_bhb: Exposure::Vulnerable,
+    };
+
+    fn exposure(&self, workaround: FunctionId) -> Option<Exposure> {
+        match workaround {
+            SMCCC_ARCH_WORKAROUND_1 => Some(self.spectre_v2),
+            SMCCC_ARCH_WORKAROUND_2 => Some(self.spectre_v4),
+            SMCCC_ARCH_WORKAROUND_3 => Some(self.spectre_bhb),
+            _ => None,
+        }
+    }
+}
+
+const IDS: [FunctionId; 6] = [
+    SMCCC_VERSION,
+    SMCCC_ARCH_FEATURES,
+    SMCCC_ARCH_SOC_ID,
+    SMCCC_ARCH_WORKAROUND_1,
+    SMCCC_ARCH_WORKAROUND_2,
+    SMCCC_ARCH_WORKAROUND_3,
+];
+
+/// The Arm Architecture Calls service.
+///
+/// | call | answer |
+/// |---|---|
+/// | SMCCC_VERSION | 1.1 (`0x10001`): X4..X17 preserved; what Linux needs before it probes vendor services |
+/// | SMCCC_ARCH_FEATURES(W1 = id) | the table's answer for the id ([`super::Dispatcher::arch_features`]) |
+/// | SMCCC_ARCH_SOC_ID | NOT_SUPPORTED (guests ask only from SMCCC 1.2) |
+/// | ARCH_WORKAROUND_1/2/3 | 0 and nothing else (a no-op, as in KVM's fast path) where unaffected; NOT_SUPPORTED otherwise |
+///
+/// Its own SMCCC_ARCH_FEATURES answers: 0 for SMCCC_VERSION and
+/// SMCCC_ARCH_FEATURES — both are implemented, DEN0028 "SMCCC_ARCH_FEATURES"
+/// defines the call as "is this Arm Architecture function implemented", and
+/// TF-A answers 0 (so do probes such as Jailhouse's, which asks
+/// ARCH_FEATURES about itself). KVM answers -1 for both, but no guest
+/// depends on that. The workarounds, per [`CpuVulnerabilities`]:
+///
+/// | issue | unaffected | vulnerable |
+/// |---|---|---|
+/// | WORKAROUND_1 (Spectre v2) | 1, "not affected" | -1 |
+/// | WORKAROUND_2 (Spectre v4) | -2, "not required" | -1 |
+/// | WORKAROUND_3 (Spectre-BHB) | 1, "not affected" | -1 |
+///
+/// "Mitigated" (0) is never answered: the hypervisor performs no
+/// mitigation on the guest's behalf. DEN0028 "SMCCC_ARCH_WORKAROUND_1/2/3";
+/// ABI.md §1.
+#[derive(Clone, Copy, Debug)]
+pub struct ArchService {
+    vulnerabilities: CpuVulnerabilities,
+}
+
+impl ArchService {
+    /// The service for a host with `vulnerabilities`.
+    pub const fn new(vulnerabilities: CpuVulnerabilities) -> Self {
+        Self { vulnerabilities }
+    }
+}
+
+impl Service for ArchService {
+    fn name(&self) -> &'static str {
+        "arm-arch"
+    }
+
+    fn ids(&self) -> &[FunctionId] {
+        &IDS
+    }
+
+    fn call(&self, call: &Call<'_>) -> Reply {
+        match call.fid() {
+            SMCCC_VERSION => Reply::value(u64::from(smccc::VERSION_1_1.raw())),
+            SMCCC_ARCH_FEATURES => {
+                // An SMC32 call: the queried id is W1 (`Call::arg` truncates).
+                let queried = FunctionId::from_raw(call.arg(1) as u32);
+                Reply::code(call.table().arch_features(queried))
+            }
+            fid => match self.vulnerabilities.exposure(fid) {
+                Some(Exposure::Unaffected) => Reply::code(smccc::SUCCESS),
+                Some(Exposure::Vulnerable) | None => Reply::not_supported(),
+            },
+        }
+    }
+
+    fn arch_features(&self, fid: FunctionId) -> Option<i64> {
+        match fid {
+            SMCCC_VERSION | SMCCC_ARCH_FEATURES => Some(smccc::SUCCESS),
+            SMCCC_ARCH_WORKAROUND_2 => match self.vulnerabilities.spectre_v4 {
+                Exposure::Unaffected => Some(WORKAROUND_NOT_REQUIRED),
+                Exposure::Vulnerable => None,
+            },
+            fid => match self.vulnerabilities.exposure(fid)? {
+                Exposure::Unaffected => Some(WORKAROUND_UNAFFECTED),
+                Exposure::Vulnerable => None,
+            },
+        }
+    }
+}

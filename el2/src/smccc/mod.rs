@@ -1,0 +1,456 @@
+//! Guest SMCCC calls: the dispatcher for a guest's `hvc #0` (or a trapped
+//! `smc`) and the services behind it.
+//!
+//! # Flow
+//!
+//! The arch layer decodes the trap, then calls [`Dispatcher::dispatch`]
+//! with the caller, its saved registers and a [`VmView`] of its VM. The
+//! dispatcher
+//! 1. decodes the function id from W0 only (bits 63:32 of X0 and the SMCCC
+//!    1.3 SVE hint are ignored; DEN0028 "Function Identifiers"), counts it
+//!    ([`CallCounters`]), and answers NOT_SUPPORTED to yielding calls (bit
+//!    31 clear) and to ids with must-be-zero bits set;
+//! 2. routes the id to the one registered [`Service`] that owns it (a
+//!    binary search in a table sorted by id, i.e. by calling convention,
+//!    then owner, then function number); unowned ids answer NOT_SUPPORTED
+//!    (-1 sign-extended; DEN0028 "Return codes");
+//! 3. writes the service's [`Reply`] into X0..X3 — results it does not use
+//!    are zeroed, as KVM does — and leaves X4..X17 and every other register
+//!    untouched (DEN0028 "Register use in AArch64 SMC and HVC calls",
+//!    SMCCC ≥ 1.1);
+//! 4. returns the reply's [`Action`], which the caller carries out (start a
+//!    vCPU, stop this one, block it, stop the VM).
+//!
+//! For a trapped SMC the caller also advances ELR by 4 (the trap leaves it
+//! at the SMC, unlike HVC; ABI.md §1). Nothing is ever forwarded to EL3.
+//!
+//! # Services
+//!
+//! A service ([`Service`]) owns a list of function ids, answers calls to
+//! them, says what SMCCC_ARCH_FEATURES answers for each
+//! ([`Service::arch_features`]) and which KVM_FEATURES bits it contributes
+//! ([`Service::kvm_features`]). Each VM has its own [`Dispatcher`] built
+//! from its description, so a service (a PV-lock ABI variant, PV time, KVM
+//! PTP) is switched on per VM by registering it; two services that claim
+//! the same id (KVM_PTP and the seed-v3 PV-lock call share `0x86000001`,
+//! ABI.md §3) cannot both be registered ([`RegisterError`]). The table
+//! answers the discovery calls for everyone: SMCCC_ARCH_FEATURES asks the
+//! owner of the queried id, KVM_FEATURES ORs every service's bits, and
+//! PSCI_FEATURES(SMCCC_VERSION) asks whether anyone implements
+//! SMCCC_VERSION.
+//!
+//! To add a service: implement [`Service`] (ids from `pvlock_abi`, never
+//! restated), keep any per-VM state behind interior mutability (calls
+//! from the VM's vCPUs may run concurrently on several pCPUs, so services
+//! are `Sync` and take `&self`), read arguments with [`Call::arg`] (which
+//! applies the SMC32 truncation), return a [`Reply`], and add an [`Action`]
+//! variant if the scheduler has to act (a kick, a directed yield).
+//!
+//! [`Dispatcher::standard`] registers the two services every VM has:
+//! [`ArchService`] (SMCCC_VERSION, SMCCC_ARCH_FEATURES, the Spectre
+//! workarounds) and [`PsciService`] (PSCI 1.1 as KVM offers it, ABI.md §5).
+
+pub mod arch;
+pub mod counters;
+pub mod psci;
+#[cfg(test)]
+mod tests;
+
+pub use arch::{ArchService, CpuVulnerabilities, Exposure};
+pub use counters::CallCounters;
+pub use psci::PsciService;
+
+use alloc::boxed::Box;
+use alloc::vec::Vec;
+use core::fmt;
+
+use platform::Mpidr;
+use pvlock_abi::kvm::KvmFeatures;
+use pvlock_abi::smccc::{self, FunctionId, PRESERVED_FIRST, RESULT_REGS};
+
+use crate::vcpu::{GuestRegs, VcpuId};
+
+/// A vCPU's power state as PSCI reports it (DEN0022 "AFFINITY_INFO",
+/// "CPU_ON").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PowerState {
+    /// Running, runnable or blocked: powered on.
+    On,
+    /// Powered off.
+    Off,
+    /// CPU_ON has been accepted but the vCPU has not started yet.
+    OnPending,
+}
+
+impl PowerState {
+    /// The error CPU_ON answers for a target in this state, `None` if the
+    /// target can be started (it is Off). Use it to rewrite X0 if the
+    /// target's state changed between [`Dispatcher::dispatch`] and carrying
+    /// out [`Action::CpuOn`] (see there).
+    ///
+    /// DEN0022 "CPU_ON": ALREADY_ON, ON_PENDING.
+    pub const fn cpu_on_error(self) -> Option<i32> {
+        match self {
+            Self::Off => None,
+            Self::On => Some(pvlock_abi::psci::error::ALREADY_ON),
+            Self::OnPending => Some(pvlock_abi::psci::error::ON_PENDING),
+        }
+    }
+}
+
+/// What the dispatcher may know about the caller's VM. The arch layer
+/// implements it over its VM table, the scheduler
+/// ([`crate::sched::Scheduler::power_state`]) and the guest memory map.
+pub trait VmView {
+    /// Number of vCPUs of the VM (indices `0..vcpu_count()`).
+    fn vcpu_count(&self) -> u16;
+
+    /// The MPIDR (affinity fields only) of vCPU `index`, as the VM's
+    /// generated device tree gives it.
+    fn mpidr_of(&self, index: u16) -> Mpidr;
+
+    /// The vCPU whose MPIDR affinity is exactly `mpidr`. The default
+    /// searches [`Self::mpidr_of`]; override it with the inverse of the
+    /// guest-DT mapping.
+    fn vcpu_of_mpidr(&self, mpidr: Mpidr) -> Option<u16> {
+        (0..self.vcpu_count()).find(|&i| self.mpidr_of(i) == mpidr)
+    }
+
+    /// The power state of vCPU `index`.
+    fn power_state(&self, index: u16) -> PowerState;
+
+    /// Whether the guest-physical range `[ipa, ipa + len)` lies entirely in
+    /// the VM's RAM.
+    fn ram_contains(&self, ipa: u64, len: u64) -> bool;
+}
+
+/// What the caller of [`Dispatcher::dispatch`] must do after the results
+/// are written. Deliberately exhaustive: a new variant must be handled by
+/// every caller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Resume the caller.
+    None,
+    /// PSCI CPU_ON succeeded: set `target` up to start at `entry` in EL1h
+    /// with the MMU and caches off, DAIF masked, X0 = `context_id`, then
+    /// `Scheduler::power_on` it. The target was Off when the call was
+    /// answered; if it no longer is (another vCPU started it meanwhile),
+    /// rewrite the caller's X0 with `PowerState::cpu_on_error`. Holding the
+    /// lock that guards power states across dispatch and `power_on` avoids
+    /// the race altogether.
+    CpuOn {
+        /// The vCPU to start (same VM as the caller).
+        target: VcpuId,
+        /// Its entry point (IPA, checked to be in the VM's RAM).
+        entry: u64,
+        /// Its X0 at entry.
+        context_id: u64,
+    },
+    /// PSCI CPU_OFF: `put(PowerOff)` the caller. It next runs only after a
+    /// CPU_ON, from that call's entry point.
+    CpuOff,
+    /// PSCI CPU_SUSPEND: treat it as WFI (block until an interrupt is
+    /// pending), then resume after the call, as KVM does.
+    CpuSuspend,
+    /// PSCI SYSTEM_OFF: stop every vCPU of the VM.
+    SystemOff,
+    /// PSCI SYSTEM_RESET or SYSTEM_RESET2: restart the VM.
+    SystemReset,
+}
+
+/// A service's answer: the four result registers X0..X3 and an action.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reply {
+    /// X0..X3 as the caller will see them (unused results zero).
+    pub x: [u64; RESULT_REGS],
+    /// What the dispatcher's caller must do.
+    pub action: Action,
+}
+
+impl Reply {
+    /// One result in X0, X1..X3 zero, no action.
+    pub const fn value(x0: u64) -> Self {
+        Self::values([x0, 0, 0, 0])
+    }
+
+    /// Four results, no action.
+    pub const fn values(x: [u64; RESULT_REGS]) -> Self {
+        Self {
+            x,
+            action: Action::None,
+        }
+    }
+
+    /// An SMCCC return code in X0, sign-extended to 64 bits.
+    pub const fn code(code: i64) -> Self {
+        Self::value(smccc::ret_to_x0(code))
+    }
+
+    /// A PSCI return code in X0, sign-extended to 64 bits.
+    pub const fn psci(code: i32) -> Self {
+        Self::value(pvlock_abi::psci::ret_to_x0(code))
+    }
+
+    /// NOT_SUPPORTED (-1).
+    pub const fn not_supported() -> Self {
+        Self::code(smccc::NOT_SUPPORTED)
+    }
+
+    /// The same results with `action`.
+    #[must_use]
+    pub const fn with_action(self, action: Action) -> Self {
+        Self { action, ..self }
+    }
+}
+
+/// One call as a service sees it.
+pub struct Call<'a> {
+    caller: VcpuId,
+    fid: FunctionId,
+    regs: &'a GuestRegs,
+    vm: &'a dyn VmView,
+    table: &'a Dispatcher,
+}
+
+impl<'a> Call<'a> {
+    /// The calling vCPU.
+    pub fn caller(&self) -> VcpuId {
+        self.caller
+    }
+
+    /// The function id (W0, SVE hint cleared).
+    pub fn fid(&self) -> FunctionId {
+        self.fid
+    }
+
+    /// Argument register X`n` (1..=17; others read 0). For an SMC32/HVC32
+    /// call only the low 32 bits count (DEN0028 "Register use in AArch64
+    /// SMC and HVC calls": arguments are passed in W1..W7), so they are
+    /// all the service sees.
+    pub fn arg(&self, n: usize) -> u64 {
+        if n == 0 || n > smccc::PRESERVED_LAST {
+            return 0;
+        }
+        let value = self.regs.x.get(n).copied().unwrap_or(0);
+        if self.fid.is_smc64() {
+            value
+        } else {
+            value & u64::from(u32::MAX)
+        }
+    }
+
+    /// The caller's VM.
+    pub fn vm(&self) -> &'a dyn VmView {
+        self.vm
+    }
+
+    /// The caller's service table, for discovery calls.
+    pub fn table(&self) -> &'a Dispatcher {
+        self.table
+    }
+}
+
+/// A set of SMCCC functions offered to a VM. See the module documentation.
+pub trait Service: Send + Sync {
+    /// A short name for logs.
+    fn name(&self) -> &'static str;
+
+    /// The function ids this service owns (fast-call ids as decoded by
+    /// [`FunctionId::from_x0`]). Fixed for the service's lifetime.
+    fn ids(&self) -> &[FunctionId];
+
+    /// Answers a call to one of [`Self::ids`].
+    fn call(&self, call: &Call<'_>) -> Reply;
+
+    /// What SMCCC_ARCH_FEATURES answers for `fid` (one of [`Self::ids`]):
+    /// `Some(value)` if the function is discoverable that way, `None` for
+    /// NOT_SUPPORTED (DEN0028 "SMCCC_ARCH_FEATURES"). The default: `None`.
+    fn arch_features(&self, fid: FunctionId) -> Option<i64> {
+        let _ = fid;
+        None
+    }
+
+    /// The KVM vendor-function bits this service implements (ABI.md §2).
+    /// The default: none.
+    fn kvm_features(&self) -> KvmFeatures {
+        KvmFeatures::EMPTY
+    }
+}
+
+/// Why [`Dispatcher::register`] refused a service.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RegisterError {
+    /// `fid` is already owned by the service named `owner`.
+    Conflict {
+        /// The id both claim.
+        fid: FunctionId,
+        /// The service already registered for it.
+        owner: &'static str,
+        /// The service refused.
+        refused: &'static str,
+    },
+    /// The service lists a yielding-call id or one with must-be-zero bits
+    /// set, which the dispatcher never routes.
+    NotFastCall(FunctionId),
+}
+
+impl fmt::Display for RegisterError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Conflict {
+                fid,
+                owner,
+                refused,
+            } => write!(
+                f,
+                "{refused}: function id {fid:#010x} already belongs to {owner}"
+            ),
+            Self::NotFastCall(fid) => write!(f, "{fid:#010x} is not a fast-call id"),
+        }
+    }
+}
+
+// Results never reach the registers a callee must preserve.
+const _: () = assert!(RESULT_REGS <= PRESERVED_FIRST);
+
+/// A VM's SMCCC service table and call counters.
+pub struct Dispatcher {
+    services: Vec<Box<dyn Service>>,
+    /// `(id, index into services)`, sorted by id.
+    routes: Vec<(FunctionId, usize)>,
+    counters: CallCounters,
+}
+
+impl Default for Dispatcher {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for Dispatcher {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Dispatcher")
+            .field(
+                "services",
+                &self.services.iter().map(|s| s.name()).collect::<Vec<_>>(),
+            )
+            .field("routes", &self.routes.len())
+            .finish()
+    }
+}
+
+impl Dispatcher {
+    /// A table with no service: every call answers NOT_SUPPORTED.
+    pub fn new() -> Self {
+        Self {
+            services: Vec::new(),
+            routes: Vec::new(),
+            counters: CallCounters::new(),
+        }
+    }
+
+    /// The services every VM has: [`ArchService`] with `vulnerabilities`
+    /// and [`PsciService`].
+    pub fn standard(vulnerabilities: CpuVulnerabilities) -> Self {
+        let mut table = Self::new();
+        let arch = table.register(Box::new(ArchService::new(vulnerabilities)));
+        let psci = table.register(Box::new(PsciService));
+        debug_assert!(arch.is_ok() && psci.is_ok(), "standard services overlap");
+        table
+    }
+
+    /// Adds `service`. Refused, leaving the table unchanged, if it claims
+    /// an id another service owns or an id that is not a fast call.
+    pub fn register(&mut self, service: Box<dyn Service>) -> Result<(), RegisterError> {
+        let index = self.services.len();
+        let mut routes = self.routes.clone();
+        for &fid in service.ids() {
+            if !fid.is_fast() || fid.mbz_bits() != 0 || fid.has_sve_hint() {
+                return Err(RegisterError::NotFastCall(fid));
+            }
+            match routes.binary_search_by_key(&fid, |&(id, _)| id) {
+                Ok(at) => {
+                    let owner = if routes[at].1 == index {
+                        service.name()
+                    } else {
+                        self.services[routes[at].1].name()
+                    };
+                    return Err(RegisterError::Conflict {
+                        fid,
+                        owner,
+                        refused: service.name(),
+                    });
+                }
+                Err(at) => routes.insert(at, (fid, index)),
+            }
+        }
+        self.routes = routes;
+        self.services.push(service);
+        Ok(())
+    }
+
+    /// The registered services, in registration order.
+    pub fn services(&self) -> impl Iterator<Item = &dyn Service> {
+        self.services.iter().map(|s| &**s)
+    }
+
+    /// The service that owns `fid`.
+    fn owner(&self, fid: FunctionId) -> Option<&dyn Service> {
+        let at = self.routes.binary_search_by_key(&fid, |&(id, _)| id).ok()?;
+        self.services.get(self.routes[at].1).map(|s| &**s)
+    }
+
+    /// Whether some service owns `fid`.
+    pub fn implements(&self, fid: FunctionId) -> bool {
+        self.owner(fid).is_some()
+    }
+
+    /// The SMCCC_ARCH_FEATURES answer for `fid`: its owner's
+    /// [`Service::arch_features`], NOT_SUPPORTED if it has no owner.
+    pub fn arch_features(&self, fid: FunctionId) -> i64 {
+        self.owner(fid)
+            .and_then(|s| s.arch_features(fid))
+            .unwrap_or(smccc::NOT_SUPPORTED)
+    }
+
+    /// The KVM_FEATURES bitmap: bit 0 (KVM_FEATURES itself) and every
+    /// service's bits (ABI.md §2).
+    pub fn kvm_features(&self) -> KvmFeatures {
+        let words = self
+            .services
+            .iter()
+            .fold(KvmFeatures::new().words(), |acc, s| {
+                let bits = s.kvm_features().words();
+                core::array::from_fn(|i| acc[i] | bits[i])
+            });
+        KvmFeatures::from_words(words)
+    }
+
+    /// Per-function-id call counts of this VM.
+    pub fn counters(&self) -> &CallCounters {
+        &self.counters
+    }
+
+    /// Handles one SMCCC call from `caller`, whose saved registers are
+    /// `regs` (X0 = function id, X1..X17 arguments): writes the results to
+    /// X0..X3 and returns what the caller must do. Never touches X4..X30,
+    /// PC or PSTATE, and never panics, whatever the registers hold.
+    pub fn dispatch(&self, caller: VcpuId, regs: &mut GuestRegs, vm: &dyn VmView) -> Action {
+        let fid = FunctionId::from_x0(regs.x[0]);
+        self.counters.record(fid);
+        let reply = match self.owner(fid) {
+            // Only fast-call ids with clear MBZ bits can be routed
+            // (`register` checks); yielding calls end here.
+            Some(service) => service.call(&Call {
+                caller,
+                fid,
+                regs,
+                vm,
+                table: self,
+            }),
+            None => Reply::not_supported(),
+        };
+        regs.x[..RESULT_REGS].copy_from_slice(&reply.x);
+        reply.action
+    }
+}

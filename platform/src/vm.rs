@@ -1,0 +1,308 @@
+//! VM descriptions in the boot device tree (the `pvlock,vm` binding).
+//!
+//! VMs are described dom0less-style, as children of `/chosen` compatible
+//! with [`VM_COMPATIBLE`]; docs/vm-binding.md is the binding and gives an
+//! example. Each VM node is read on its own: a bad node yields an `Err`
+//! entry naming the node and property, and the other VMs still parse.
+//!
+//! Only what one node says is checked here. Whether the kernel and initrd
+//! lie in host RAM clear of everything else, and whether there is memory
+//! for the VM, depends on the whole machine and is decided by the
+//! hypervisor's placement (el2 `guest::placement`).
+//!
+//! Adding a property: add its name to [`property`], a field to
+//! [`VmConfig`] with its default in [`VmConfig::new`], and one line in
+//! `VmNode::config` that reads it.
+
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+
+use crate::fdt::NodeId;
+use crate::parse::Tree;
+use crate::{MemRange, PlatformError};
+
+/// The `compatible` that marks a `/chosen` child as a VM description.
+pub const VM_COMPATIBLE: &str = "pvlock,vm";
+
+/// Most vCPUs one VM may have. The guest's redistributor window
+/// (el2 `guest::layout`) and its MPIDR scheme (16 vCPUs per Aff1 cluster)
+/// are sized for this.
+pub const MAX_VCPUS: u32 = 64;
+
+/// Longest VM name, in bytes (all ASCII).
+pub const MAX_NAME_LEN: usize = 16;
+
+/// VM memory comes in multiples of this (2 MiB): the stage-2 tables map
+/// guest RAM with 2 MiB blocks, and an arm64 kernel is placed at a 2 MiB
+/// aligned base (Linux Documentation/arch/arm64/booting.rst).
+pub const MEMORY_GRANULE: u64 = 2 << 20;
+
+/// The binding's property names, as they are spelled in the tree and in
+/// error messages.
+pub mod property {
+    /// `label`: the VM's name (string). Not `name`: the DT spec reserves
+    /// that for the (deprecated) copy of the node name, and dtc rejects it.
+    pub const NAME: &str = "label";
+    /// `vcpus`: the number of vCPUs (u32).
+    pub const VCPUS: &str = "vcpus";
+    /// `memory`: RAM size in bytes (u64, two cells).
+    pub const MEMORY: &str = "memory";
+    /// `kernel`: where the kernel image lies in host RAM (u64 address, u64 size).
+    pub const KERNEL: &str = "kernel";
+    /// `initrd`: where the initial ramdisk lies in host RAM (u64 address, u64 size).
+    pub const INITRD: &str = "initrd";
+    /// `bootargs`: the VM's kernel command line (string).
+    pub const BOOTARGS: &str = "bootargs";
+    /// `cpu-affinity`: logical physical CPUs the VM's vCPUs may run on (u32 list).
+    pub const CPU_AFFINITY: &str = "cpu-affinity";
+}
+
+/// One VM, as its `/chosen` node describes it.
+///
+/// `#[non_exhaustive]` because later properties add fields: build one
+/// outside this crate with [`VmConfig::new`] and set the optional fields.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct VmConfig {
+    /// Node path, for messages (`/chosen/vm@0`).
+    pub node: String,
+    /// `label`, or the node name without its `@` (`vm@0` -> `vm0`); unique
+    /// among the VMs, 1 to [`MAX_NAME_LEN`] printable ASCII characters
+    /// other than space.
+    pub name: String,
+    /// `vcpus`: 1 to [`MAX_VCPUS`].
+    pub vcpus: u32,
+    /// `memory`: bytes of guest RAM, a non-zero multiple of [`MEMORY_GRANULE`].
+    pub memory_size: u64,
+    /// `kernel`: the kernel image in host RAM, where the loader put it.
+    pub kernel: MemRange,
+    /// `initrd`: the initial ramdisk in host RAM, if any.
+    pub initrd: Option<MemRange>,
+    /// `bootargs`: the guest kernel's command line; empty when absent.
+    pub bootargs: String,
+    /// `cpu-affinity`: the logical numbers of the physical CPUs the VM's
+    /// vCPUs may run on (the hypervisor numbers CPUs with the boot CPU 0,
+    /// then the others in `/cpus` order); `None` means any CPU. Each is
+    /// below the number of CPUs in `/cpus`, none repeats, DT order kept.
+    pub cpu_affinity: Option<Vec<u32>>,
+}
+
+impl VmConfig {
+    /// A VM with the required properties set and every optional one at its
+    /// default (no initrd, empty bootargs, any CPU). Does not check the
+    /// values: that is the parser's job.
+    pub fn new(node: &str, name: &str, vcpus: u32, memory_size: u64, kernel: MemRange) -> Self {
+        VmConfig {
+            node: node.to_string(),
+            name: name.to_string(),
+            vcpus,
+            memory_size,
+            kernel,
+            initrd: None,
+            bootargs: String::new(),
+            cpu_affinity: None,
+        }
+    }
+}
+
+/// Every enabled `/chosen` child compatible with [`VM_COMPATIBLE`], in DT
+/// order, each parsed on its own. `cpu_count` is the number of usable CPUs
+/// in `/cpus`, which bounds `cpu-affinity`.
+///
+/// Names must be unique: a name belongs to the first VM node that gives
+/// it (even if that VM is bad for another reason, so that fixing it later
+/// does not turn a good VM bad), and a later node with the same name is
+/// an error on its `name`.
+pub(crate) fn parse_vms(
+    tree: &Tree<'_, '_>,
+    cpu_count: usize,
+) -> Vec<Result<VmConfig, PlatformError>> {
+    let Some(chosen) = tree.fdt.find_path("/chosen") else {
+        return Vec::new();
+    };
+    // (name, node path) of every VM whose name could be read.
+    let mut claimed: Vec<(String, String)> = Vec::new();
+    let mut vms = Vec::new();
+    for node in tree.fdt.children(chosen) {
+        if !tree.is_compatible(node, VM_COMPATIBLE) || !tree.is_enabled(node) {
+            continue;
+        }
+        let vm = VmNode {
+            tree,
+            node,
+            cpu_count,
+        };
+        let result = vm.name().and_then(|name| {
+            if let Some((_, first)) = claimed.iter().find(|(claimed, _)| *claimed == name) {
+                return Err(tree.bad(
+                    node,
+                    property::NAME,
+                    format!("\"{name}\" is also the name of {first}"),
+                ));
+            }
+            claimed.push((name.clone(), tree.fdt.path(node)));
+            vm.config(name)
+        });
+        vms.push(result);
+    }
+    vms
+}
+
+/// One VM node and the readers for its properties; every error names the
+/// node and the property.
+struct VmNode<'t, 'f, 'a> {
+    tree: &'t Tree<'f, 'a>,
+    node: NodeId,
+    cpu_count: usize,
+}
+
+impl VmNode<'_, '_, '_> {
+    /// Everything but the name, which [`parse_vms`] has read and checked
+    /// for uniqueness.
+    fn config(&self, name: String) -> Result<VmConfig, PlatformError> {
+        Ok(VmConfig {
+            node: self.tree.fdt.path(self.node),
+            name,
+            vcpus: self.vcpus()?,
+            memory_size: self.memory()?,
+            kernel: self
+                .module(property::KERNEL)?
+                .ok_or_else(|| self.tree.missing(self.node, property::KERNEL))?,
+            initrd: self.module(property::INITRD)?,
+            bootargs: self
+                .tree
+                .string(self.node, property::BOOTARGS)?
+                .unwrap_or_default()
+                .to_string(),
+            cpu_affinity: self.cpu_affinity()?,
+        })
+    }
+
+    /// `label`, or the node name without its `@`.
+    fn name(&self) -> Result<String, PlatformError> {
+        let (name, given) = match self.tree.string(self.node, property::NAME)? {
+            Some(name) => (name.to_string(), true),
+            None => (self.tree.fdt.name(self.node).replace('@', ""), false),
+        };
+        let problem = if name.is_empty() {
+            Some(String::from("is empty"))
+        } else if name.len() > MAX_NAME_LEN {
+            Some(format!("is longer than {MAX_NAME_LEN} characters"))
+        } else if !name.bytes().all(|b| b.is_ascii_graphic()) {
+            Some(String::from(
+                "may only hold printable ASCII characters other than space",
+            ))
+        } else {
+            None
+        };
+        match problem {
+            None => Ok(name),
+            Some(why) if given => {
+                Err(self
+                    .tree
+                    .bad(self.node, property::NAME, format!("\"{name}\" {why}")))
+            }
+            Some(why) => Err(self.tree.bad(
+                self.node,
+                property::NAME,
+                format!("absent, and the default taken from the node name, \"{name}\", {why}"),
+            )),
+        }
+    }
+
+    fn vcpus(&self) -> Result<u32, PlatformError> {
+        let vcpus = self
+            .tree
+            .u32_prop(self.node, property::VCPUS)?
+            .ok_or_else(|| self.tree.missing(self.node, property::VCPUS))?;
+        if !(1..=MAX_VCPUS).contains(&vcpus) {
+            return Err(self.tree.bad(
+                self.node,
+                property::VCPUS,
+                format!("{vcpus}, expected 1 to {MAX_VCPUS}"),
+            ));
+        }
+        Ok(vcpus)
+    }
+
+    fn memory(&self) -> Result<u64, PlatformError> {
+        let size = self
+            .tree
+            .u64_prop(self.node, property::MEMORY)?
+            .ok_or_else(|| self.tree.missing(self.node, property::MEMORY))?;
+        if size == 0 || !size.is_multiple_of(MEMORY_GRANULE) {
+            return Err(self.tree.bad(
+                self.node,
+                property::MEMORY,
+                format!("{size:#x} bytes is not a non-zero multiple of 2 MiB"),
+            ));
+        }
+        Ok(size)
+    }
+
+    /// A `<u64 address, u64 size>` pair (four cells, whatever the
+    /// `#address-cells` of `/chosen`) naming a non-empty range that does
+    /// not wrap.
+    fn module(&self, property: &str) -> Result<Option<MemRange>, PlatformError> {
+        let Some(cells) = self.tree.cells(self.node, property)? else {
+            return Ok(None);
+        };
+        let &[base_high, base_low, size_high, size_low] = cells.as_slice() else {
+            return Err(self.tree.bad(
+                self.node,
+                property,
+                format!(
+                    "{} cells, expected 4: <address-high address-low size-high size-low>",
+                    cells.len()
+                ),
+            ));
+        };
+        let base = (u64::from(base_high) << 32) | u64::from(base_low);
+        let size = (u64::from(size_high) << 32) | u64::from(size_low);
+        if size == 0 {
+            return Err(self.tree.bad(self.node, property, "size is 0"));
+        }
+        if base.checked_add(size).is_none() {
+            return Err(self.tree.bad(
+                self.node,
+                property,
+                format!("{base:#x} + {size:#x} runs past the end of the address space"),
+            ));
+        }
+        Ok(Some(MemRange::new(base, size)))
+    }
+
+    fn cpu_affinity(&self) -> Result<Option<Vec<u32>>, PlatformError> {
+        let Some(cpus) = self.tree.cells(self.node, property::CPU_AFFINITY)? else {
+            return Ok(None);
+        };
+        if cpus.is_empty() {
+            return Err(self.tree.bad(
+                self.node,
+                property::CPU_AFFINITY,
+                "empty (leave the property out to allow any CPU)",
+            ));
+        }
+        for (at, &cpu) in cpus.iter().enumerate() {
+            if usize::try_from(cpu).map_or(true, |cpu| cpu >= self.cpu_count) {
+                return Err(self.tree.bad(
+                    self.node,
+                    property::CPU_AFFINITY,
+                    format!(
+                        "CPU {cpu} does not exist: the host has {} CPUs, numbered from 0",
+                        self.cpu_count
+                    ),
+                ));
+            }
+            if cpus.get(..at).is_some_and(|earlier| earlier.contains(&cpu)) {
+                return Err(self.tree.bad(
+                    self.node,
+                    property::CPU_AFFINITY,
+                    format!("CPU {cpu} is listed twice"),
+                ));
+            }
+        }
+        Ok(Some(cpus))
+    }
+}

@@ -1,0 +1,421 @@
+//! The `pvlock,vm` binding (docs/vm-binding.md): VM nodes under `/chosen`
+//! of a hand-built virt-like tree (see `common::virt`, 2 CPUs). Each bad
+//! VM must yield its own error naming the node and property, and never
+//! affect the other VMs or the platform.
+
+mod common;
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use common::{Node, cells, string, strings, virt};
+use platform::vm::{MAX_VCPUS, VM_COMPATIBLE};
+use platform::{ErrorKind, MemRange, Platform, PlatformError, VmConfig};
+
+const MIB: u64 = 1 << 20;
+
+/// `<u64 u64>` as four cells.
+fn pair(address: u64, size: u64) -> Vec<u8> {
+    [address, size]
+        .iter()
+        .flat_map(|v| v.to_be_bytes())
+        .collect()
+}
+
+/// A VM node with only the required properties.
+fn vm(unit: u32) -> Node {
+    Node::new(&format!("vm@{unit}"))
+        .prop("compatible", string(VM_COMPATIBLE))
+        .prop("vcpus", cells(&[2]))
+        .prop("memory", (256 * MIB).to_be_bytes().to_vec())
+        .prop(
+            "kernel",
+            pair(0x4800_0000 + u64::from(unit) * 0x100_0000, 0x80_0000),
+        )
+}
+
+/// The virt-like tree with `vms` under `/chosen`.
+fn tree_with(vms: Vec<Node>) -> Node {
+    let mut root = virt();
+    let chosen = root.at("/chosen");
+    chosen.children.extend(vms);
+    root
+}
+
+fn parse_vms(vms: Vec<Node>) -> Vec<Result<VmConfig, PlatformError>> {
+    Platform::parse(&tree_with(vms).to_dtb(&[]))
+        .expect("a bad VM must never make the platform fail")
+        .vms
+}
+
+/// The single VM's error.
+fn vm_error(node: Node) -> PlatformError {
+    let mut vms = parse_vms(vec![node]);
+    assert_eq!(vms.len(), 1);
+    match vms.remove(0) {
+        Ok(config) => panic!("expected an error, parsed {config:#?}"),
+        Err(e) => e,
+    }
+}
+
+/// The single VM's error, which must be a bad value of `property` on
+/// `/chosen/vm@0`; returns the reason.
+fn bad_value(node: Node, property: &str) -> String {
+    let err = vm_error(node);
+    assert_eq!(err.node, "/chosen/vm@0", "{err}");
+    assert_eq!(err.property.as_deref(), Some(property), "{err}");
+    match err.kind {
+        ErrorKind::BadValue(why) => why,
+        other => panic!("expected BadValue, got {other:?}"),
+    }
+}
+
+fn missing(node: Node, property: &str) {
+    let err = vm_error(node);
+    assert_eq!(err.node, "/chosen/vm@0", "{err}");
+    assert_eq!(err.property.as_deref(), Some(property), "{err}");
+    assert_eq!(err.kind, ErrorKind::MissingProperty, "{err}");
+}
+
+// ---- good VMs -------------------------------------------------------------
+
+#[test]
+fn a_vm_with_every_property() {
+    let node = vm(0)
+        .prop("label", string("linux-a"))
+        .prop("vcpus", cells(&[MAX_VCPUS]))
+        .prop("memory", (0x1_0000_0000u64).to_be_bytes().to_vec())
+        .prop("kernel", pair(0x1_2000_0000, 0x1_8000_0001))
+        .prop("initrd", pair(0x4400_0000, 0x12_3456))
+        .prop("bootargs", string("console=ttyAMA0 earlycon"))
+        .prop("cpu-affinity", cells(&[1, 0]));
+    let vms = parse_vms(vec![node]);
+    let mut expected = VmConfig::new(
+        "/chosen/vm@0",
+        "linux-a",
+        64,
+        0x1_0000_0000,
+        MemRange::new(0x1_2000_0000, 0x1_8000_0001),
+    );
+    expected.initrd = Some(MemRange::new(0x4400_0000, 0x12_3456));
+    expected.bootargs = String::from("console=ttyAMA0 earlycon");
+    expected.cpu_affinity = Some(vec![1, 0]);
+    assert_eq!(vms, [Ok(expected)]);
+}
+
+#[test]
+fn optional_properties_default() {
+    let vms = parse_vms(vec![vm(0)]);
+    let config = vms[0].as_ref().unwrap();
+    assert_eq!(config.node, "/chosen/vm@0");
+    assert_eq!(config.name, "vm0", "the node name without its @");
+    assert_eq!(config.vcpus, 2);
+    assert_eq!(config.memory_size, 256 * MIB);
+    assert_eq!(config.kernel, MemRange::new(0x4800_0000, 0x80_0000));
+    assert_eq!(config.initrd, None);
+    assert_eq!(config.bootargs, "");
+    assert_eq!(config.cpu_affinity, None);
+}
+
+#[test]
+fn default_name_of_a_node_without_unit_address() {
+    let mut node = vm(0);
+    node.name = String::from("guest");
+    let vms = parse_vms(vec![node]);
+    assert_eq!(vms[0].as_ref().unwrap().name, "guest");
+}
+
+#[test]
+fn smallest_and_largest_values() {
+    let node = vm(0)
+        .prop("vcpus", cells(&[1]))
+        .prop("memory", (2 * MIB).to_be_bytes().to_vec())
+        .prop("kernel", pair(0, 1))
+        .prop("label", string("abcdefghijklmnop"));
+    let vms = parse_vms(vec![node]);
+    let config = vms[0].as_ref().unwrap();
+    assert_eq!((config.vcpus, config.memory_size), (1, 2 * MIB));
+    assert_eq!(config.kernel, MemRange::new(0, 1));
+    assert_eq!(config.name.len(), 16);
+
+    // A module may end at the last representable address.
+    let node = vm(0).prop("kernel", pair(u64::MAX - 0x1000, 0x1000));
+    assert!(parse_vms(vec![node])[0].is_ok());
+}
+
+#[test]
+fn unknown_properties_and_other_chosen_children_are_ignored() {
+    let node = vm(0)
+        .prop("pvlock,abi", string("v2"))
+        .prop("wfe-trap", vec![]);
+    let other = Node::new("module@0")
+        .prop("compatible", strings(&["multiboot,module"]))
+        .prop("reg", cells(&[0, 0x4400_0000, 0, 0x1000]));
+    let vms = parse_vms(vec![other, node]);
+    assert_eq!(vms.len(), 1);
+    assert!(vms[0].is_ok(), "{:?}", vms[0]);
+}
+
+#[test]
+fn a_compatible_list_naming_the_binding_anywhere_is_a_vm() {
+    let node = vm(0).prop("compatible", strings(&["acme,vm", VM_COMPATIBLE]));
+    assert!(parse_vms(vec![node])[0].is_ok());
+}
+
+#[test]
+fn disabled_vms_are_left_out() {
+    let off = vm(1).prop("status", string("disabled"));
+    let vms = parse_vms(vec![vm(0), off, vm(2)]);
+    let names: Vec<&str> = vms
+        .iter()
+        .map(|v| v.as_ref().unwrap().name.as_str())
+        .collect();
+    assert_eq!(names, ["vm0", "vm2"]);
+}
+
+#[test]
+fn no_vms_without_chosen_or_vm_nodes() {
+    let mut root = virt();
+    root.remove_node("/chosen");
+    assert!(Platform::parse(&root.to_dtb(&[])).unwrap().vms.is_empty());
+    assert!(parse_vms(vec![]).is_empty());
+    for fixture in common::QEMU_FIXTURES.iter().chain(common::BOARD_FIXTURES) {
+        if let Ok(p) = Platform::parse(&common::fixture(fixture)) {
+            assert!(p.vms.is_empty(), "{fixture}");
+        }
+    }
+}
+
+// ---- one error per rule, naming node and property --------------------------
+
+#[test]
+fn vcpus_must_be_1_to_64() {
+    assert!(bad_value(vm(0).prop("vcpus", cells(&[0])), "vcpus").contains("expected 1 to 64"));
+    let why = bad_value(vm(0).prop("vcpus", cells(&[65])), "vcpus");
+    assert!(why.starts_with("65"), "{why}");
+    bad_value(vm(0).prop("vcpus", cells(&[u32::MAX])), "vcpus");
+}
+
+#[test]
+fn vcpus_must_be_one_cell() {
+    let why = bad_value(vm(0).prop("vcpus", cells(&[0, 2])), "vcpus");
+    assert_eq!(why, "expected 4 bytes, found 8");
+    bad_value(vm(0).prop("vcpus", vec![]), "vcpus");
+}
+
+#[test]
+fn vcpus_is_required() {
+    let mut node = vm(0);
+    node.remove("vcpus");
+    missing(node, "vcpus");
+}
+
+#[test]
+fn memory_must_be_a_non_zero_multiple_of_2_mib() {
+    for bad in [0, MIB, 2 * MIB + 4096, 3 * MIB] {
+        let why = bad_value(vm(0).prop("memory", bad.to_be_bytes().to_vec()), "memory");
+        assert!(why.contains("multiple of 2 MiB"), "{why}");
+    }
+}
+
+#[test]
+fn memory_must_be_two_cells() {
+    let why = bad_value(vm(0).prop("memory", cells(&[0x1000_0000])), "memory");
+    assert_eq!(why, "expected 8 bytes, found 4");
+    bad_value(vm(0).prop("memory", cells(&[0, 0, 0x1000_0000])), "memory");
+}
+
+#[test]
+fn memory_is_required() {
+    let mut node = vm(0);
+    node.remove("memory");
+    missing(node, "memory");
+}
+
+#[test]
+fn kernel_is_required() {
+    let mut node = vm(0);
+    node.remove("kernel");
+    missing(node, "kernel");
+}
+
+#[test]
+fn modules_must_be_four_cells() {
+    for property in ["kernel", "initrd"] {
+        let why = bad_value(
+            vm(0).prop(property, cells(&[0x4800_0000, 0x1000])),
+            property,
+        );
+        assert!(why.starts_with("2 cells, expected 4"), "{why}");
+        bad_value(vm(0).prop(property, cells(&[0, 1, 0, 2, 0])), property);
+        let why = bad_value(vm(0).prop(property, vec![0; 15]), property);
+        assert!(why.contains("not a multiple of 4"), "{why}");
+    }
+}
+
+#[test]
+fn modules_must_be_non_empty_and_not_wrap() {
+    for property in ["kernel", "initrd"] {
+        assert_eq!(
+            bad_value(vm(0).prop(property, pair(0x4800_0000, 0)), property),
+            "size is 0"
+        );
+        let why = bad_value(
+            vm(0).prop(property, pair(u64::MAX - 0xfff, 0x1001)),
+            property,
+        );
+        assert!(why.contains("past the end of the address space"), "{why}");
+    }
+}
+
+#[test]
+fn names_must_be_short_printable_ascii() {
+    for bad in [
+        "",
+        "abcdefghijklmnopq",
+        "two words",
+        "tab\there",
+        "caf\u{e9}",
+    ] {
+        let why = bad_value(vm(0).prop("label", string(bad)), "label");
+        assert!(why.starts_with(&format!("\"{bad}\"")), "{bad:?}: {why}");
+    }
+    // Not a string at all.
+    let why = bad_value(vm(0).prop("label", b"vm".to_vec()), "label");
+    assert_eq!(why, "string not NUL-terminated");
+}
+
+#[test]
+fn a_default_name_must_follow_the_same_rules() {
+    let mut node = vm(0);
+    node.name = String::from("a-rather-long-vm-name@0");
+    let err = vm_error(node);
+    assert_eq!(err.node, "/chosen/a-rather-long-vm-name@0");
+    assert_eq!(err.property.as_deref(), Some("label"));
+    assert!(err.to_string().contains("absent, and the default"), "{err}");
+}
+
+#[test]
+fn the_second_vm_with_a_name_is_the_error() {
+    let first = vm(0).prop("label", string("web"));
+    let second = vm(1).prop("label", string("web"));
+    let third = vm(2);
+    // An explicit name that equals another VM's default name collides too.
+    let fourth = vm(3).prop("label", string("vm2"));
+    let vms = parse_vms(vec![first, second, third, fourth]);
+    assert_eq!(vms[0].as_ref().unwrap().name, "web");
+    let err = vms[1].as_ref().unwrap_err();
+    assert_eq!(err.node, "/chosen/vm@1");
+    assert_eq!(err.property.as_deref(), Some("label"));
+    assert_eq!(
+        err.to_string(),
+        "device tree node /chosen/vm@1, property \"label\": bad value: \
+         \"web\" is also the name of /chosen/vm@0"
+    );
+    assert_eq!(vms[2].as_ref().unwrap().name, "vm2");
+    assert_eq!(vms[3].as_ref().unwrap_err().node, "/chosen/vm@3");
+}
+
+#[test]
+fn a_name_stays_claimed_by_a_vm_that_is_bad_otherwise() {
+    let first = vm(0)
+        .prop("label", string("web"))
+        .prop("vcpus", cells(&[0]));
+    let second = vm(1).prop("label", string("web"));
+    let vms = parse_vms(vec![first, second]);
+    assert_eq!(
+        vms[0].as_ref().unwrap_err().property.as_deref(),
+        Some("vcpus")
+    );
+    assert_eq!(
+        vms[1].as_ref().unwrap_err().property.as_deref(),
+        Some("label")
+    );
+}
+
+#[test]
+fn bootargs_must_be_a_string() {
+    let why = bad_value(vm(0).prop("bootargs", b"quiet".to_vec()), "bootargs");
+    assert_eq!(why, "string not NUL-terminated");
+    bad_value(vm(0).prop("bootargs", b"\xff\0".to_vec()), "bootargs");
+}
+
+#[test]
+fn cpu_affinity_must_be_u32_cells() {
+    let why = bad_value(
+        vm(0).prop("cpu-affinity", vec![0, 0, 0, 1, 0, 0]),
+        "cpu-affinity",
+    );
+    assert!(why.contains("not a multiple of 4"), "{why}");
+}
+
+#[test]
+fn cpu_affinity_must_name_existing_cpus_once() {
+    // The virt-like tree has 2 CPUs: logical numbers 0 and 1.
+    let why = bad_value(vm(0).prop("cpu-affinity", cells(&[0, 2])), "cpu-affinity");
+    assert_eq!(
+        why,
+        "CPU 2 does not exist: the host has 2 CPUs, numbered from 0"
+    );
+    bad_value(
+        vm(0).prop("cpu-affinity", cells(&[u32::MAX])),
+        "cpu-affinity",
+    );
+    let why = bad_value(
+        vm(0).prop("cpu-affinity", cells(&[1, 0, 1])),
+        "cpu-affinity",
+    );
+    assert_eq!(why, "CPU 1 is listed twice");
+    let why = bad_value(vm(0).prop("cpu-affinity", vec![]), "cpu-affinity");
+    assert!(why.starts_with("empty"), "{why}");
+}
+
+// ---- isolation -------------------------------------------------------------
+
+#[test]
+fn vm_2_bad_vms_1_and_3_fine() {
+    let bad = vm(1).prop("vcpus", cells(&[0]));
+    let vms = parse_vms(vec![vm(0), bad, vm(2)]);
+    assert_eq!(vms.len(), 3);
+    assert_eq!(vms[0].as_ref().unwrap().name, "vm0");
+    let err = vms[1].as_ref().unwrap_err();
+    assert_eq!(err.node, "/chosen/vm@1");
+    assert_eq!(err.property.as_deref(), Some("vcpus"));
+    assert_eq!(
+        err.to_string(),
+        "device tree node /chosen/vm@1, property \"vcpus\": bad value: 0, expected 1 to 64"
+    );
+    assert_eq!(vms[2].as_ref().unwrap().name, "vm2");
+}
+
+#[test]
+fn every_vm_bad_still_parses_the_platform() {
+    let mut a = vm(0);
+    a.remove("kernel");
+    let b = vm(1).prop("memory", cells(&[1]));
+    let vms = parse_vms(vec![a, b]);
+    assert!(vms.iter().all(Result::is_err));
+}
+
+/// Corrupting any byte of the VM nodes' values or any structure byte must
+/// give Ok or Err, never a panic.
+#[test]
+fn corrupted_vm_nodes_never_panic() {
+    let full = vm(1)
+        .prop("label", string("full"))
+        .prop("initrd", pair(0x4400_0000, 0x1000))
+        .prop("bootargs", string("quiet"))
+        .prop("cpu-affinity", cells(&[1]));
+    let blob = tree_with(vec![vm(0), full, vm(2)]).to_dtb(&[]);
+    let structure = {
+        let word = |at: usize| u32::from_be_bytes(blob[at..at + 4].try_into().unwrap()) as usize;
+        word(8)..word(8) + word(36)
+    };
+    for at in structure {
+        for value in [0x00, 0x01, 0x03, 0x7f, 0x80, 0xff] {
+            let mut mutated = blob.clone();
+            mutated[at] = value;
+            let outcome = catch_unwind(AssertUnwindSafe(|| Platform::parse(&mutated)));
+            assert!(outcome.is_ok(), "panicked with byte {at:#x} = {value:#x}");
+        }
+    }
+}
