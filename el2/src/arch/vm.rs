@@ -59,6 +59,10 @@ pub struct Vm {
     /// Kept alive for as long as the VM exists; VTTBR_EL2 points into it.
     _stage2: Stage2Tables,
     vttbr: u64,
+    /// CNTVOFF_EL2 of every vCPU: virtual time = physical time - this.
+    /// Zero (a VM's virtual counter starts where the host's is), switched
+    /// per VM so that a future VM migration or pause can offset it.
+    cntvoff: u64,
     vcpus: Vec<Mutex<VcpuContext>>,
     console: Mutex<Pl011>,
     exits: [AtomicU64; EXIT_CLASSES.len()],
@@ -262,6 +266,7 @@ fn build_vm(
         dtb,
         _stage2: stage2,
         vttbr,
+        cntvoff: 0,
         vcpus: (0..layout.vcpus)
             .map(|_| Mutex::new(VcpuContext::default()))
             .collect(),
@@ -546,6 +551,7 @@ fn run_vcpu(pcpu: usize, vm: &Vm, vcpu: VcpuId, sched: &Mutex<Scheduler>) {
 fn vcpu_load(vm: &Vm, ctx: &VcpuContext) {
     HCR_EL2.set(guest_hcr());
     VTTBR_EL2.set(vm.vttbr);
+    CNTVOFF_EL2.set(vm.cntvoff);
     aarch64_cpu::asm::barrier::isb(aarch64_cpu::asm::barrier::SY);
     ctx.load();
 }

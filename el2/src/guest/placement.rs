@@ -12,7 +12,8 @@
 //!    blob, ...), no reserved region (`/memreserve/`, `/reserved-memory`),
 //!    and no other module, its own VM's included. Two overlapping modules
 //!    make both VMs bad: the loader wrote one over the other and which
-//!    one is intact cannot be told;
+//!    one is intact cannot be told. The exception is several VMs naming
+//!    exactly the same range: one image booted as several VMs, shared;
 //! 3. its `memory` fits in the host RAM still free.
 //!
 //! Free host RAM is host RAM minus the hypervisor's ranges, the reserved
@@ -170,8 +171,13 @@ fn check_module(
             Hex(region.range)
         )));
     }
+    // The very same bytes named by several VMs (one kernel image booted
+    // as several VMs) are one module, shared; a partial overlap means the
+    // loader wrote one module over another.
     let other = modules.iter().find(|other| {
-        (other.vm, other.property) != (module.vm, module.property) && other.range.overlaps(&range)
+        (other.vm, other.property) != (module.vm, module.property)
+            && other.range.overlaps(&range)
+            && !(other.vm != module.vm && other.range == range)
     });
     if let Some(other) = other {
         let whose = if other.vm == module.vm {
@@ -495,6 +501,19 @@ mod tests {
         assert_eq!(err.property, Some("initrd"));
         assert!(err.reason.contains("/chosen/vm@0's kernel"), "{err}");
         assert!(placed[2].is_ok());
+    }
+
+    #[test]
+    fn vms_may_share_one_identical_module() {
+        let kernel = MemRange::new(0x4400_0000, 0x10_0000);
+        let a = vm(0, 2 * MIB, kernel);
+        let b = vm(1, 2 * MIB, kernel);
+        // Same base, different size: not the same module.
+        let c = vm(2, 2 * MIB, MemRange::new(0x4400_0000, 0x8_0000));
+        let placed = place_all(&host(&RAM, &[]), &[a.clone(), b.clone()]);
+        assert!(placed.iter().all(Result::is_ok), "{placed:?}");
+        let placed = place_all(&host(&RAM, &[]), &[a, b, c]);
+        assert_eq!(error_of(&placed[2]).property, Some("kernel"));
     }
 
     #[test]
