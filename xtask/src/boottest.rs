@@ -2,13 +2,17 @@
 //! console must show, and the checks that judge a run.
 //!
 //! To add a test (a guest, a Linux boot, another self-test), add an entry to
-//! [`boot_tests`]: a [`Machine`], the expected [`Outcome`] and the
+//! [`boot_tests`] (or [`vm_tests`] for VMs under el2): a [`Machine`], the
+//! [`Kernel`] it boots, the VMs el2 runs, the expected [`Outcome`] and the
 //! [`Check`]s on the console.
 
 use std::time::Duration;
 
+use guest_driver::demo::{Progress, PsciCheck, PsciResult, Summary};
+
 use crate::dtedit::DtEdit;
-use crate::qemu::{self, Ending, FATAL_MARKER, Machine};
+use crate::qemu::{self, Ending, FATAL_MARKER, GUEST_FATAL_MARKER, Machine};
+use crate::vm::{self, VmConfig};
 
 /// Banner el2 prints near the start.
 pub const BANNER: &str = "el2: pvlock hypervisor";
@@ -18,11 +22,24 @@ pub const POWER_OFF: &str = "el2: no VM configured, powering off";
 /// How a boot must end.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {
-    /// QEMU exits 0 and the crash marker never appears.
+    /// QEMU exits 0 and no crash marker (el2's or a guest's) appears.
     CleanExit,
     /// The crash marker appears and QEMU stops by itself within the timeout
     /// (with any status): a crash self-test.
     Fatal,
+    /// A guest prints its crash marker and powers off, and QEMU exits 0
+    /// without el2's crash marker: a guest fault self-test.
+    GuestFatal,
+}
+
+/// What QEMU loads with `-kernel`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kernel {
+    /// The hypervisor (with the test's VMs, if any).
+    El2,
+    /// A built guest, directly at EL1 (the machine has no
+    /// `virtualization=on`).
+    Guest(&'static str),
 }
 
 /// One assertion on the console output.
@@ -44,6 +61,17 @@ pub enum Check {
         node: &'static str,
         property: &'static str,
     },
+    /// Exactly `count` lines contain `text`.
+    Lines { text: String, count: usize },
+    /// smp-demo: every vCPU 0..vcpus printed every round's progress line,
+    /// `vms` times (once per VM).
+    DemoProgress {
+        vcpus: usize,
+        rounds: u64,
+        vms: usize,
+    },
+    /// A guest's crash report contains this text.
+    GuestFatal(String),
 }
 
 /// How close a CPU's tick count must be to what its period promises.
@@ -69,6 +97,10 @@ pub struct BootTest {
     pub checks: Vec<Check>,
     /// Boot with QEMU's device tree changed this way.
     pub dt_edit: Option<DtEdit>,
+    pub kernel: Kernel,
+    /// VMs for el2 to run (their images are loaded and their
+    /// `/chosen/vm@N` nodes added to the device tree).
+    pub vms: Vec<VmConfig>,
 }
 
 /// CPU models of the boot matrix.
@@ -116,6 +148,8 @@ fn boot(machine: Machine) -> BootTest {
         outcome: Outcome::CleanExit,
         checks: clean_boot_checks(&machine),
         dt_edit: None,
+        kernel: Kernel::El2,
+        vms: Vec::new(),
         machine,
     }
 }
@@ -131,6 +165,8 @@ fn selftest(which: &'static str, expect: &'static [&'static str]) -> BootTest {
         outcome: Outcome::Fatal,
         checks: vec![Check::Banner, Check::AfterFatal(expect)],
         dt_edit: None,
+        kernel: Kernel::El2,
+        vms: Vec::new(),
         machine,
     }
 }
@@ -154,6 +190,8 @@ fn bad_device_tree() -> BootTest {
             node: "intc@8000000",
             property: "reg",
         }),
+        kernel: Kernel::El2,
+        vms: Vec::new(),
         machine,
     }
 }
@@ -172,8 +210,178 @@ fn unstartable_cpu() -> BootTest {
         outcome: Outcome::CleanExit,
         checks,
         dt_edit: Some(DtEdit::AddCpu { mpidr: 0x100 }),
+        kernel: Kernel::El2,
+        vms: Vec::new(),
         machine,
     }
+}
+
+/// The guest the guest tests boot.
+const DEMO: &str = vm::DEFAULT_GUEST;
+/// smp-demo's work in the boot tests: a few rounds, each a fraction of a
+/// second per vCPU under TCG.
+const DEMO_ROUNDS: u64 = 3;
+const DEMO_BOOTARGS: &str = "rounds=3 work=200000";
+
+/// Everything a successful smp-demo run of `count` VMs of `vcpus` vCPUs
+/// prints: every vCPU's progress, the PSCI answers it checked, the summary.
+fn demo_checks(vcpus: usize, rounds: u64, count: usize) -> Vec<Check> {
+    let pass = |check, per_vm| Check::Lines {
+        text: PsciResult::pass(check).to_string(),
+        count: per_vm * count,
+    };
+    vec![
+        Check::DemoProgress {
+            vcpus,
+            rounds,
+            vms: count,
+        },
+        pass(PsciCheck::UnknownMpidr, 1),
+        pass(PsciCheck::BootCpuAlreadyOn, 1),
+        pass(PsciCheck::RunningCpuAlreadyOn, vcpus - 1),
+        pass(PsciCheck::AffinityOn, vcpus - 1),
+        pass(PsciCheck::AffinityOff, vcpus - 1),
+        Check::Lines {
+            text: Summary { vcpus }.to_string(),
+            count,
+        },
+    ]
+}
+
+/// smp-demo directly on QEMU at EL1, without el2: proves the guest runtime
+/// and the guest on their own (PSCI is QEMU's).
+fn bare_demo(mut machine: Machine) -> BootTest {
+    machine.virtualization = false;
+    machine.append = Some(DEMO_BOOTARGS.into());
+    BootTest {
+        name: format!("guest {DEMO} bare {}", machine.describe()),
+        timeout: timeout_for(&machine),
+        outcome: Outcome::CleanExit,
+        checks: demo_checks(machine.smp as usize, DEMO_ROUNDS, 1),
+        dt_edit: None,
+        kernel: Kernel::Guest(DEMO),
+        vms: Vec::new(),
+        machine,
+    }
+}
+
+/// A guest fault on a bare machine must be reported by the guest runtime.
+fn bare_fault(selftest: &str, report: String) -> BootTest {
+    let machine = Machine {
+        virtualization: false,
+        smp: 2,
+        append: Some(format!("selftest={selftest}")),
+        ..Machine::default()
+    };
+    BootTest {
+        name: format!(
+            "guest {DEMO} bare selftest={selftest} {}",
+            machine.describe()
+        ),
+        timeout: timeout_for(&machine),
+        outcome: Outcome::GuestFatal,
+        checks: vec![Check::GuestFatal(report)],
+        dt_edit: None,
+        kernel: Kernel::Guest(DEMO),
+        vms: Vec::new(),
+        machine,
+    }
+}
+
+/// The address smp-demo's `selftest=abort` reads: the first past its RAM.
+fn past_ram(ram: u64) -> String {
+    format!(
+        "synchronous external abort at {:#x} (data abort, read)",
+        vm::RAM_BASE + ram
+    )
+}
+
+/// Hard timeout of a VM test: el2 time-slices 8 vCPUs on 2 pCPUs under TCG.
+const VM_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// el2 running `vms` on `machine`; the guest checks are smp-demo's.
+fn vm_test(name: &str, machine: Machine, vms: Vec<VmConfig>) -> BootTest {
+    let count: usize = vms.iter().map(|v| v.count as usize).sum();
+    let vcpus = vms[0].vcpus as usize;
+    let rounds = DEMO_ROUNDS;
+    let mut checks = vec![Check::Banner, Check::SmpOnline(machine.smp)];
+    checks.extend(demo_checks(vcpus, rounds, count));
+    BootTest {
+        name: format!("vm {name} {}", machine.describe()),
+        timeout: VM_TIMEOUT,
+        outcome: Outcome::CleanExit,
+        checks,
+        dt_edit: None,
+        kernel: Kernel::El2,
+        vms,
+        machine,
+    }
+}
+
+/// The boot tests of VMs under el2.
+pub fn vm_tests() -> Vec<BootTest> {
+    let mut tests = Vec::new();
+    // One VM with more vCPUs than pCPUs: every vCPU must make progress.
+    for smp in [2, 4] {
+        tests.push(vm_test(
+            &format!("{DEMO} vcpus=8"),
+            Machine {
+                smp,
+                ..Machine::default()
+            },
+            vec![VmConfig::smp_demo(8, DEMO_BOOTARGS, 1)],
+        ));
+    }
+    // Two VMs sharing the same two pCPUs.
+    let shared = VmConfig {
+        affinity: vec![0, 1],
+        ..VmConfig::smp_demo(4, DEMO_BOOTARGS, 2)
+    };
+    tests.push(vm_test(
+        &format!("{DEMO} 2 VMs vcpus=4 affinity=0,1"),
+        Machine {
+            smp: 2,
+            ..Machine::default()
+        },
+        vec![shared],
+    ));
+    // The PSCI answer only el2 gives (QEMU does not check CPU_ON's entry).
+    let mut strict = vm_test(
+        &format!("{DEMO} psci-checks=all vcpus=4"),
+        Machine {
+            smp: 2,
+            ..Machine::default()
+        },
+        vec![VmConfig::smp_demo(
+            4,
+            &format!("{DEMO_BOOTARGS} psci-checks=all"),
+            1,
+        )],
+    );
+    strict.checks.push(Check::Lines {
+        text: PsciResult::pass(PsciCheck::EntryOutsideRam).to_string(),
+        count: 1,
+    });
+    tests.push(strict);
+    // An access outside the VM's RAM must come back as an abort the guest
+    // reports.
+    let machine = Machine {
+        smp: 2,
+        ..Machine::default()
+    };
+    let abort = VmConfig::smp_demo(2, "selftest=abort", 1);
+    let report = past_ram(abort.memory);
+    tests.push(BootTest {
+        name: format!("vm {DEMO} selftest=abort {}", machine.describe()),
+        timeout: VM_TIMEOUT,
+        outcome: Outcome::GuestFatal,
+        checks: vec![Check::Banner, Check::GuestFatal(report)],
+        dt_edit: None,
+        kernel: Kernel::El2,
+        vms: vec![abort],
+        machine,
+    });
+    tests
 }
 
 /// All boot tests, in the order they run.
@@ -213,6 +421,26 @@ pub fn boot_tests() -> Vec<BootTest> {
         &["Unknown reason", "undefined", "Undefined"],
     ));
     tests.push(selftest("stack-overflow", &["stack overflow"]));
+    tests.push(bare_demo(Machine::default()));
+    tests.push(bare_demo(Machine {
+        smp: 1,
+        ..Machine::default()
+    }));
+    tests.push(bare_demo(Machine {
+        cpu: "cortex-a57".into(),
+        smp: 8,
+        clusters: Some(2),
+        ..Machine::default()
+    }));
+    tests.push(bare_demo(Machine {
+        cpu: "neoverse-n1".into(),
+        smp: 2,
+        icount: true,
+        ..Machine::default()
+    }));
+    let ram = vm::parse_size(&Machine::default().mem).expect("the default --mem is a size");
+    tests.push(bare_fault("abort", past_ram(ram)));
+    tests.push(bare_fault("undef", "undefined instruction".into()));
     tests
 }
 
@@ -237,6 +465,23 @@ pub fn judge(test: &BootTest, run: &qemu::Outcome) -> Result<(), String> {
             }
             if !matches!(run.ending, Ending::Exited(_)) {
                 return Err(run.ending.to_string());
+            }
+        }
+        Outcome::GuestFatal => {
+            if run.fatal {
+                return Err(format!("the console shows {FATAL_MARKER}"));
+            }
+            if !run.guest_fatal {
+                return Err(format!(
+                    "expected a guest crash report ({GUEST_FATAL_MARKER}); {}",
+                    run.ending
+                ));
+            }
+            if !matches!(&run.ending, Ending::Exited(s) if s.success()) {
+                return Err(format!(
+                    "the guest reported its crash but the machine did not power off: {}",
+                    run.ending
+                ));
             }
         }
     }
@@ -286,6 +531,27 @@ impl Check {
                     ))
                 }
             }
+            Check::Lines { text, count } => {
+                let n = lines.iter().filter(|l| l.contains(text.as_str())).count();
+                if n == *count {
+                    Ok(())
+                } else {
+                    Err(format!("{n} lines contain {text:?}, expected {count}"))
+                }
+            }
+            Check::DemoProgress { vcpus, rounds, vms } => {
+                check_demo_progress(lines, *vcpus, *rounds, *vms)
+            }
+            Check::GuestFatal(text) => {
+                if lines
+                    .iter()
+                    .any(|l| l.contains(GUEST_FATAL_MARKER) && l.contains(text.as_str()))
+                {
+                    Ok(())
+                } else {
+                    Err(format!("no {GUEST_FATAL_MARKER} line containing {text:?}"))
+                }
+            }
             Check::SmpOnline(n) => check_smp(lines, *n),
             Check::Ticks(n, tolerance) => check_ticks(lines, *n, *tolerance),
             Check::DtError { node, property } => {
@@ -300,6 +566,45 @@ impl Check {
                 }
             }
         }
+    }
+}
+
+/// Every vCPU's every round must appear `vms` times (once per VM).
+fn check_demo_progress(
+    lines: &[&str],
+    vcpus: usize,
+    rounds: u64,
+    vms: usize,
+) -> Result<(), String> {
+    let mut seen = vec![vec![0usize; rounds as usize]; vcpus];
+    let mut problems = Vec::new();
+    for p in lines.iter().filter_map(|l| Progress::parse(l)) {
+        match seen
+            .get_mut(p.vcpu)
+            .and_then(|r| r.get_mut((p.round as usize).wrapping_sub(1)))
+        {
+            Some(n) if p.rounds == rounds => *n += 1,
+            _ => problems.push(format!(
+                "unexpected progress line for vcpu {} round {}/{}",
+                p.vcpu, p.round, p.rounds
+            )),
+        }
+    }
+    for (vcpu, per_round) in seen.iter().enumerate() {
+        let short: Vec<usize> = (0..per_round.len())
+            .filter(|&r| per_round[r] != vms)
+            .map(|r| r + 1)
+            .collect();
+        if !short.is_empty() {
+            problems.push(format!(
+                "vcpu {vcpu}: rounds {short:?} not reported {vms} time(s)"
+            ));
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("; "))
     }
 }
 
@@ -409,13 +714,136 @@ mod tests {
 
     fn run(console: &str, code: i32) -> qemu::Outcome {
         let fatal = console.contains(FATAL_MARKER);
+        let guest_fatal = console.contains(GUEST_FATAL_MARKER);
         qemu::Outcome {
             console: console.into(),
             stderr: String::new(),
             ending: Ending::Exited(ExitStatus::from_raw(code << 8)),
             duration: Duration::from_secs(1),
             fatal,
+            guest_fatal,
         }
+    }
+
+    /// What smp-demo prints for `vcpus` vCPUs and `rounds` rounds, each
+    /// line prefixed with `prefix` (as a hypervisor may).
+    fn demo_console(vcpus: usize, rounds: u64, prefix: &str) -> String {
+        use guest_driver::mpidr::Mpidr;
+        let mut s = String::new();
+        let mut line = |l: String| s += &format!("{prefix}{l}\r\n");
+        line(PsciResult::pass(PsciCheck::UnknownMpidr).to_string() + " (mpidr 0.255.0.0)");
+        line(PsciResult::pass(PsciCheck::BootCpuAlreadyOn).to_string() + " (vcpu 0)");
+        for v in 1..vcpus {
+            line(format!(
+                "{} (vcpu {v})",
+                PsciResult::pass(PsciCheck::RunningCpuAlreadyOn)
+            ));
+            line(format!(
+                "{} (vcpu {v})",
+                PsciResult::pass(PsciCheck::AffinityOn)
+            ));
+        }
+        for round in 1..=rounds {
+            for vcpu in 0..vcpus {
+                let p = Progress {
+                    vcpu,
+                    mpidr: Mpidr::from_raw(vcpu as u64),
+                    round,
+                    rounds,
+                };
+                line(format!("{p} at 1.000 ms"));
+            }
+        }
+        for v in 1..vcpus {
+            line(format!(
+                "{} (vcpu {v})",
+                PsciResult::pass(PsciCheck::AffinityOff)
+            ));
+        }
+        line(Summary { vcpus }.to_string());
+        s
+    }
+
+    #[test]
+    fn bare_demo_passes_and_its_failures_are_explained() {
+        let t = boot_tests()
+            .into_iter()
+            .find(|t| t.name == "guest smp-demo bare max,pauth=off smp=4")
+            .unwrap();
+        assert_eq!(t.kernel, Kernel::Guest("smp-demo"));
+        assert!(!t.machine.virtualization);
+        let good = demo_console(4, DEMO_ROUNDS, "");
+        assert_eq!(judge(&t, &run(&good, 0)), Ok(()));
+        let missing = good.replace("vcpu 2 mpidr 0.0.0.2 round 3/3", "vcpu 2 stalled");
+        assert!(
+            judge(&t, &run(&missing, 0))
+                .unwrap_err()
+                .contains("vcpu 2: rounds [3]")
+        );
+        let no_summary = good.replace("checksums ok", "checksums bad");
+        assert!(
+            judge(&t, &run(&no_summary, 0))
+                .unwrap_err()
+                .contains("0 lines")
+        );
+        let crashed = good + "GUEST FATAL: panic on vcpu 1\r\n";
+        assert!(
+            judge(&t, &run(&crashed, 0))
+                .unwrap_err()
+                .contains("GUEST FATAL")
+        );
+    }
+
+    #[test]
+    fn two_vms_must_both_report() {
+        let t = vm_tests()
+            .into_iter()
+            .find(|t| t.name.contains("2 VMs"))
+            .unwrap();
+        let el2 = "el2: pvlock hypervisor v0.1\r\nsmp: 2 CPUs online\r\n";
+        let both = format!(
+            "{el2}{}{}",
+            demo_console(4, 3, "vm0: "),
+            demo_console(4, 3, "vm1: ")
+        );
+        assert_eq!(judge(&t, &run(&both, 0)), Ok(()));
+        let one = format!("{el2}{}", demo_console(4, 3, "vm0: "));
+        let err = judge(&t, &run(&one, 0)).unwrap_err();
+        assert!(err.contains("not reported 2 time(s)"), "{err}");
+    }
+
+    #[test]
+    fn guest_fault_tests_need_the_report_and_a_clean_power_off() {
+        let t = boot_tests()
+            .into_iter()
+            .find(|t| t.name.starts_with("guest smp-demo bare selftest=abort"))
+            .unwrap();
+        let ok = "smp-demo: selftest\r\nGUEST FATAL: vcpu 0 (mpidr 0.0.0.0): synchronous external \
+                  abort at 0x80000000 (data abort, read)\r\n";
+        assert_eq!(judge(&t, &run(ok, 0)), Ok(()));
+        assert!(
+            judge(&t, &run(ok, 1))
+                .unwrap_err()
+                .contains("did not power off")
+        );
+        let wrong = ok.replace("0x80000000", "0x90000000");
+        assert!(judge(&t, &run(&wrong, 0)).is_err());
+        assert!(judge(&t, &run("smp-demo: selftest\r\n", 0)).is_err());
+    }
+
+    #[test]
+    fn vm_tests_are_separate_and_describe_their_vms() {
+        let vm = vm_tests();
+        assert_eq!(vm.len(), 5);
+        assert!(vm.iter().all(|t| t.kernel == Kernel::El2));
+        assert!(
+            vm.iter()
+                .all(|t| !t.vms.is_empty() && t.machine.virtualization)
+        );
+        assert!(boot_tests().iter().all(|t| t.vms.is_empty()));
+        let eight = &vm[0];
+        assert_eq!(eight.name, "vm smp-demo vcpus=8 max,pauth=off smp=2");
+        assert_eq!(eight.vms[0].vcpus, 8);
     }
 
     fn good_console(n: u32) -> String {
@@ -430,7 +858,9 @@ mod tests {
     #[test]
     fn matrix_has_the_required_tests() {
         let names: Vec<String> = boot_tests().into_iter().map(|t| t.name).collect();
-        assert_eq!(names.len(), 16, "{names:?}");
+        assert_eq!(names.len(), 22, "{names:?}");
+        assert!(names.contains(&"guest smp-demo bare max,pauth=off smp=4".to_string()));
+        assert!(names.contains(&"guest smp-demo bare neoverse-n1 smp=2 icount".to_string()));
         assert!(names.contains(&"boot max,pauth=off smp=8 clusters=2".to_string()));
         assert!(names.contains(&"boot cortex-a57 smp=1 icount".to_string()));
         assert!(names.contains(&"boot neoverse-n1 smp=8 clusters=2 icount".to_string()));

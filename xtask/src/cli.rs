@@ -4,10 +4,11 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, bail, ensure};
 
 use crate::image::{Profile, Source};
 use crate::qemu::{Machine, normalize_cpu};
+use crate::vm;
 
 pub const HELP: &str = "\
 cargo xtask: build, run and test the el2 hypervisor
@@ -16,7 +17,7 @@ USAGE:
     cargo xtask <COMMAND> [OPTIONS]
 
 COMMANDS:
-    build     Build el2 and make the raw image target/aarch64-unknown-none/<profile>/el2.bin
+    build     Build el2 and the guests and make their raw images (paths printed)
     run       Build, then boot under QEMU with the console on this terminal
     test      Host checks (fmt, clippy, tests), then the QEMU boot-test matrix
     gdb       Build, start QEMU halted with a gdb stub and attach gdb-multiarch
@@ -40,8 +41,28 @@ RUN OPTIONS (run, gdb):
     --timeout SECS     Kill QEMU and fail after SECS seconds; 0 = never [default: 120]
                        (run only; gdb sessions have no timeout)
 
+GUEST OPTIONS (run, gdb):
+    --guest GUEST      Boot el2 with VMs running GUEST: a built guest (smp-demo) or the
+                       path of a raw arm64 Image. Any guest option below without --guest
+                       means --guest smp-demo.
+    --vcpus N          vCPUs per VM [default: 4]
+    --guest-mem SIZE   RAM per VM, a multiple of 2 MiB, e.g. 64M [default: 64M]
+    --initrd FILE      Initrd for each VM
+    --bootargs STR     The guest's command line, e.g. 'rounds=3 work=100000'
+    --vms N            N identical VMs, each with its own copy of the images [default: 1]
+    --affinity LIST    Physical CPUs the VMs' vCPUs may run on, e.g. 0,1 [default: any]
+    --bare             Boot the guest directly on QEMU at EL1, without el2: --vcpus (or
+                       --smp) is its CPU count, --guest-mem its RAM, --bootargs its command
+                       line
+    --no-vm            Boot el2 alone, with no VM (it reports the machine, ticks on every
+                       CPU and powers off)
+
+    VMs are described to el2 by /chosen/vm@N nodes in QEMU's device tree (compiled to
+    target/xtask/run-dt/edited.dtb); their images are loaded high in RAM, so --mem must
+    leave room (xtask says how much is missing).
+
     `run` exits non-zero if QEMU exits non-zero, on timeout, or if the console shows
-    `EL2 FATAL`. Quit QEMU with Ctrl-A X. The console is also saved to
+    `EL2 FATAL` or `GUEST FATAL`. Quit QEMU with Ctrl-A X. The console is also saved to
     target/xtask/console.log.
 
     `gdb` starts QEMU with -s -S (stub on :1234, CPUs halted), writes the console to
@@ -50,7 +71,7 @@ RUN OPTIONS (run, gdb):
 
 TEST OPTIONS:
     --host-only        Only the host checks
-    --boot-only        Only build the image and run the boot tests
+    --boot-only        Only build the images and run the boot tests
     --filter STR       Only boot tests whose name contains STR (repeatable: any matches)
     --list             List the boot tests and exit
     --timeout SECS     Override every boot test's timeout
@@ -79,8 +100,33 @@ pub struct BuildOpts {
 pub struct RunOpts {
     pub build: BuildOpts,
     pub machine: Machine,
+    /// `--smp` was given (the default demo otherwise picks its own).
+    pub smp_given: bool,
+    pub guest: GuestOpts,
     /// None = no timeout.
     pub timeout: Option<Duration>,
+}
+
+/// The guest options of `run` and `gdb`; all `None`/false when not given.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GuestOpts {
+    pub guest: Option<String>,
+    pub vcpus: Option<u32>,
+    /// Bytes.
+    pub mem: Option<u64>,
+    pub initrd: Option<PathBuf>,
+    pub bootargs: Option<String>,
+    pub vms: Option<u32>,
+    pub affinity: Option<Vec<u32>>,
+    pub bare: bool,
+    pub no_vm: bool,
+}
+
+impl GuestOpts {
+    /// Whether any guest option was given.
+    pub fn any(&self) -> bool {
+        *self != GuestOpts::default()
+    }
 }
 
 #[derive(Debug)]
@@ -237,6 +283,8 @@ fn is_help(opt: &Opt) -> bool {
 fn parse_run(p: &mut Parser) -> Result<Option<RunOpts>> {
     let mut build = default_build();
     let mut m = Machine::default();
+    let mut smp_given = false;
+    let mut g = GuestOpts::default();
     let mut timeout = Some(Duration::from_secs(120));
     while let Some(mut opt) = p.next()? {
         if p.build_opt(&mut opt, &mut build)? {
@@ -245,7 +293,10 @@ fn parse_run(p: &mut Parser) -> Result<Option<RunOpts>> {
         match opt.name.as_str() {
             "--help" | "-h" => return Ok(None),
             "--cpu" => m.cpu = normalize_cpu(&p.value(&mut opt)?),
-            "--smp" => m.smp = p.number(&mut opt)?,
+            "--smp" => {
+                m.smp = p.number(&mut opt)?;
+                smp_given = true;
+            }
             "--clusters" => m.clusters = Some(p.number(&mut opt)?),
             "--mem" => m.mem = p.value(&mut opt)?,
             "--uboot" => {
@@ -262,13 +313,57 @@ fn parse_run(p: &mut Parser) -> Result<Option<RunOpts>> {
                 let secs: u64 = p.number(&mut opt)?;
                 timeout = (secs > 0).then(|| Duration::from_secs(secs));
             }
+            "--guest" => g.guest = Some(p.value(&mut opt)?),
+            "--vcpus" => g.vcpus = Some(p.number(&mut opt)?),
+            "--guest-mem" => g.mem = Some(vm::parse_size(&p.value(&mut opt)?)?),
+            "--initrd" => g.initrd = Some(PathBuf::from(p.value(&mut opt)?)),
+            "--bootargs" => g.bootargs = Some(p.value(&mut opt)?),
+            "--vms" => g.vms = Some(p.number(&mut opt)?),
+            "--affinity" => g.affinity = Some(vm::parse_cpu_list(&p.value(&mut opt)?)?),
+            "--bare" => {
+                p.flag(&opt)?;
+                g.bare = true;
+            }
+            "--no-vm" => {
+                p.flag(&opt)?;
+                g.no_vm = true;
+            }
             _ => return Err(p.unknown(&opt)),
+        }
+    }
+    ensure!(
+        !g.no_vm
+            || GuestOpts {
+                no_vm: false,
+                ..g.clone()
+            } == GuestOpts::default(),
+        "--no-vm boots el2 alone: it takes no guest options"
+    );
+    if g.bare {
+        ensure!(
+            g.vms.is_none_or(|n| n == 1) && g.affinity.is_none(),
+            "--bare boots one guest without el2: --vms and --affinity need el2"
+        );
+        ensure!(
+            !m.uboot && m.append.is_none(),
+            "--bare boots the guest without el2: --uboot and --append (el2's command line) \
+             do not apply; give the guest's command line with --bootargs"
+        );
+        if let Some(n) = g.vcpus {
+            ensure!(
+                !smp_given || n == m.smp,
+                "--bare: --vcpus {n} and --smp {} disagree (both are the guest's CPU count)",
+                m.smp
+            );
+            m.smp = n;
         }
     }
     m.validate()?;
     Ok(Some(RunOpts {
         build,
         machine: m,
+        smp_given,
+        guest: g,
         timeout,
     }))
 }
@@ -363,9 +458,54 @@ mod tests {
             "run extra",
             "test --host-only --boot-only",
             "build --cpu max",
+            "run --guest-mem lots",
+            "run --affinity 0,x",
+            "run --bare --vms 2",
+            "run --bare --append x",
+            "run --bare --smp 2 --vcpus 4",
+            "run --bare=yes",
         ] {
             assert!(parse_str(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn guest_options() {
+        let Cmd::Run(o) = parse_str(
+            "run --guest smp-demo --vcpus 8 --guest-mem 128M --vms 2 --affinity 0,1 \
+             --bootargs rounds=3 --initrd /tmp/i.cpio --smp 2",
+        )
+        .unwrap() else {
+            panic!("not run");
+        };
+        assert!(o.smp_given && o.guest.any());
+        assert_eq!(
+            o.guest,
+            GuestOpts {
+                guest: Some("smp-demo".into()),
+                vcpus: Some(8),
+                mem: Some(128 << 20),
+                initrd: Some("/tmp/i.cpio".into()),
+                bootargs: Some("rounds=3".into()),
+                vms: Some(2),
+                affinity: Some(vec![0, 1]),
+                bare: false,
+                no_vm: false,
+            }
+        );
+        let Cmd::Run(alone) = parse_str("run --no-vm").unwrap() else {
+            panic!("not run");
+        };
+        assert!(alone.guest.no_vm);
+        assert!(parse_str("run --no-vm --vcpus 2").is_err());
+        let Cmd::Run(bare) = parse_str("run --bare --vcpus 3").unwrap() else {
+            panic!("not run");
+        };
+        assert_eq!(bare.machine.smp, 3, "--bare: the guest's CPUs are QEMU's");
+        let Cmd::Run(plain) = parse_str("run").unwrap() else {
+            panic!("not run");
+        };
+        assert!(!plain.guest.any() && !plain.smp_given);
     }
 
     #[test]

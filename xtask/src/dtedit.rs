@@ -1,9 +1,10 @@
-//! Device trees that differ from QEMU's own in one deliberate way, for boot
-//! tests of how el2 copes with a board description it cannot fully use.
+//! Device trees that differ from QEMU's own in deliberate ways: VMs for el2
+//! to run (`/chosen/vm@N`, see `vm.rs`), and boards el2 cannot fully use
+//! (for boot tests of how it copes).
 //!
 //! QEMU writes its tree for the exact machine (`-machine dumpdtb=`), `dtc`
-//! turns it into source, one [`DtEdit`] changes the source, and `dtc`
-//! compiles it back; the boot then passes it with `-dtb`.
+//! turns it into source, [`DtEdit`]s change the source, and `dtc` compiles
+//! it back; the boot then passes it with `-dtb`.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -12,6 +13,7 @@ use std::process::{Command, Stdio};
 use anyhow::{Context, Result, bail, ensure};
 
 use crate::qemu::{Console, Machine};
+use crate::vm::Plan;
 
 pub const DTC: &str = "dtc";
 
@@ -26,6 +28,8 @@ pub enum DtEdit {
     /// Add a CPU node with this MPIDR after the last CPU, one that the
     /// firmware (QEMU) does not have, so PSCI CPU_ON refuses it.
     AddCpu { mpidr: u64 },
+    /// Add the plan's `/chosen/vm@N` nodes.
+    AddVms(Plan),
 }
 
 impl DtEdit {
@@ -34,13 +38,14 @@ impl DtEdit {
         match self {
             DtEdit::RemoveProperty { node, property } => remove_property(dts, node, property),
             DtEdit::AddCpu { mpidr } => add_cpu(dts, *mpidr),
+            DtEdit::AddVms(plan) => add_vms(dts, plan),
         }
     }
 }
 
-/// Writes QEMU's tree for `machine` with `edit` applied to `dir` and
+/// Writes QEMU's tree for `machine` with `edits` applied to `dir` and
 /// returns its path.
-pub fn prepare(machine: &Machine, edit: &DtEdit, image: &Path, dir: &Path) -> Result<PathBuf> {
+pub fn prepare(machine: &Machine, edits: &[&DtEdit], image: &Path, dir: &Path) -> Result<PathBuf> {
     fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let original = dir.join("qemu.dtb");
     let edited = dir.join("edited.dtb");
@@ -63,7 +68,7 @@ pub fn prepare(machine: &Machine, edit: &DtEdit, image: &Path, dir: &Path) -> Re
     );
     let dts = String::from_utf8(run_dtc(&["-I", "dtb", "-O", "dts"], &original)?)
         .context("dtc printed something that is not UTF-8")?;
-    let dts = edit.apply(&dts)?;
+    let dts = edits.iter().try_fold(dts, |dts, edit| edit.apply(&dts))?;
     let source = dir.join("edited.dts");
     fs::write(&source, dts).with_context(|| format!("cannot write {}", source.display()))?;
     let dtb = run_dtc(&["-I", "dts", "-O", "dtb"], &source)?;
@@ -162,9 +167,38 @@ fn add_cpu(dts: &str, mpidr: u64) -> Result<String> {
     Ok(out.join("\n") + "\n")
 }
 
+/// Adds the VM nodes at the end of `/chosen`, creating it if QEMU's tree
+/// has none.
+fn add_vms(dts: &str, plan: &Plan) -> Result<String> {
+    let lines: Vec<&str> = dts.lines().collect();
+    let mut out: Vec<String> = Vec::new();
+    match node_lines(&lines, "chosen") {
+        Ok((start, end)) => {
+            let indent = indent_of(lines[start]).len() + 1;
+            out.extend(lines[..end].iter().map(|l| (*l).to_string()));
+            out.extend(plan.nodes_dts(indent).lines().map(String::from));
+            out.extend(lines[end..].iter().map(|l| (*l).to_string()));
+        }
+        Err(_) => {
+            // No /chosen: add one as the root node's last child.
+            let root_end = lines
+                .iter()
+                .rposition(|l| l.trim() == "};" && indent_of(l).is_empty())
+                .context("QEMU's device tree source has no root node")?;
+            out.extend(lines[..root_end].iter().map(|l| (*l).to_string()));
+            out.push("\tchosen {".into());
+            out.extend(plan.nodes_dts(2).lines().map(String::from));
+            out.push("\t};".into());
+            out.extend(lines[root_end..].iter().map(|l| (*l).to_string()));
+        }
+    }
+    Ok(out.join("\n") + "\n")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::vm::{Module, VmNode};
 
     const DTS: &str = "/dts-v1/;
 
@@ -226,6 +260,52 @@ mod tests {
             property: "ranges",
         };
         assert!(no_prop.apply(DTS).is_err());
+    }
+
+    fn one_vm() -> Plan {
+        Plan {
+            modules: vec![Module {
+                path: "/k".into(),
+                addr: 0x7bc0_0000,
+                size: 0x1000,
+            }],
+            nodes: vec![VmNode {
+                index: 0,
+                name: "vm0".into(),
+                vcpus: 2,
+                memory: 64 << 20,
+                kernel: (0x7bc0_0000, 0x1000),
+                initrd: None,
+                bootargs: String::new(),
+                affinity: Vec::new(),
+            }],
+        }
+    }
+
+    #[test]
+    fn vms_go_at_the_end_of_chosen() {
+        let dts = DTS.replace(
+            "\tcpus {",
+            "\tchosen {\n\t\tstdout-path = \"/pl011@9000000\";\n\t};\n\n\tcpus {",
+        );
+        let out = DtEdit::AddVms(one_vm()).apply(&dts).unwrap();
+        assert!(out.starts_with("/dts-v1/;\n\n/ {\n"), "{out}");
+        assert!(
+            out.contains(
+                "\t\tstdout-path = \"/pl011@9000000\";\n\t\tvm@0 {\n\t\t\tcompatible = \"pvlock,vm\";"
+            ),
+            "{out}"
+        );
+        assert!(
+            out.contains("\t\t\tbootargs = \"\";\n\t\t};\n\t};\n\n\tcpus {"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn a_missing_chosen_is_created() {
+        let out = DtEdit::AddVms(one_vm()).apply(DTS).unwrap();
+        assert!(out.ends_with("\t\t};\n\t};\n\tchosen {\n\t\tvm@0 {\n\t\t\tcompatible = \"pvlock,vm\";\n\t\t\tlabel = \"vm0\";\n\t\t\tvcpus = <2>;\n\t\t\tmemory = <0x0 0x4000000>;\n\t\t\tkernel = <0x0 0x7bc00000 0x0 0x1000>;\n\t\t\tbootargs = \"\";\n\t\t};\n\t};\n};\n"), "{out}");
     }
 
     #[test]

@@ -15,19 +15,26 @@ use anyhow::{Context, Result, bail};
 use crate::cli::RunOpts;
 use crate::qemu::{self, Console, Echo, RunSpec};
 use crate::setup::{self, GDB, Tool};
-use crate::{Workspace, display_command, image, sys, tools_for};
+use crate::{Launch, Workspace, display_command, image, prepare_launch, sys};
 
 const GDB_PORT: u16 = 1234;
 
-/// Where el2 runs on QEMU's virt machine, both with `-kernel` and after
-/// U-Boot's `booti`: RAM base 0x4000_0000 plus the header's text_offset.
+/// Where the kernel (el2, or the guest with `--bare`) runs on QEMU's virt
+/// machine, both with `-kernel` and after U-Boot's `booti`: RAM base
+/// 0x4000_0000 plus the header's text_offset. (The symbols of guests in VMs
+/// are not loaded: they run wherever el2 puts them.)
 const LOAD_ADDR: u64 = 0x4000_0000 + image::TEXT_OFFSET;
 
 pub fn gdb(ws: &Workspace, o: &RunOpts) -> Result<ExitCode> {
-    let mut tools = tools_for(&o.machine);
-    tools.push(Tool::Gdb);
-    setup::ensure_tools(&tools)?;
-    let art = image::build(ws, &o.build.source)?;
+    setup::ensure_tools(&[Tool::Gdb])?;
+    let Launch {
+        machine,
+        kernel: art,
+        notes,
+    } = prepare_launch(ws, o)?;
+    for note in notes {
+        eprintln!("xtask: {note}");
+    }
 
     // QEMU's -s listens on tcp::1234; say so clearly if it cannot.
     drop(TcpListener::bind(("0.0.0.0", GDB_PORT)).with_context(|| {
@@ -40,7 +47,7 @@ pub fn gdb(ws: &Workspace, o: &RunOpts) -> Result<ExitCode> {
     let log = ws.xtask_dir()?.join("gdb-console.log");
     let file = File::create(&log).with_context(|| format!("cannot create {}", log.display()))?;
     // The console goes through xtask (so U-Boot can be driven) into the file.
-    let cmd = o.machine.command(&art.image, &Console::Stdio, true)?;
+    let cmd = machine.command(&art.image, &Console::Stdio, true)?;
     eprintln!("xtask: {}", display_command(&cmd));
     eprintln!(
         "xtask: console in {} (follow it with `tail -f {}`)",
@@ -51,7 +58,7 @@ pub fn gdb(ws: &Workspace, o: &RunOpts) -> Result<ExitCode> {
     let spec = RunSpec {
         timeout: None,
         echo: Echo::File(file),
-        script: o.machine.console_script(),
+        script: machine.console_script(),
         cancel: Some(cancel.clone()),
         own_process_group: true,
         ..RunSpec::default()
@@ -76,12 +83,13 @@ pub fn gdb(ws: &Workspace, o: &RunOpts) -> Result<ExitCode> {
     if art.link_base == LOAD_ADDR {
         gdb.arg(&art.elf);
     } else {
-        // A position-independent el2 (linked at 0) runs where the loader put
-        // it: tell gdb, or no symbol would match a PC.
+        // A position-independent kernel (linked at 0) runs where the loader
+        // put it: tell gdb, or no symbol would match a PC.
         let offset = LOAD_ADDR.wrapping_sub(art.link_base);
         eprintln!(
-            "xtask: el2 is linked at {:#x} and runs at {LOAD_ADDR:#x}; \
+            "xtask: {} is linked at {:#x} and runs at {LOAD_ADDR:#x}; \
              loading its symbols with offset {offset:#x}",
+            art.elf.display(),
             art.link_base
         );
         let mut cmd = OsString::from(format!("symbol-file -o {offset:#x} "));

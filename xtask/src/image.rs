@@ -21,9 +21,16 @@ pub const TARGET: &str = "aarch64-unknown-none-softfloat";
 
 /// The arm64 Image header fields (Documentation/arch/arm64/booting.rst).
 pub const TEXT_OFFSET: u64 = 0x8_0000;
-pub const FLAGS: u64 = 0x2; // little-endian, 4 KiB pages, 2 MiB-aligned base
 pub const MAGIC: u32 = 0x644d_5241; // "ARM\x64"
 const HEADER_LEN: usize = 64;
+/// flags bit 0: the kernel is big-endian.
+const FLAG_BIG_ENDIAN: u64 = 1 << 0;
+/// flags bits 2:1: the kernel's page size; 0b01 = 4 KiB.
+const FLAGS_PAGE_SIZE: u64 = 0b11 << 1;
+const FLAGS_PAGE_SIZE_4K: u64 = 0b01 << 1;
+/// flags bits booting.rst defines (bit 3: physical placement); the rest
+/// are reserved, zero.
+const FLAGS_DEFINED: u64 = 0b1111;
 
 /// Refuse to write absurdly large images (e.g. segments linked gigabytes
 /// apart), which would otherwise fill the disk with zeros.
@@ -405,10 +412,45 @@ pub fn validate_header(image: &Image) -> Result<()> {
     );
     let flags = u64_at(24);
     ensure!(
-        flags == FLAGS,
-        "flags (offset 24) are {flags:#x}, expected {FLAGS:#x} (little-endian, 4 KiB pages)"
+        flags & !FLAGS_DEFINED == 0
+            && flags & FLAG_BIG_ENDIAN == 0
+            && flags & FLAGS_PAGE_SIZE == FLAGS_PAGE_SIZE_4K,
+        "flags (offset 24) are {flags:#x}: expected a little-endian image with 4 KiB pages \
+         (bit 0 = 0, bits 2:1 = 01, reserved bits 63:4 = 0)"
     );
     Ok(())
+}
+
+/// The fields of an arm64 Image header that placing an image needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    pub text_offset: u64,
+    /// Bytes the image occupies once loaded, including .bss and stacks.
+    pub image_size: u64,
+}
+
+/// Reads the header of the raw image at `path` (after checking its magic).
+pub fn read_header(path: &Path) -> Result<Header> {
+    let mut bytes = [0u8; HEADER_LEN];
+    let mut file =
+        fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    std::io::Read::read_exact(&mut file, &mut bytes).with_context(|| {
+        format!(
+            "{} is shorter than an arm64 Image header ({HEADER_LEN} bytes)",
+            path.display()
+        )
+    })?;
+    let u64_at = |o: usize| u64::from_le_bytes(bytes[o..o + 8].try_into().expect("8 bytes"));
+    let magic = u32::from_le_bytes(bytes[0x38..0x3c].try_into().expect("4 bytes"));
+    ensure!(
+        magic == MAGIC,
+        "{} is not an arm64 Image: magic at offset 0x38 is {magic:#010x}, expected {MAGIC:#010x}",
+        path.display()
+    );
+    Ok(Header {
+        text_offset: u64_at(8),
+        image_size: u64_at(16),
+    })
 }
 
 #[cfg(test)]
@@ -473,6 +515,10 @@ mod tests {
             out
         }
     }
+
+    /// el2's flags: little-endian, 4 KiB pages, 2 MiB-aligned base as close
+    /// to the start of RAM as possible. (The guests' 0xa adds "anywhere".)
+    const FLAGS: u64 = 0x2;
 
     fn header(image_size: u64) -> Vec<u8> {
         let mut h = vec![0u8; 64];
@@ -544,7 +590,7 @@ mod tests {
         let cases: [(usize, &[u8], &str); 4] = [
             (0, &[0, 0, 0, 0], "code0"),
             (8, &[0, 0, 0, 0], "text_offset"),
-            (24, &[0xa, 0, 0, 0], "flags"),
+            (24, &[0x3, 0, 0, 0], "flags"),
             (0x38, b"ARM\x63", "magic"),
         ];
         for (off, patch, field) in cases {
@@ -583,5 +629,30 @@ mod tests {
         elf.truncate(200);
         let err = elf_to_image(&elf).unwrap_err();
         assert!(err.to_string().contains("truncated"), "{err}");
+    }
+
+    #[test]
+    fn guest_flags_are_accepted_and_the_header_reads_back() {
+        let mut t = text(0x1000);
+        t[24] = 0xa; // 4 KiB, little-endian, placement anywhere
+        let elf = ElfBuilder {
+            segments: vec![(0, t, 0x1000)],
+            rela: None,
+        }
+        .build();
+        let img = elf_to_image(&elf).unwrap();
+        validate_header(&img).unwrap();
+        let path = std::env::temp_dir().join(format!("xtask-header-{}.bin", std::process::id()));
+        fs::write(&path, &img.bytes).unwrap();
+        let header = read_header(&path);
+        fs::remove_file(&path).unwrap();
+        assert_eq!(
+            header.unwrap(),
+            Header {
+                text_offset: TEXT_OFFSET,
+                image_size: 0x1000
+            }
+        );
+        assert!(read_header(Path::new("/nonexistent/image.bin")).is_err());
     }
 }

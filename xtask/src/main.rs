@@ -5,11 +5,13 @@ mod boottest;
 mod cli;
 mod dtedit;
 mod gdb;
+mod guests;
 mod image;
 mod qemu;
 mod setup;
 mod suite;
 mod sys;
+mod vm;
 
 use std::env;
 use std::ffi::OsString;
@@ -19,11 +21,13 @@ use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, ensure};
 
 use cli::{Cmd, RunOpts};
-use qemu::{Console, Echo, RunSpec};
+use dtedit::DtEdit;
+use qemu::{Console, Echo, Machine, RunSpec};
 use setup::Tool;
+use vm::VmConfig;
 
 /// How long a crashed machine may take to stop after printing the marker.
 pub const FATAL_GRACE: Duration = Duration::from_secs(10);
@@ -92,6 +96,7 @@ fn dispatch(cmd: Cmd) -> Result<ExitCode> {
         }
         Cmd::Build(b) => {
             image::build(&ws, &b.source)?;
+            guests::build(&ws)?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Run(o) => run(&ws, &o),
@@ -109,12 +114,117 @@ pub fn tools_for(machine: &qemu::Machine) -> Vec<Tool> {
     }
 }
 
+/// What `run` and `gdb` boot: the machine (with its loader devices and
+/// edited device tree, if any) and the kernel QEMU loads with `-kernel`.
+pub struct Launch {
+    pub machine: Machine,
+    /// el2, or the guest itself for `--bare`.
+    pub kernel: image::Artifacts,
+    /// What the terminal should be told about the set-up.
+    pub notes: Vec<String>,
+}
+
+/// Builds what `o` boots and sets up its machine: el2 with VMs (the
+/// default demo, or what the guest options say); el2 alone (`--no-vm`); or
+/// one guest on a bare machine (`--bare`).
+pub fn prepare_launch(ws: &Workspace, o: &RunOpts) -> Result<Launch> {
+    let mut machine = o.machine.clone();
+    let g = &o.guest;
+    if g.no_vm {
+        setup::ensure_tools(&tools_for(&machine))?;
+        let kernel = image::build(ws, &o.build.source)?;
+        return Ok(Launch {
+            machine,
+            kernel,
+            notes: Vec::new(),
+        });
+    }
+    let guests = guests::build(ws)?;
+    let guest = g.guest.clone().unwrap_or_else(|| vm::DEFAULT_GUEST.into());
+    if g.bare {
+        setup::ensure_tools(&[Tool::Qemu])?;
+        let image = guests::resolve(&guests, &guest)?;
+        // A built guest has its ELF for gdb; a given image may not.
+        let elf = guests
+            .0
+            .iter()
+            .find(|b| b.image == image)
+            .map_or_else(|| image.clone(), |b| b.elf.clone());
+        machine.virtualization = false;
+        if let Some(mem) = g.mem {
+            ensure!(
+                mem.is_multiple_of(1 << 20),
+                "--guest-mem must be a whole number of MiB"
+            );
+            machine.mem = format!("{}M", mem >> 20);
+        }
+        machine.append = g.bootargs.clone();
+        if let Some(initrd) = &g.initrd {
+            machine.extra_args.push("-initrd".into());
+            machine.extra_args.push(initrd.display().to_string());
+        }
+        machine.validate()?;
+        return Ok(Launch {
+            machine,
+            kernel: image::Artifacts {
+                elf,
+                image,
+                link_base: 0,
+            },
+            notes: vec![format!(
+                "{guest} directly on QEMU at EL1 (no el2), {} CPUs",
+                o.machine.smp
+            )],
+        });
+    }
+    let mut tools = tools_for(&machine);
+    tools.push(Tool::Dtc);
+    setup::ensure_tools(&tools)?;
+    let kernel = image::build(ws, &o.build.source)?;
+    if !g.any() && !o.smp_given {
+        // The default demo: more vCPUs than physical CPUs.
+        machine.smp = vm::DEMO_SMP;
+    }
+    let config = VmConfig {
+        guest,
+        initrd: g.initrd.clone(),
+        vcpus: g.vcpus.unwrap_or(vm::DEFAULT_VCPUS),
+        memory: g.mem.unwrap_or(vm::DEFAULT_VM_MEMORY),
+        bootargs: g.bootargs.clone().unwrap_or_default(),
+        affinity: g.affinity.clone().unwrap_or_default(),
+        count: g.vms.unwrap_or(1),
+    };
+    let plan = vm::plan_for(&machine, &kernel.image, &guests, &[config])?;
+    machine.extra_args.extend(plan.qemu_args());
+    let dir = ws.xtask_dir()?.join("run-dt");
+    let dtb = dtedit::prepare(
+        &machine,
+        &[&DtEdit::AddVms(plan.clone())],
+        &kernel.image,
+        &dir,
+    )?;
+    let mut notes = plan.describe();
+    notes.push(format!("device tree with the VMs: {}", dtb.display()));
+    machine.dtb = Some(dtb);
+    Ok(Launch {
+        machine,
+        kernel,
+        notes,
+    })
+}
+
 fn run(ws: &Workspace, o: &RunOpts) -> Result<ExitCode> {
-    setup::ensure_tools(&tools_for(&o.machine))?;
-    let art = image::build(ws, &o.build.source)?;
-    let cmd = o.machine.command(&art.image, &Console::Stdio, false)?;
+    let Launch {
+        machine,
+        kernel,
+        notes,
+    } = prepare_launch(ws, o)?;
+    let cmd = machine.command(&kernel.image, &Console::Stdio, false)?;
+    for note in notes {
+        eprintln!("xtask: {note}");
+    }
     eprintln!("xtask: {}", display_command(&cmd));
-    let interactive = std::io::stdin().is_terminal() && !o.machine.uboot;
+    let interactive = std::io::stdin().is_terminal() && !machine.uboot;
     if interactive {
         eprintln!("xtask: console follows; quit QEMU with Ctrl-A X");
     }
@@ -124,7 +234,7 @@ fn run(ws: &Workspace, o: &RunOpts) -> Result<ExitCode> {
             timeout: o.timeout,
             echo: Echo::Terminal,
             inherit_stdin: true,
-            script: o.machine.console_script(),
+            script: machine.console_script(),
             fatal_grace: Some(FATAL_GRACE),
             ..RunSpec::default()
         },

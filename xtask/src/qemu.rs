@@ -18,6 +18,9 @@ use crate::setup::{QEMU, UBOOT_BIN};
 
 /// First line of every el2 crash report.
 pub const FATAL_MARKER: &str = "EL2 FATAL";
+/// Starts every line of a guest's crash report (panic, unexpected
+/// exception, failed self-check): `guest_driver::FATAL_MARKER`.
+pub const GUEST_FATAL_MARKER: &str = guest_driver::FATAL_MARKER;
 
 /// Where U-Boot finds the image QEMU's loader device put in RAM. `booti`
 /// moves it to RAM base + text_offset (0x40080000) before entering it.
@@ -49,6 +52,9 @@ pub struct Machine {
     /// Only write QEMU's device tree for this machine to this file and exit
     /// (`-machine dumpdtb=`).
     pub dump_dtb: Option<PathBuf>,
+    /// Start the CPUs at EL2 (`virtualization=on`), as el2 needs; without
+    /// it they start at EL1 and a guest can boot directly.
+    pub virtualization: bool,
 }
 
 impl Default for Machine {
@@ -64,6 +70,7 @@ impl Default for Machine {
             extra_args: Vec::new(),
             dtb: None,
             dump_dtb: None,
+            virtualization: true,
         }
     }
 }
@@ -171,7 +178,11 @@ impl Machine {
         self.validate()?;
         let mut args: Vec<OsString> = Vec::new();
         args.push("-M".into());
-        let mut machine = OsString::from("virt,virtualization=on,gic-version=3");
+        let mut machine = OsString::from(if self.virtualization {
+            "virt,virtualization=on,gic-version=3"
+        } else {
+            "virt,gic-version=3"
+        });
         if let Some(path) = &self.dump_dtb {
             machine.push(",dumpdtb=");
             machine.push(path);
@@ -391,6 +402,8 @@ pub struct Outcome {
     pub duration: Duration,
     /// The console showed [`FATAL_MARKER`].
     pub fatal: bool,
+    /// The console showed [`GUEST_FATAL_MARKER`].
+    pub guest_fatal: bool,
 }
 
 impl Outcome {
@@ -400,10 +413,15 @@ impl Outcome {
     }
 
     /// Why this run counts as a failed boot of a machine that is expected
-    /// to stop cleanly, or None: QEMU exited 0 without the crash marker.
+    /// to stop cleanly, or None: QEMU exited 0 without a crash marker.
     pub fn failure(&self) -> Option<String> {
         if self.fatal && !matches!(self.ending, Ending::HungAfterFatal(_)) {
             return Some(format!("the console shows {FATAL_MARKER}"));
+        }
+        if self.guest_fatal {
+            return Some(format!(
+                "the console shows {GUEST_FATAL_MARKER} (a guest crashed or failed a check)"
+            ));
         }
         match &self.ending {
             Ending::Exited(s) if s.success() => None,
@@ -498,23 +516,35 @@ impl Drop for Supervised {
 struct Capture {
     buf: Vec<u8>,
     dropped: usize,
-    /// Recent bytes for spotting the marker across chunk boundaries even
+    /// Recent bytes for spotting the markers across chunk boundaries even
     /// after the capture limit.
     window: Vec<u8>,
     fatal: bool,
+    guest_fatal: bool,
 }
 
 const CAPTURE_LIMIT: usize = 16 << 20;
 
 impl Capture {
+    fn new() -> Self {
+        Self {
+            buf: Vec::new(),
+            dropped: 0,
+            window: Vec::new(),
+            fatal: false,
+            guest_fatal: false,
+        }
+    }
+
     fn push(&mut self, chunk: &[u8]) {
         let room = CAPTURE_LIMIT.saturating_sub(self.buf.len());
         self.buf.extend_from_slice(&chunk[..chunk.len().min(room)]);
         self.dropped += chunk.len().saturating_sub(room);
-        if !self.fatal {
+        if !(self.fatal && self.guest_fatal) {
             self.window.extend_from_slice(chunk);
-            self.fatal = find(&self.window, FATAL_MARKER.as_bytes()).is_some();
-            let keep = FATAL_MARKER.len();
+            self.fatal |= find(&self.window, FATAL_MARKER.as_bytes()).is_some();
+            self.guest_fatal |= find(&self.window, GUEST_FATAL_MARKER.as_bytes()).is_some();
+            let keep = FATAL_MARKER.len().max(GUEST_FATAL_MARKER.len());
             if self.window.len() > keep {
                 self.window.drain(..self.window.len() - keep);
             }
@@ -649,12 +679,7 @@ pub fn run(mut cmd: Command, spec: RunSpec) -> Result<Outcome> {
         all
     });
 
-    let mut capture = Capture {
-        buf: Vec::new(),
-        dropped: 0,
-        window: Vec::new(),
-        fatal: false,
-    };
+    let mut capture = Capture::new();
     let mut driver = spec.script.map(|script| Driver {
         script,
         next: 0,
@@ -735,13 +760,14 @@ pub fn run(mut cmd: Command, spec: RunSpec) -> Result<Outcome> {
         capture.push(&chunk);
     }
     let stderr = err_reader.join().unwrap_or_default();
-    let fatal = capture.fatal;
+    let (fatal, guest_fatal) = (capture.fatal, capture.guest_fatal);
     Ok(Outcome {
         console: capture.into_string(),
         stderr: String::from_utf8_lossy(&stderr).into_owned(),
         ending,
         duration: start.elapsed(),
         fatal,
+        guest_fatal,
     })
 }
 
@@ -840,15 +866,30 @@ mod tests {
 
     #[test]
     fn marker_found_across_chunks() {
-        let mut c = Capture {
-            buf: Vec::new(),
-            dropped: 0,
-            window: Vec::new(),
-            fatal: false,
-        };
+        let mut c = Capture::new();
         c.push(b"boot ok\r\nEL2 FA");
         assert!(!c.fatal);
         c.push(b"TAL: oops\r\n");
-        assert!(c.fatal);
+        assert!(c.fatal && !c.guest_fatal);
+        let mut g = Capture::new();
+        g.push(b"smp-demo: hi\r\nGUEST F");
+        g.push(b"ATAL: vcpu 0: undefined instruction\r\n");
+        assert!(g.guest_fatal && !g.fatal);
+    }
+
+    #[test]
+    fn bare_machines_start_at_el1() {
+        let m = Machine {
+            virtualization: false,
+            ..Machine::default()
+        };
+        let cmd = m
+            .command(Path::new("guest.bin"), &Console::Stdio, false)
+            .unwrap();
+        let args: Vec<String> = cmd
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(args[..2], ["-M", "virt,gic-version=3"]);
     }
 }

@@ -10,14 +10,16 @@ use std::time::Instant;
 
 use anyhow::Result;
 
-use crate::boottest::{self, BootTest};
+use crate::boottest::{self, BootTest, Kernel};
 use crate::cli::TestOpts;
+use crate::dtedit::DtEdit;
+use crate::guests::{self, Guests};
 use crate::qemu::{self, Console, Echo, RunSpec};
 use crate::setup::{self, Tool};
-use crate::{FATAL_GRACE, Workspace, display_command, dtedit, image};
+use crate::{FATAL_GRACE, Workspace, display_command, dtedit, image, vm};
 
 /// The host checks: (name, cargo arguments).
-const HOST_CHECKS: [(&str, &[&str]); 3] = [
+const HOST_CHECKS: [(&str, &[&str]); 5] = [
     ("fmt", &["fmt", "--all", "--check"]),
     (
         "clippy",
@@ -25,6 +27,40 @@ const HOST_CHECKS: [(&str, &[&str]); 3] = [
             "clippy",
             "--workspace",
             "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ],
+    ),
+    // The guest runtime and the guests only exist for bare metal
+    // (`cfg(target_os = "none")`), so the host clippy above never sees them.
+    (
+        "clippy guests",
+        &[
+            "clippy",
+            "-p",
+            "guest-driver",
+            "--features",
+            "runtime",
+            "--target",
+            guests::GUEST_TARGET,
+            "--lib",
+            "--bins",
+            "--",
+            "-D",
+            "warnings",
+        ],
+    ),
+    // Likewise el2's arch layer (`src/arch`, bare metal only).
+    (
+        "clippy el2",
+        &[
+            "clippy",
+            "-p",
+            "el2",
+            "--target",
+            image::TARGET,
+            "--release",
             "--",
             "-D",
             "warnings",
@@ -63,7 +99,9 @@ impl Tally {
 }
 
 pub fn test(ws: &Workspace, o: &TestOpts) -> Result<ExitCode> {
-    let tests: Vec<BootTest> = boottest::boot_tests()
+    let mut all = boottest::boot_tests();
+    all.extend(boottest::vm_tests());
+    let tests: Vec<BootTest> = all
         .into_iter()
         .filter(|t| o.filters.is_empty() || o.filters.iter().any(|f| t.name.contains(f.as_str())))
         .map(|mut t| {
@@ -128,8 +166,9 @@ fn boot_tests(ws: &Workspace, o: &TestOpts, tests: &[BootTest], tally: &mut Tall
     // the reason (they did not pass, and the count must say so).
     let prepared = setup::ensure_tools(&[Tool::Qemu, Tool::UBoot, Tool::Dtc])
         .and_then(|()| image::build(ws, &o.build.source))
-        .and_then(|art| Ok((art, log_dir(ws)?)));
-    let (art, logs) = match prepared {
+        .and_then(|art| Ok((art, guests::build(ws)?)))
+        .and_then(|(art, guests)| Ok(((art, guests), log_dir(ws)?)));
+    let ((art, guests), logs) = match prepared {
         Ok(p) => p,
         Err(e) => {
             let mut why = e.to_string();
@@ -143,7 +182,7 @@ fn boot_tests(ws: &Workspace, o: &TestOpts, tests: &[BootTest], tally: &mut Tall
         }
     };
     for t in tests {
-        run_one(t, &art.image, &logs, o.verbose, tally);
+        run_one(t, &art.image, &guests, &logs, o.verbose, tally);
     }
 }
 
@@ -153,7 +192,44 @@ fn log_dir(ws: &Workspace) -> Result<PathBuf> {
     Ok(dir)
 }
 
-fn run_one(t: &BootTest, image: &Path, logs: &Path, verbose: bool, tally: &mut Tally) {
+/// The machine and kernel image of `t`: its device-tree edits applied, its
+/// VMs' images placed and described.
+fn prepare(
+    t: &BootTest,
+    el2_image: &Path,
+    guests: &Guests,
+    logs: &Path,
+) -> Result<(qemu::Machine, PathBuf)> {
+    let mut machine = t.machine.clone();
+    let image = match t.kernel {
+        Kernel::El2 => el2_image.to_path_buf(),
+        Kernel::Guest(name) => guests.get(name)?.image.clone(),
+    };
+    let mut edits: Vec<DtEdit> = t.dt_edit.iter().cloned().collect();
+    if !t.vms.is_empty() {
+        let plan = vm::plan_for(&machine, el2_image, guests, &t.vms)?;
+        machine.extra_args.extend(plan.qemu_args());
+        edits.push(DtEdit::AddVms(plan));
+    }
+    if !edits.is_empty() {
+        let dir = logs.join(format!("{}.dt", slug(&t.name)));
+        let edits: Vec<&DtEdit> = edits.iter().collect();
+        machine.dtb = Some(
+            dtedit::prepare(&machine, &edits, &image, &dir)
+                .map_err(|e| e.context("cannot prepare the device tree"))?,
+        );
+    }
+    Ok((machine, image))
+}
+
+fn run_one(
+    t: &BootTest,
+    el2_image: &Path,
+    guests: &Guests,
+    logs: &Path,
+    verbose: bool,
+    tally: &mut Tally,
+) {
     // Without --verbose the result completes the "name ... " line; with it,
     // the console comes in between and the result gets a line of its own.
     if verbose {
@@ -163,22 +239,14 @@ fn run_one(t: &BootTest, image: &Path, logs: &Path, verbose: bool, tally: &mut T
     }
     let _ = std::io::stdout().flush();
     let continued = !verbose;
-    let mut machine = t.machine.clone();
-    if let Some(edit) = &t.dt_edit {
-        let dir = logs.join(format!("{}.dt", slug(&t.name)));
-        match dtedit::prepare(&machine, edit, image, &dir) {
-            Ok(dtb) => machine.dtb = Some(dtb),
-            Err(e) => {
-                tally.record(
-                    &t.name,
-                    Err(format!("cannot prepare the device tree: {e:#}")),
-                    continued,
-                );
-                return;
-            }
+    let (machine, image) = match prepare(t, el2_image, guests, logs) {
+        Ok(prepared) => prepared,
+        Err(e) => {
+            tally.record(&t.name, Err(format!("{e:#}")), continued);
+            return;
         }
-    }
-    let cmd = match machine.command(image, &Console::Stdio, false) {
+    };
+    let cmd = match machine.command(&image, &Console::Stdio, false) {
         Ok(c) => c,
         Err(e) => {
             let why = format!("bad machine definition: {e}");

@@ -1,0 +1,428 @@
+//! What a guest learns from the device tree it boots with: its RAM, its
+//! CPUs (by MPIDR), the console UART, the PSCI conduit and the command line.
+//!
+//! The runtime parses the tree once, before its MMU is on, so this module
+//! neither allocates nor uses atomics: everything lands in fixed-size
+//! arrays. The hypervisor's generated trees and QEMU's `virt` trees both
+//! keep these nodes directly under the root, which is all this reader
+//! supports (no `ranges` translation).
+
+use crate::mpidr::Mpidr;
+use core::fmt;
+use fdt::Fdt;
+use fdt::node::FdtNode;
+
+/// Most CPUs a guest uses; further CPU nodes are ignored (and counted).
+pub const MAX_CPUS: usize = 64;
+/// Most RAM banks a guest maps; further banks are ignored (and counted).
+pub const MAX_MEMORY_BANKS: usize = 8;
+
+/// A range of physical (for a guest: intermediate physical) addresses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct MemRange {
+    pub start: u64,
+    pub size: u64,
+}
+
+impl MemRange {
+    pub const fn new(start: u64, size: u64) -> Self {
+        Self { start, size }
+    }
+
+    /// One past the last byte (saturating).
+    pub const fn end(&self) -> u64 {
+        self.start.saturating_add(self.size)
+    }
+
+    pub const fn contains(&self, address: u64) -> bool {
+        address >= self.start && address < self.end()
+    }
+
+    /// Whether `other` lies entirely inside this range.
+    pub const fn covers(&self, other: &MemRange) -> bool {
+        other.start >= self.start && other.end() <= self.end()
+    }
+}
+
+/// How PSCI is called: the `method` of the device tree's `/psci` node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Conduit {
+    Hvc,
+    Smc,
+}
+
+impl Conduit {
+    pub const fn name(self) -> &'static str {
+        match self {
+            Conduit::Hvc => "hvc",
+            Conduit::Smc => "smc",
+        }
+    }
+}
+
+/// Why the tree cannot be used. Each names the node and property.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DtError<'dt> {
+    /// Not a flattened device tree (bad magic or truncated).
+    NotADeviceTree,
+    /// A required node is missing.
+    MissingNode(&'static str),
+    /// A property is missing or malformed.
+    BadProperty {
+        node: &'dt str,
+        property: &'static str,
+        problem: &'static str,
+    },
+    /// No `memory` node with a usable `reg`.
+    NoMemory,
+    /// The CPU we run on (by MPIDR_EL1) is not among the CPU nodes.
+    BootCpuNotListed(Mpidr),
+}
+
+impl fmt::Display for DtError<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DtError::NotADeviceTree => write!(f, "not a flattened device tree"),
+            DtError::MissingNode(path) => write!(f, "no {path} node"),
+            DtError::BadProperty {
+                node,
+                property,
+                problem,
+            } => write!(
+                f,
+                "device tree node {node}, property \"{property}\": {problem}"
+            ),
+            DtError::NoMemory => write!(f, "no memory node with a reg"),
+            DtError::BootCpuNotListed(m) => {
+                write!(f, "the boot CPU (mpidr {m}) has no node under /cpus")
+            }
+        }
+    }
+}
+
+/// The machine a guest runs on.
+#[derive(Clone, Copy, Debug)]
+pub struct GuestMachine<'dt> {
+    cpus: [Mpidr; MAX_CPUS],
+    cpu_count: usize,
+    /// CPU nodes beyond [`MAX_CPUS`] or without `enable-method = "psci"`.
+    pub ignored_cpus: usize,
+    memory: [MemRange; MAX_MEMORY_BANKS],
+    bank_count: usize,
+    /// RAM banks beyond [`MAX_MEMORY_BANKS`].
+    pub ignored_banks: usize,
+    /// The PL011 that `/chosen/stdout-path` names, else the first PL011.
+    pub uart: Option<MemRange>,
+    /// The PSCI conduit, if the tree has a `/psci` node.
+    pub psci: Option<Conduit>,
+    /// `/chosen/bootargs`, or "".
+    pub bootargs: &'dt str,
+    /// The tree itself (its header's `totalsize`).
+    pub dtb: MemRange,
+}
+
+impl<'dt> GuestMachine<'dt> {
+    /// Reads `dtb`, which is at address `dtb_address`, as seen from the CPU
+    /// whose MPIDR is `boot_mpidr`. The CPU list is in logical order: the
+    /// boot CPU first, then the others in tree order.
+    pub fn parse(
+        dtb: &'dt [u8],
+        dtb_address: u64,
+        boot_mpidr: Mpidr,
+    ) -> Result<Self, DtError<'dt>> {
+        let fdt = Fdt::new(dtb).map_err(|_| DtError::NotADeviceTree)?;
+        let mut machine = GuestMachine {
+            cpus: [Mpidr::default(); MAX_CPUS],
+            cpu_count: 0,
+            ignored_cpus: 0,
+            memory: [MemRange::default(); MAX_MEMORY_BANKS],
+            bank_count: 0,
+            ignored_banks: 0,
+            uart: None,
+            psci: None,
+            bootargs: "",
+            dtb: MemRange::new(dtb_address, fdt.total_size() as u64),
+        };
+        machine.read_memory(&fdt)?;
+        machine.read_cpus(&fdt, boot_mpidr)?;
+        machine.read_psci(&fdt)?;
+        machine.read_chosen(&fdt)?;
+        Ok(machine)
+    }
+
+    /// CPUs in logical order (index 0 is the boot CPU).
+    pub fn cpus(&self) -> &[Mpidr] {
+        &self.cpus[..self.cpu_count]
+    }
+
+    /// RAM banks in tree order.
+    pub fn memory(&self) -> &[MemRange] {
+        &self.memory[..self.bank_count]
+    }
+
+    /// Total RAM.
+    pub fn memory_size(&self) -> u64 {
+        self.memory().iter().map(|m| m.size).sum()
+    }
+
+    /// One past the highest RAM address.
+    pub fn memory_end(&self) -> u64 {
+        self.memory().iter().map(MemRange::end).max().unwrap_or(0)
+    }
+
+    /// The logical index of the CPU with this MPIDR.
+    pub fn cpu_index(&self, mpidr: Mpidr) -> Option<usize> {
+        self.cpus().iter().position(|&m| m == mpidr)
+    }
+
+    fn read_memory(&mut self, fdt: &Fdt<'dt>) -> Result<(), DtError<'dt>> {
+        for node in fdt.all_nodes() {
+            if string_property(&node, "device_type") != Some("memory") {
+                continue;
+            }
+            let Some(regions) = node.reg() else {
+                return Err(DtError::BadProperty {
+                    node: node.name,
+                    property: "reg",
+                    problem: "missing, or wider than 2 cells",
+                });
+            };
+            for region in regions {
+                let size = region.size.unwrap_or(0) as u64;
+                if size == 0 {
+                    continue;
+                }
+                if self.bank_count == MAX_MEMORY_BANKS {
+                    self.ignored_banks += 1;
+                    continue;
+                }
+                self.memory[self.bank_count] =
+                    MemRange::new(region.starting_address as usize as u64, size);
+                self.bank_count += 1;
+            }
+        }
+        if self.bank_count == 0 {
+            return Err(DtError::NoMemory);
+        }
+        Ok(())
+    }
+
+    fn read_cpus(&mut self, fdt: &Fdt<'dt>, boot_mpidr: Mpidr) -> Result<(), DtError<'dt>> {
+        let cpus = fdt
+            .find_node("/cpus")
+            .ok_or(DtError::MissingNode("/cpus"))?;
+        let address_cells = cell_count(&cpus, "#address-cells")?.unwrap_or(1);
+        let mut boot_seen = false;
+        // The boot CPU takes slot 0; the others follow in tree order.
+        self.cpus[0] = boot_mpidr;
+        self.cpu_count = 1;
+        for node in cpus.children() {
+            if string_property(&node, "device_type") != Some("cpu") {
+                continue; // cpu-map, l2-cache, ...
+            }
+            if string_property(&node, "status").is_some_and(|s| s != "okay" && s != "ok") {
+                continue;
+            }
+            let reg = node.property("reg").ok_or(DtError::BadProperty {
+                node: node.name,
+                property: "reg",
+                problem: "missing",
+            })?;
+            let mpidr = Mpidr::from_raw(read_cells(reg.value, address_cells).ok_or(
+                DtError::BadProperty {
+                    node: node.name,
+                    property: "reg",
+                    problem: "shorter than #address-cells of /cpus",
+                },
+            )?);
+            if mpidr == boot_mpidr {
+                boot_seen = true;
+                continue;
+            }
+            let psci = string_property(&node, "enable-method").is_none_or(|m| m == "psci");
+            if !psci || self.cpu_count == MAX_CPUS {
+                self.ignored_cpus += 1;
+                continue;
+            }
+            self.cpus[self.cpu_count] = mpidr;
+            self.cpu_count += 1;
+        }
+        if boot_seen {
+            Ok(())
+        } else {
+            Err(DtError::BootCpuNotListed(boot_mpidr))
+        }
+    }
+
+    fn read_psci(&mut self, fdt: &Fdt<'dt>) -> Result<(), DtError<'dt>> {
+        let Some(node) = fdt.find_compatible(&["arm,psci-1.0", "arm,psci-0.2", "arm,psci"]) else {
+            return Ok(());
+        };
+        self.psci = Some(match string_property(&node, "method") {
+            Some("hvc") => Conduit::Hvc,
+            Some("smc") => Conduit::Smc,
+            _ => {
+                return Err(DtError::BadProperty {
+                    node: node.name,
+                    property: "method",
+                    problem: "not \"hvc\" or \"smc\"",
+                });
+            }
+        });
+        Ok(())
+    }
+
+    fn read_chosen(&mut self, fdt: &Fdt<'dt>) -> Result<(), DtError<'dt>> {
+        if let Some(chosen) = fdt.find_node("/chosen") {
+            self.bootargs = string_property(&chosen, "bootargs").unwrap_or("");
+        }
+        self.uart = console_in(fdt)?;
+        Ok(())
+    }
+}
+
+/// Only the console: the PL011 that `/chosen/stdout-path` names, else the
+/// first PL011. Lets the runtime report a tree it cannot otherwise use.
+pub fn find_console(dtb: &[u8]) -> Option<MemRange> {
+    let fdt = Fdt::new(dtb).ok()?;
+    console_in(&fdt).ok().flatten()
+}
+
+fn console_in<'dt>(fdt: &Fdt<'dt>) -> Result<Option<MemRange>, DtError<'dt>> {
+    // stdout-path may carry options ("serial0:115200n8") and may be an
+    // alias, which find_node resolves.
+    let stdout = fdt
+        .find_node("/chosen")
+        .and_then(|c| string_property(&c, "stdout-path"))
+        .map(|path| path.split(':').next().unwrap_or(path))
+        .and_then(|path| fdt.find_node(path))
+        .filter(is_pl011);
+    let Some(node) = stdout.or_else(|| fdt.all_nodes().find(is_pl011)) else {
+        return Ok(None);
+    };
+    let region = node
+        .reg()
+        .and_then(|mut r| r.next())
+        .ok_or(DtError::BadProperty {
+            node: node.name,
+            property: "reg",
+            problem: "missing or malformed",
+        })?;
+    Ok(Some(MemRange::new(
+        region.starting_address as usize as u64,
+        region.size.unwrap_or(0) as u64,
+    )))
+}
+
+fn is_pl011(node: &FdtNode<'_, '_>) -> bool {
+    node.compatible()
+        .is_some_and(|c| c.all().any(|s| s == "arm,pl011"))
+}
+
+/// A string property without its terminating NUL(s); `None` if absent or
+/// not UTF-8.
+fn string_property<'dt>(node: &FdtNode<'_, 'dt>, name: &str) -> Option<&'dt str> {
+    let value = node.property(name)?.value;
+    let end = value.iter().position(|&b| b == 0).unwrap_or(value.len());
+    core::str::from_utf8(&value[..end]).ok()
+}
+
+/// A one-cell `#...-cells` property.
+fn cell_count<'dt>(
+    node: &FdtNode<'_, 'dt>,
+    name: &'static str,
+) -> Result<Option<usize>, DtError<'dt>> {
+    let Some(prop) = node.property(name) else {
+        return Ok(None);
+    };
+    match read_cells(prop.value, 1) {
+        Some(n @ 1..=2) => Ok(Some(n as usize)),
+        _ => Err(DtError::BadProperty {
+            node: node.name,
+            property: name,
+            problem: "not 1 or 2",
+        }),
+    }
+}
+
+/// The first `cells` big-endian 32-bit cells of `bytes` as one number.
+fn read_cells(bytes: &[u8], cells: usize) -> Option<u64> {
+    let bytes = bytes.get(..cells * 4)?;
+    Some(bytes.chunks_exact(4).fold(0, |acc, c| {
+        (acc << 32) | u64::from(u32::from_be_bytes([c[0], c[1], c[2], c[3]]))
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// QEMU 7.2 `virt` at EL1 (see tests/fixtures/README.md).
+    const QEMU_EL1: &[u8] = include_bytes!("../tests/fixtures/qemu-virt-el1-4cpu.dtb");
+    /// A tree shaped like the one the hypervisor generates for a VM.
+    const VM: &[u8] = include_bytes!("../tests/fixtures/vm-8vcpu.dtb");
+
+    #[test]
+    fn qemu_el1_machine() {
+        let m = GuestMachine::parse(QEMU_EL1, 0x4000_0000, Mpidr::from_raw(0)).unwrap();
+        let mpidrs: Vec<u64> = m.cpus().iter().map(|c| c.raw()).collect();
+        assert_eq!(mpidrs, [0, 1, 2, 3]);
+        assert_eq!(m.memory(), [MemRange::new(0x4000_0000, 256 << 20)]);
+        assert_eq!(m.memory_end(), 0x5000_0000);
+        assert_eq!(m.uart, Some(MemRange::new(0x0900_0000, 0x1000)));
+        assert_eq!(m.psci, Some(Conduit::Hvc));
+        assert_eq!(m.bootargs, "rounds=2 work=1000");
+        assert_eq!(m.dtb.start, 0x4000_0000);
+        assert_eq!(m.dtb.size, QEMU_EL1.len() as u64);
+        assert_eq!((m.ignored_cpus, m.ignored_banks), (0, 0));
+        assert_eq!(find_console(QEMU_EL1), m.uart);
+        assert_eq!(find_console(&[0; 16]), None);
+    }
+
+    #[test]
+    fn vm_machine_with_two_affinity_levels() {
+        let m = GuestMachine::parse(VM, 0x4400_0000, Mpidr::from_raw(0)).unwrap();
+        assert_eq!(m.cpus().len(), 8);
+        assert_eq!(m.cpus()[7], Mpidr::from_affinity(0, 0, 0, 7));
+        assert_eq!(m.memory(), [MemRange::new(0x4000_0000, 64 << 20)]);
+        assert_eq!(m.uart.map(|u| u.start), Some(0x0900_0000));
+        assert_eq!(m.psci, Some(Conduit::Hvc));
+        assert_eq!(m.bootargs, "rounds=3");
+    }
+
+    #[test]
+    fn boot_cpu_comes_first() {
+        let m = GuestMachine::parse(QEMU_EL1, 0, Mpidr::from_raw(2)).unwrap();
+        let mpidrs: Vec<u64> = m.cpus().iter().map(|c| c.raw()).collect();
+        assert_eq!(mpidrs, [2, 0, 1, 3]);
+        assert_eq!(m.cpu_index(Mpidr::from_raw(3)), Some(3));
+        assert_eq!(
+            GuestMachine::parse(QEMU_EL1, 0, Mpidr::from_raw(9)).unwrap_err(),
+            DtError::BootCpuNotListed(Mpidr::from_raw(9))
+        );
+    }
+
+    #[test]
+    fn garbage_is_an_error() {
+        assert_eq!(
+            GuestMachine::parse(&[0u8; 64], 0, Mpidr::default()).unwrap_err(),
+            DtError::NotADeviceTree
+        );
+        let mut truncated = QEMU_EL1.to_vec();
+        truncated.truncate(100);
+        assert!(GuestMachine::parse(&truncated, 0, Mpidr::default()).is_err());
+    }
+
+    #[test]
+    fn ranges() {
+        let r = MemRange::new(0x1000, 0x1000);
+        assert!(r.contains(0x1fff) && !r.contains(0x2000));
+        assert!(r.covers(&MemRange::new(0x1800, 0x800)));
+        assert!(!r.covers(&MemRange::new(0x1800, 0x801)));
+        assert_eq!(
+            read_cells(&[0, 0, 0, 1, 0, 0, 0, 2], 2),
+            Some(0x1_0000_0002)
+        );
+        assert_eq!(read_cells(&[0, 0, 0], 1), None);
+    }
+}

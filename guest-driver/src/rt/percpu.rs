@@ -1,0 +1,59 @@
+//! Per-CPU blocks, one per possible CPU, in logical order. TPIDR_EL1 points
+//! at the running CPU's block; the entry code fills in its stack top and
+//! index, the exception vectors read the stack top back.
+
+use crate::devicetree::MAX_CPUS;
+use aarch64_cpu::registers::TPIDR_EL1;
+use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
+use tock_registers::interfaces::Readable;
+
+/// One CPU's block. The first two fields are written by the entry code and
+/// read by the exception vectors (assembly): keep their offsets in sync.
+#[repr(C)]
+pub struct PerCpu {
+    /// Top of this CPU's exception stack: every exception starts there.
+    pub exception_stack_top: AtomicU64,
+    /// The logical CPU number.
+    pub index: AtomicU64,
+    /// How many times the CPU has entered the runtime (a secondary once per
+    /// successful CPU_ON).
+    pub entries: AtomicU32,
+    /// Between entering the runtime and calling CPU_OFF.
+    pub running: AtomicBool,
+    /// Fault reports in progress on this CPU (a fault while reporting one
+    /// must not recurse forever).
+    pub reporting: AtomicU8,
+}
+
+pub const OFFSET_EXCEPTION_STACK_TOP: usize = core::mem::offset_of!(PerCpu, exception_stack_top);
+pub const OFFSET_INDEX: usize = core::mem::offset_of!(PerCpu, index);
+
+impl PerCpu {
+    const fn new() -> Self {
+        Self {
+            exception_stack_top: AtomicU64::new(0),
+            index: AtomicU64::new(0),
+            entries: AtomicU32::new(0),
+            running: AtomicBool::new(false),
+            reporting: AtomicU8::new(0),
+        }
+    }
+}
+
+/// Every CPU's block (in `.bss`: zero until the entry code runs).
+pub static PERCPU: [PerCpu; MAX_CPUS] = [const { PerCpu::new() }; MAX_CPUS];
+
+/// The running CPU's block.
+pub fn this_cpu() -> &'static PerCpu {
+    let block = TPIDR_EL1.get();
+    let base = PERCPU.as_ptr() as u64;
+    let index = block.wrapping_sub(base) / core::mem::size_of::<PerCpu>() as u64;
+    // The entry code points TPIDR_EL1 at this CPU's element of PERCPU
+    // before any Rust code runs, so the index is always in range.
+    PERCPU.get(index as usize).unwrap_or(&PERCPU[0])
+}
+
+/// The running CPU's logical number.
+pub fn current() -> usize {
+    this_cpu().index.load(Ordering::Relaxed) as usize
+}
