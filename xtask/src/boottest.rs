@@ -72,6 +72,15 @@ pub enum Check {
     },
     /// A guest's crash report contains this text.
     GuestFatal(String),
+    /// el2's end-of-run summary: `el2: all VMs powered off`, then one
+    /// `summary:   vmV/vcpuC: run R ms steal S ms ... preempted P ...` line
+    /// per vCPU of each of `vcpus_per_vm`; every vCPU ran (R > 0) and, when
+    /// `time_sliced`, every vCPU was preempted at least once and waited
+    /// for a pCPU (S > 0): proof that the pCPUs were shared by time slices.
+    HypervisorSummary {
+        vcpus_per_vm: Vec<usize>,
+        time_sliced: bool,
+    },
 }
 
 /// How close a CPU's tick count must be to what its period promises.
@@ -306,6 +315,17 @@ fn vm_test(name: &str, machine: Machine, vms: Vec<VmConfig>) -> BootTest {
     let rounds = DEMO_ROUNDS;
     let mut checks = vec![Check::Banner, Check::SmpOnline(machine.smp)];
     checks.extend(demo_checks(vcpus, rounds, count));
+    let total_vcpus = vms
+        .iter()
+        .map(|v| v.vcpus as usize * v.count as usize)
+        .sum::<usize>();
+    checks.push(Check::HypervisorSummary {
+        vcpus_per_vm: vms
+            .iter()
+            .flat_map(|v| std::iter::repeat_n(v.vcpus as usize, v.count as usize))
+            .collect(),
+        time_sliced: total_vcpus > machine.smp as usize,
+    });
     BootTest {
         name: format!("vm {name} {}", machine.describe()),
         timeout: VM_TIMEOUT,
@@ -363,22 +383,36 @@ pub fn vm_tests() -> Vec<BootTest> {
         count: 1,
     });
     tests.push(strict);
-    // An access outside the VM's RAM must come back as an abort the guest
-    // reports.
+    // An access outside a VM's RAM must come back as an abort that guest
+    // reports, while a well-behaved VM beside it finishes its work.
     let machine = Machine {
         smp: 2,
         ..Machine::default()
     };
-    let abort = VmConfig::smp_demo(2, "selftest=abort", 1);
-    let report = past_ram(abort.memory);
+    // One vCPU: the guest stops at the abort, before it would start others.
+    let abort = VmConfig::smp_demo(1, "selftest=abort", 1);
+    let good = VmConfig::smp_demo(4, DEMO_BOOTARGS, 1);
+    let mut checks = vec![
+        Check::Banner,
+        Check::GuestFatal(past_ram(abort.memory)),
+        Check::Line("outside its memory; synchronous external abort injected"),
+    ];
+    checks.extend(demo_checks(4, DEMO_ROUNDS, 1));
+    checks.push(Check::HypervisorSummary {
+        vcpus_per_vm: vec![1, 4],
+        time_sliced: false,
+    });
     tests.push(BootTest {
-        name: format!("vm {DEMO} selftest=abort {}", machine.describe()),
+        name: format!(
+            "vm {DEMO} selftest=abort beside a good VM {}",
+            machine.describe()
+        ),
         timeout: VM_TIMEOUT,
         outcome: Outcome::GuestFatal,
-        checks: vec![Check::Banner, Check::GuestFatal(report)],
+        checks,
         dt_edit: None,
         kernel: Kernel::El2,
-        vms: vec![abort],
+        vms: vec![abort, good],
         machine,
     });
     tests
@@ -542,6 +576,10 @@ impl Check {
             Check::DemoProgress { vcpus, rounds, vms } => {
                 check_demo_progress(lines, *vcpus, *rounds, *vms)
             }
+            Check::HypervisorSummary {
+                vcpus_per_vm,
+                time_sliced,
+            } => check_summary(lines, vcpus_per_vm, *time_sliced),
             Check::GuestFatal(text) => {
                 if lines
                     .iter()
@@ -627,6 +665,73 @@ fn check_smp(lines: &[&str], expected: u32) -> Result<(), String> {
             "{} \"smp: N CPUs online\" lines (N = {many:?}); expected one with N = {expected}",
             many.len()
         )),
+    }
+}
+
+/// One vCPU's line of el2's end-of-run summary.
+#[derive(Clone, Debug, PartialEq)]
+pub struct VcpuSummary {
+    pub vm: usize,
+    pub vcpu: usize,
+    pub run_ms: f64,
+    pub steal_ms: f64,
+    pub preempted: u64,
+}
+
+/// Parses `summary:   vm0/vcpu3: run 12.5 ms steal 3.0 ms ... preempted 4 ...`.
+pub fn parse_vcpu_summary(line: &str) -> Option<VcpuSummary> {
+    let rest = line[line.find("summary:")? + 8..].trim_start();
+    let (id, rest) = rest.split_once(": ")?;
+    let (vm, vcpu) = id.strip_prefix("vm")?.split_once("/vcpu")?;
+    let words: Vec<&str> = rest.split_whitespace().collect();
+    let after = |key: &str| -> Option<&str> {
+        let at = words.iter().position(|w| *w == key)?;
+        words.get(at + 1).copied()
+    };
+    Some(VcpuSummary {
+        vm: vm.parse().ok()?,
+        vcpu: vcpu.parse().ok()?,
+        run_ms: after("run")?.parse().ok()?,
+        steal_ms: after("steal")?.parse().ok()?,
+        preempted: after("preempted")?.parse().ok()?,
+    })
+}
+
+fn check_summary(lines: &[&str], vcpus_per_vm: &[usize], time_sliced: bool) -> Result<(), String> {
+    if !lines.iter().any(|l| l.contains("el2: all VMs powered off")) {
+        return Err("no \"el2: all VMs powered off\" line".into());
+    }
+    let found: Vec<VcpuSummary> = lines.iter().filter_map(|l| parse_vcpu_summary(l)).collect();
+    let mut problems = Vec::new();
+    for (vm, &vcpus) in vcpus_per_vm.iter().enumerate() {
+        for vcpu in 0..vcpus {
+            let Some(s) = found.iter().find(|s| s.vm == vm && s.vcpu == vcpu) else {
+                problems.push(format!("no summary line for vm{vm}/vcpu{vcpu}"));
+                continue;
+            };
+            if s.run_ms <= 0.0 {
+                problems.push(format!("vm{vm}/vcpu{vcpu} never ran"));
+            }
+            if time_sliced && (s.preempted == 0 || s.steal_ms <= 0.0) {
+                problems.push(format!(
+                    "vm{vm}/vcpu{vcpu} was never preempted or never waited (preempted {}, \
+                     steal {} ms): the pCPUs were not time-sliced",
+                    s.preempted, s.steal_ms
+                ));
+            }
+        }
+    }
+    let expected: usize = vcpus_per_vm.iter().sum();
+    if found.len() != expected {
+        problems.push(format!(
+            "{} vCPU summary lines, expected {expected}",
+            found.len()
+        ));
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("; "))
     }
 }
 
@@ -764,6 +869,21 @@ mod tests {
         s
     }
 
+    /// el2's end-of-run summary for VMs of these vCPU counts, every vCPU
+    /// preempted once.
+    fn el2_summary(vcpus_per_vm: &[usize]) -> String {
+        let mut s = String::from("el2: all VMs powered off\r\n");
+        for (vm, &vcpus) in vcpus_per_vm.iter().enumerate() {
+            for vcpu in 0..vcpus {
+                s += &format!(
+                    "summary:   vm{vm}/vcpu{vcpu}: run 9.0 ms steal 3.0 ms blocked 0.0 ms in 2 \
+                     preempted 1 blocks 0 yields 0 yielded-to 0 migrations 0\r\n"
+                );
+            }
+        }
+        s
+    }
+
     #[test]
     fn bare_demo_passes_and_its_failures_are_explained() {
         let t = boot_tests()
@@ -802,12 +922,23 @@ mod tests {
             .unwrap();
         let el2 = "el2: pvlock hypervisor v0.1\r\nsmp: 2 CPUs online\r\n";
         let both = format!(
-            "{el2}{}{}",
+            "{el2}{}{}{}",
             demo_console(4, 3, "vm0: "),
-            demo_console(4, 3, "vm1: ")
+            demo_console(4, 3, "vm1: "),
+            el2_summary(&[4, 4])
         );
         assert_eq!(judge(&t, &run(&both, 0)), Ok(()));
-        let one = format!("{el2}{}", demo_console(4, 3, "vm0: "));
+        let unsliced = both.replace("preempted 1", "preempted 0");
+        assert!(
+            judge(&t, &run(&unsliced, 0))
+                .unwrap_err()
+                .contains("never preempted")
+        );
+        let one = format!(
+            "{el2}{}{}",
+            demo_console(4, 3, "vm0: "),
+            el2_summary(&[4, 4])
+        );
         let err = judge(&t, &run(&one, 0)).unwrap_err();
         assert!(err.contains("not reported 2 time(s)"), "{err}");
     }
@@ -948,6 +1079,36 @@ mod tests {
         let wrong = "el2: pvlock hypervisor\r\nEL2 FATAL on cpu 0\r\n  data abort\r\n";
         assert!(judge(&t, &run(wrong, 0)).is_err());
         assert!(judge(&t, &run(&good_console(4), 0)).is_err());
+    }
+
+    #[test]
+    fn vcpu_summary_lines_parse_and_judge() {
+        let line = "summary:   vm1/vcpu3: run 50.0 ms steal 48.1 ms blocked 0.0 ms in 13 \
+                    preempted 12 blocks 0 yields 0 yielded-to 0 migrations 1";
+        assert_eq!(
+            parse_vcpu_summary(line),
+            Some(VcpuSummary {
+                vm: 1,
+                vcpu: 3,
+                run_ms: 50.0,
+                steal_ms: 48.1,
+                preempted: 12
+            })
+        );
+        let lines = [
+            "el2: all VMs powered off",
+            "summary:   vm0/vcpu0: run 5.0 ms steal 1.0 ms blocked 0.0 ms in 2 preempted 1 blocks 0",
+            "summary:   vm0/vcpu1: run 5.0 ms steal 0.0 ms blocked 0.0 ms in 1 preempted 0 blocks 0",
+        ];
+        assert_eq!(check_summary(&lines, &[2], false), Ok(()));
+        let err = check_summary(&lines, &[2], true).unwrap_err();
+        assert!(err.contains("vm0/vcpu1 was never preempted"), "{err}");
+        assert!(
+            check_summary(&lines, &[3], false)
+                .unwrap_err()
+                .contains("vm0/vcpu2")
+        );
+        assert!(check_summary(&lines[1..], &[2], false).is_err());
     }
 
     #[test]
