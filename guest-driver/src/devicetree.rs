@@ -117,6 +117,10 @@ pub struct GuestMachine<'dt> {
     pub psci: Option<Conduit>,
     /// `/chosen/bootargs`, or "".
     pub bootargs: &'dt str,
+    /// How often the hypervisor restarted this VM
+    /// (`/chosen/pvlock,reset-count`); 0 when absent (first boot, or not
+    /// under this hypervisor).
+    pub resets: u32,
     /// The tree itself (its header's `totalsize`).
     pub dtb: MemRange,
 }
@@ -141,6 +145,7 @@ impl<'dt> GuestMachine<'dt> {
             uart: None,
             psci: None,
             bootargs: "",
+            resets: 0,
             dtb: MemRange::new(dtb_address, fdt.total_size() as u64),
         };
         machine.read_memory(&fdt)?;
@@ -275,6 +280,10 @@ impl<'dt> GuestMachine<'dt> {
     fn read_chosen(&mut self, fdt: &Fdt<'dt>) -> Result<(), DtError<'dt>> {
         if let Some(chosen) = fdt.find_node("/chosen") {
             self.bootargs = string_property(&chosen, "bootargs").unwrap_or("");
+            self.resets = chosen
+                .property(pvlock_abi::dt::RESET_COUNT)
+                .and_then(|p| <[u8; 4]>::try_from(p.value).ok())
+                .map_or(0, u32::from_be_bytes);
         }
         self.uart = console_in(fdt)?;
         Ok(())

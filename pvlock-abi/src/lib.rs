@@ -27,6 +27,7 @@
 
 pub mod arch;
 pub mod catalog;
+pub mod dt;
 pub mod kvm;
 pub mod psci;
 pub mod pvlock;

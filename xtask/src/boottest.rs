@@ -383,6 +383,33 @@ pub fn vm_tests() -> Vec<BootTest> {
         count: 1,
     });
     tests.push(strict);
+    // PSCI SYSTEM_RESET restarts the VM from its kernel: the guest boots
+    // again (its DT says reset count 1) and then does its work.
+    let mut reset = vm_test(
+        &format!("{DEMO} selftest=reset vcpus=2"),
+        Machine {
+            smp: 2,
+            ..Machine::default()
+        },
+        vec![VmConfig::smp_demo(
+            2,
+            &format!("{DEMO_BOOTARGS} selftest=reset"),
+            1,
+        )],
+    );
+    reset.checks.extend([
+        Check::Lines {
+            text: "smp-demo: selftest: requesting SYSTEM_RESET".into(),
+            count: 1,
+        },
+        Check::Lines {
+            text: "smp-demo: selftest: restarted after 1 reset(s)".into(),
+            count: 1,
+        },
+        Check::Line("restarting (SYSTEM_RESET)"),
+        Check::Line("summary: vm vm0: 2 vCPUs, resets 1,"),
+    ]);
+    tests.push(reset);
     // An access outside a VM's RAM must come back as an abort that guest
     // reports, while a well-behaved VM beside it finishes its work.
     let machine = Machine {
@@ -965,7 +992,7 @@ mod tests {
     #[test]
     fn vm_tests_are_separate_and_describe_their_vms() {
         let vm = vm_tests();
-        assert_eq!(vm.len(), 5);
+        assert_eq!(vm.len(), 6);
         assert!(vm.iter().all(|t| t.kernel == Kernel::El2));
         assert!(
             vm.iter()

@@ -54,8 +54,6 @@ pub struct Vm {
     pub config: VmConfig,
     pub placement: VmPlacement,
     pub layout: GuestLayout,
-    /// The VM's device tree, kept to reload it on SYSTEM_RESET.
-    dtb: Vec<u8>,
     /// Kept alive for as long as the VM exists; VTTBR_EL2 points into it.
     _stage2: Stage2Tables,
     vttbr: u64,
@@ -248,7 +246,9 @@ fn build_vm(
         )
     };
     let layout = layout::plan(config, header)?;
-    let dtb = dt::build(config, &layout)?;
+    // Written now only to report errors before the VM exists; `load`
+    // writes it again with the reset count.
+    dt::build(config, &layout, 0)?;
     let mut stage2 =
         Stage2Tables::new(u8::try_from(id.0 + 1).map_err(|_| fail("name", "too many VMs".into()))?);
     stage2
@@ -263,7 +263,6 @@ fn build_vm(
         config: config.clone(),
         placement,
         layout,
-        dtb,
         _stage2: stage2,
         vttbr,
         cntvoff: 0,
@@ -274,7 +273,8 @@ fn build_vm(
         state: AtomicU8::new(VM_RUNNING),
         resets: AtomicU32::new(0),
     };
-    vm.load();
+    vm.load()
+        .map_err(|e| fail("memory", alloc::format!("{e}")))?;
     Ok(vm)
 }
 
@@ -296,9 +296,14 @@ impl Vm {
     }
 
     /// Writes the VM's initial memory: zeroes, the kernel, the initrd and
-    /// the DT; resets every vCPU (vCPU 0 to the kernel entry). Only called
-    /// while no vCPU of the VM runs.
-    fn load(&self) {
+    /// the DT (with the current reset count); resets every vCPU (vCPU 0 to
+    /// the kernel entry). Only called while no vCPU of the VM runs.
+    fn load(&self) -> Result<(), VmError> {
+        let dtb = dt::build(
+            &self.config,
+            &self.layout,
+            self.resets.load(Ordering::Relaxed),
+        )?;
         let ram = self.placement.ram;
         // SAFETY: the VM's RAM is mapped read-write at EL2 and owned by this
         // VM, none of whose vCPUs runs; the modules are mapped read-only and
@@ -309,8 +314,8 @@ impl Vm {
             if let (Some(module), Some(slot)) = (self.config.initrd, self.layout.initrd) {
                 copy_to(self.host_pa(slot.base), module);
             }
-            let dtb = self.host_pa(self.layout.dtb_ipa) as *mut u8;
-            core::ptr::copy_nonoverlapping(self.dtb.as_ptr(), dtb, self.dtb.len());
+            let dst = self.host_pa(self.layout.dtb_ipa) as *mut u8;
+            core::ptr::copy_nonoverlapping(dtb.as_ptr(), dst, dtb.len());
         }
         // The guest starts with its MMU off: its accesses go to memory, not
         // to the caches this was written through.
@@ -323,6 +328,7 @@ impl Vm {
                 ctx.regs = self.layout.boot_regs();
             }
         }
+        Ok(())
     }
 
     fn state(&self) -> u8 {
@@ -842,7 +848,12 @@ fn vm_stopped(vm: &Vm, sched: &Mutex<Scheduler>) {
             vm.console.lock().flush(&mut HypervisorConsole);
             vm.resets.fetch_add(1, Ordering::Relaxed);
             log::info!("vm {}: restarting (SYSTEM_RESET)", vm.name);
-            vm.load();
+            if let Err(e) = vm.load() {
+                log::error!("vm {}: cannot restart: {e}", vm.name);
+                vm.state.store(VM_STOPPING, Ordering::Release);
+                vm_stopped(vm, sched);
+                return;
+            }
             vm.state.store(VM_RUNNING, Ordering::Release);
             let boot = VcpuId {
                 vm: vm.id,

@@ -52,10 +52,11 @@ pub fn uart_path() -> String {
 }
 
 /// Writes the device tree for the VM `config` laid out as `layout` (from
-/// [`super::layout::plan`] for the same config). The result is at most
+/// [`super::layout::plan`] for the same config), after `resets` restarts
+/// (`/chosen/pvlock,reset-count`, [`pvlock_abi::dt::RESET_COUNT`]). The result is at most
 /// [`DTB_MAX_SIZE`] bytes, to be copied to `layout.dtb_ipa`.
-pub fn build(config: &VmConfig, layout: &GuestLayout) -> Result<Vec<u8>, VmError> {
-    let blob = write(config, layout).map_err(|why| VmError {
+pub fn build(config: &VmConfig, layout: &GuestLayout, resets: u32) -> Result<Vec<u8>, VmError> {
+    let blob = write(config, layout, resets).map_err(|why| VmError {
         node: config.node.clone(),
         property: None,
         reason: format!("cannot write the VM's device tree: {why}"),
@@ -73,7 +74,7 @@ pub fn build(config: &VmConfig, layout: &GuestLayout) -> Result<Vec<u8>, VmError
     Ok(blob)
 }
 
-fn write(config: &VmConfig, layout: &GuestLayout) -> Result<Vec<u8>, vm_fdt::Error> {
+fn write(config: &VmConfig, layout: &GuestLayout, resets: u32) -> Result<Vec<u8>, vm_fdt::Error> {
     let mut fdt = FdtWriter::new()?;
     let root = fdt.begin_node("")?;
     fdt.property_u32("#address-cells", 2)?;
@@ -85,6 +86,7 @@ fn write(config: &VmConfig, layout: &GuestLayout) -> Result<Vec<u8>, vm_fdt::Err
     // chosen.yaml: the command line, the console, the initrd.
     let chosen = fdt.begin_node("chosen")?;
     fdt.property_string("bootargs", &config.bootargs)?;
+    fdt.property_u32(pvlock_abi::dt::RESET_COUNT, resets)?;
     fdt.property_string("stdout-path", &uart_path())?;
     if let Some(initrd) = layout.initrd {
         fdt.property_u64("linux,initrd-start", initrd.base)?;
@@ -242,7 +244,7 @@ mod tests {
     #[test]
     fn the_vm_tree_parses_as_a_platform() {
         let (config, layout) = vm(4, None, "console=ttyAMA0 earlycon");
-        let blob = build(&config, &layout).unwrap();
+        let blob = build(&config, &layout, 0).unwrap();
         assert_eq!(platform::blob_size(&blob).unwrap(), blob.len());
         let p = Platform::parse(&blob).unwrap_or_else(|e| panic!("{e}"));
 
@@ -279,7 +281,7 @@ mod tests {
     fn what_the_platform_parser_does_not_read() {
         let initrd = Some(MemRange::new(0x4c00_0000, 0x12_3456));
         let (config, layout) = vm(1, initrd, "");
-        let blob = build(&config, &layout).unwrap();
+        let blob = build(&config, &layout, 0).unwrap();
         let tree = fdt::Fdt::new(&blob).unwrap();
 
         let placed = layout.initrd.unwrap();
@@ -293,6 +295,7 @@ mod tests {
         );
         assert_eq!(string(&tree, "/chosen", "stdout-path"), "/pl011@9000000\0");
         assert_eq!(string(&tree, "/chosen", "bootargs"), "\0");
+        assert_eq!(u32s(&tree, "/chosen", pvlock_abi::dt::RESET_COUNT), [0]);
 
         assert_eq!(u32s(&tree, "/", "#address-cells"), [2]);
         assert_eq!(u32s(&tree, "/", "#size-cells"), [2]);
@@ -339,7 +342,7 @@ mod tests {
     #[test]
     fn no_initrd_properties_without_an_initrd() {
         let (config, layout) = vm(1, None, "quiet");
-        let blob = build(&config, &layout).unwrap();
+        let blob = build(&config, &layout, 0).unwrap();
         let tree = fdt::Fdt::new(&blob).unwrap();
         let chosen = node(&tree, "/chosen");
         assert!(chosen.property("linux,initrd-start").is_none());
@@ -349,7 +352,7 @@ mod tests {
     #[test]
     fn sixty_four_vcpus() {
         let (config, layout) = vm(64, None, "");
-        let blob = build(&config, &layout).unwrap();
+        let blob = build(&config, &layout, 0).unwrap();
         assert!(blob.len() < 16 * 1024, "{} bytes", blob.len());
         assert!((blob.len() as u64) <= DTB_MAX_SIZE);
         let p = Platform::parse(&blob).unwrap();
@@ -368,7 +371,7 @@ mod tests {
     #[test]
     fn the_tree_fits_its_slot_at_the_top_of_ram() {
         let (config, layout) = vm(8, None, "");
-        let blob = build(&config, &layout).unwrap();
+        let blob = build(&config, &layout, 0).unwrap();
         assert_eq!(layout.dtb_ipa % (2 * MIB), 0);
         assert_eq!(layout.dtb_ipa + DTB_MAX_SIZE, layout.ram.end());
         assert_eq!(&blob[..4], &[0xd0, 0x0d, 0xfe, 0xed], "FDT magic");
@@ -378,7 +381,7 @@ mod tests {
     fn a_tree_larger_than_its_slot_is_an_error() {
         let (mut config, layout) = vm(1, None, "");
         config.bootargs = "x".repeat(DTB_MAX_SIZE as usize);
-        let err = build(&config, &layout).unwrap_err();
+        let err = build(&config, &layout, 0).unwrap_err();
         assert_eq!(err.node, "/chosen/vm@0");
         assert!(err.reason.contains("more than its 2 MiB slot"), "{err}");
     }

@@ -13,6 +13,7 @@
 //! | `psci-checks=all` | also check that CPU_ON with an entry point outside RAM answers INVALID_ADDRESS (the pvlock hypervisor checks this; QEMU does not) | `basic` |
 //! | `selftest=abort` | read past the end of RAM first: the guest must report a synchronous external abort | none |
 //! | `selftest=undef` | execute an undefined instruction first: the guest must report it | none |
+//! | `selftest=reset` | on the first boot (`/chosen/pvlock,reset-count` 0) request PSCI SYSTEM_RESET; after a restart say so and run normally | none |
 //!
 //! Output (every line starts with `smp-demo:`; `guest_driver::demo` defines
 //! the lines `cargo xtask` judges):
@@ -75,7 +76,7 @@ mod guest {
     impl Settings {
         fn parse(args: BootArgs<'static>) -> Result<Self, ArgError<'static>> {
             let checks = args.choice("psci-checks", &["basic", "all"])?;
-            let selftest = args.choice("selftest", &["abort", "undef"])?;
+            let selftest = args.choice("selftest", &["abort", "undef", "reset"])?;
             Ok(Self {
                 work: args.number("work", 1_000_000, 1, MAX_WORK)?,
                 rounds: args.number("rounds", 5, 1, 1000)?,
@@ -178,6 +179,16 @@ mod guest {
                 rt::fatal(format_args!(
                     "{PREFIX} selftest: the undefined instruction did not trap"
                 ));
+            }
+            Some("reset") if machine.resets == 0 => {
+                println!("{PREFIX} selftest: requesting SYSTEM_RESET");
+                psci::system_reset();
+            }
+            Some("reset") => {
+                println!(
+                    "{PREFIX} selftest: restarted after {} reset(s)",
+                    machine.resets
+                );
             }
             Some(other) => unreachable!("selftest={other} passed Settings::parse"),
         }
