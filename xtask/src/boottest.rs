@@ -383,6 +383,33 @@ pub fn vm_tests() -> Vec<BootTest> {
         count: 1,
     });
     tests.push(strict);
+    // A VM whose description is bad is reported by node and property, and
+    // the VM beside it still runs to completion.
+    let mut bad = vm_test(
+        &format!("{DEMO} vm@1 without vcpus beside a good VM"),
+        Machine {
+            smp: 2,
+            ..Machine::default()
+        },
+        vec![VmConfig::smp_demo(2, DEMO_BOOTARGS, 2)],
+    );
+    bad.dt_edit = Some(DtEdit::RemoveProperty {
+        node: "vm@1",
+        property: "vcpus",
+    });
+    // Only vm0 runs: its checks once, and its summary alone.
+    bad.checks = vec![Check::Banner, Check::SmpOnline(2)];
+    bad.checks.extend(demo_checks(2, DEMO_ROUNDS, 1));
+    bad.checks.extend([
+        Check::Line(
+            "VM not started: device tree node /chosen/vm@1, property \"vcpus\": property missing",
+        ),
+        Check::HypervisorSummary {
+            vcpus_per_vm: vec![2],
+            time_sliced: false,
+        },
+    ]);
+    tests.push(bad);
     // PSCI SYSTEM_RESET restarts the VM from its kernel: the guest boots
     // again (its DT says reset count 1) and then does its work.
     let mut reset = vm_test(
@@ -992,7 +1019,7 @@ mod tests {
     #[test]
     fn vm_tests_are_separate_and_describe_their_vms() {
         let vm = vm_tests();
-        assert_eq!(vm.len(), 6);
+        assert_eq!(vm.len(), 7);
         assert!(vm.iter().all(|t| t.kernel == Kernel::El2));
         assert!(
             vm.iter()

@@ -205,12 +205,14 @@ fn prepare(
         Kernel::El2 => el2_image.to_path_buf(),
         Kernel::Guest(name) => guests.get(name)?.image.clone(),
     };
-    let mut edits: Vec<DtEdit> = t.dt_edit.iter().cloned().collect();
+    // The VM nodes first, so that a test's own edit can break one of them.
+    let mut edits: Vec<DtEdit> = Vec::new();
     if !t.vms.is_empty() {
         let plan = vm::plan_for(&machine, el2_image, guests, &t.vms)?;
         machine.extra_args.extend(plan.qemu_args());
         edits.push(DtEdit::AddVms(plan));
     }
+    edits.extend(t.dt_edit.iter().cloned());
     if !edits.is_empty() {
         let dir = logs.join(format!("{}.dt", slug(&t.name)));
         let edits: Vec<&DtEdit> = edits.iter().collect();
