@@ -19,6 +19,7 @@ pub mod layout;
 pub mod mmio;
 pub mod ownership;
 pub mod percpu;
+pub mod pv;
 pub mod sched;
 pub mod smccc;
 pub mod smp;

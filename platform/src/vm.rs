@@ -18,6 +18,8 @@ use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 
+use pvlock_abi::pvlock::Variant;
+
 use crate::fdt::NodeId;
 use crate::parse::Tree;
 use crate::{MemRange, PlatformError};
@@ -56,6 +58,49 @@ pub mod property {
     pub const BOOTARGS: &str = "bootargs";
     /// `cpu-affinity`: logical physical CPUs the VM's vCPUs may run on (u32 list).
     pub const CPU_AFFINITY: &str = "cpu-affinity";
+    /// `pv-lock`: which PV-lock ("vCPU preempted") interface the VM gets
+    /// (string: a [`Variant::name`](pvlock_abi::pvlock::Variant::name) or
+    /// [`value::NONE`](super::value::NONE)).
+    pub const PV_LOCK: &str = "pv-lock";
+    /// `pv-time`: whether the VM gets Arm PV time / stolen time, DEN0057A
+    /// (string: [`value::ON`](super::value::ON) or [`value::OFF`](super::value::OFF)).
+    pub const PV_TIME: &str = "pv-time";
+    /// `kvm-ptp`: whether the VM gets KVM's PTP call, `0x86000001`
+    /// (string: [`value::ON`](super::value::ON) or [`value::OFF`](super::value::OFF)).
+    pub const KVM_PTP: &str = "kvm-ptp";
+}
+
+/// The words the binding's string-valued switches take, besides the
+/// PV-lock variant names, which are [`Variant::name`]'s.
+pub mod value {
+    /// A switch that is on (`pv-time`, `kvm-ptp`).
+    pub const ON: &str = "on";
+    /// A switch that is off (`pv-time`, `kvm-ptp`).
+    pub const OFF: &str = "off";
+    /// `pv-lock = "none"`: no PV-lock interface at all.
+    pub const NONE: &str = "none";
+}
+
+/// `pv-lock` when the node does not say: seed v2, whose two SMC64 calls
+/// are probed with SMCCC_ARCH_FEATURES (and advertised as KVM_FEATURES
+/// bits 32 and 33) and clash with nothing mainline KVM offers, and whose
+/// records the hypervisor places (docs/vm-binding.md explains the choice).
+pub const DEFAULT_PV_LOCK: Option<Variant> = Some(Variant::SeedV2);
+
+/// `pv-time` when the node does not say: on (stock Linux uses it).
+pub const DEFAULT_PV_TIME: bool = true;
+
+/// `kvm-ptp` when the node does not say: off, so that a VM switched to
+/// `pv-lock = "seed-v3"` needs no second change to avoid the clash.
+pub const DEFAULT_KVM_PTP: bool = false;
+
+/// The binding's spelling of a `pv-lock` choice: the variant's
+/// [`Variant::name`], or [`value::NONE`].
+pub const fn pv_lock_name(pv_lock: Option<Variant>) -> &'static str {
+    match pv_lock {
+        Some(variant) => variant.name(),
+        None => value::NONE,
+    }
 }
 
 /// One VM, as its `/chosen` node describes it.
@@ -86,11 +131,22 @@ pub struct VmConfig {
     /// then the others in `/cpus` order); `None` means any CPU. Each is
     /// below the number of CPUs in `/cpus`, none repeats, DT order kept.
     pub cpu_affinity: Option<Vec<u32>>,
+    /// `pv-lock`: the PV-lock interface the VM is offered, `None` for
+    /// none; [`DEFAULT_PV_LOCK`] when absent.
+    pub pv_lock: Option<Variant>,
+    /// `pv-time`: whether the VM is offered PV time (stolen time);
+    /// [`DEFAULT_PV_TIME`] when absent.
+    pub pv_time: bool,
+    /// `kvm-ptp`: whether the VM is offered KVM_PTP; [`DEFAULT_KVM_PTP`]
+    /// when absent. Never true together with a `pv_lock` whose
+    /// [`Variant::clashes_with_kvm_ptp`].
+    pub kvm_ptp: bool,
 }
 
 impl VmConfig {
     /// A VM with the required properties set and every optional one at its
-    /// default (no initrd, empty bootargs, any CPU). Does not check the
+    /// default (no initrd, empty bootargs, any CPU, [`DEFAULT_PV_LOCK`],
+    /// [`DEFAULT_PV_TIME`], [`DEFAULT_KVM_PTP`]). Does not check the
     /// values: that is the parser's job.
     pub fn new(node: &str, name: &str, vcpus: u32, memory_size: u64, kernel: MemRange) -> Self {
         VmConfig {
@@ -102,6 +158,9 @@ impl VmConfig {
             initrd: None,
             bootargs: String::new(),
             cpu_affinity: None,
+            pv_lock: DEFAULT_PV_LOCK,
+            pv_time: DEFAULT_PV_TIME,
+            kvm_ptp: DEFAULT_KVM_PTP,
         }
     }
 }
@@ -161,7 +220,7 @@ impl VmNode<'_, '_, '_> {
     /// Everything but the name, which [`parse_vms`] has read and checked
     /// for uniqueness.
     fn config(&self, name: String) -> Result<VmConfig, PlatformError> {
-        Ok(VmConfig {
+        let mut config = VmConfig {
             node: self.tree.fdt.path(self.node),
             name,
             vcpus: self.vcpus()?,
@@ -176,7 +235,13 @@ impl VmNode<'_, '_, '_> {
                 .unwrap_or_default()
                 .to_string(),
             cpu_affinity: self.cpu_affinity()?,
-        })
+            pv_lock: self.pv_lock()?,
+            pv_time: self.switch(property::PV_TIME)?.unwrap_or(DEFAULT_PV_TIME),
+            kvm_ptp: DEFAULT_KVM_PTP,
+        };
+        // Read last: whether it may be on depends on `pv-lock`.
+        config.kvm_ptp = self.kvm_ptp(config.pv_lock)?;
+        Ok(config)
     }
 
     /// `label`, or the node name without its `@`.
@@ -305,4 +370,93 @@ impl VmNode<'_, '_, '_> {
         }
         Ok(Some(cpus))
     }
+
+    /// `pv-lock`: a [`Variant::name`] or [`value::NONE`].
+    fn pv_lock(&self) -> Result<Option<Variant>, PlatformError> {
+        let choices: Vec<(&str, Option<Variant>)> = Variant::ALL
+            .iter()
+            .map(|&variant| (variant.name(), Some(variant)))
+            .chain([(value::NONE, None)])
+            .collect();
+        Ok(self
+            .choice(property::PV_LOCK, &choices)?
+            .unwrap_or(DEFAULT_PV_LOCK))
+    }
+
+    /// `kvm-ptp`, which must stay off when `pv_lock` uses KVM_PTP's
+    /// function id (seed v3's PV_LOCK is `0x86000001` too; ABI.md §3).
+    fn kvm_ptp(&self, pv_lock: Option<Variant>) -> Result<bool, PlatformError> {
+        let kvm_ptp = self.switch(property::KVM_PTP)?.unwrap_or(DEFAULT_KVM_PTP);
+        if let Some(variant) = pv_lock.filter(|v| kvm_ptp && v.clashes_with_kvm_ptp()) {
+            return Err(self.tree.bad(
+                self.node,
+                property::KVM_PTP,
+                format!(
+                    "\"{on}\" conflicts with {pv_lock} = \"{name}\": both use function id {id:#x}; \
+                     set {kvm_ptp} = \"{off}\" or choose another {pv_lock}",
+                    on = value::ON,
+                    off = value::OFF,
+                    pv_lock = property::PV_LOCK,
+                    kvm_ptp = property::KVM_PTP,
+                    name = variant.name(),
+                    id = pvlock_abi::kvm::PTP.raw(),
+                ),
+            ));
+        }
+        Ok(kvm_ptp)
+    }
+
+    /// An on/off switch ([`value::ON`], [`value::OFF`]); `None` when absent.
+    fn switch(&self, property: &str) -> Result<Option<bool>, PlatformError> {
+        self.choice(property, &[(value::ON, true), (value::OFF, false)])
+    }
+
+    /// A property that holds exactly one string, which must be one of the
+    /// spellings in `choices`; the value paired with it, or `None` when
+    /// the property is absent. Anything else (empty, not a string, several
+    /// strings, an unknown word) is a bad value that lists the choices.
+    fn choice<T: Copy>(
+        &self,
+        property: &str,
+        choices: &[(&str, T)],
+    ) -> Result<Option<T>, PlatformError> {
+        let Some(raw) = self.tree.fdt.prop(self.node, property) else {
+            return Ok(None);
+        };
+        let expected = one_of(choices.iter().map(|&(name, _)| name));
+        if raw.is_empty() {
+            return Err(self
+                .tree
+                .bad(self.node, property, format!("empty, expected {expected}")));
+        }
+        let word = self.tree.string(self.node, property)?.unwrap_or_default();
+        if raw.len() != word.len() + 1 {
+            return Err(self.tree.bad(
+                self.node,
+                property,
+                format!("not a single string, expected {expected}"),
+            ));
+        }
+        match choices.iter().find(|&&(name, _)| name == word) {
+            Some(&(_, value)) => Ok(Some(value)),
+            None => Err(self.tree.bad(
+                self.node,
+                property,
+                format!("\"{word}\", expected {expected}"),
+            )),
+        }
+    }
+}
+
+/// `"a", "b" or "c"`.
+fn one_of<'n>(names: impl ExactSizeIterator<Item = &'n str>) -> String {
+    let count = names.len();
+    let mut list = String::new();
+    for (at, name) in names.enumerate() {
+        if at > 0 {
+            list += if at + 1 == count { " or " } else { ", " };
+        }
+        list += &format!("\"{name}\"");
+    }
+    list
 }

@@ -8,8 +8,11 @@ mod common;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use common::{Node, cells, string, strings, virt};
-use platform::vm::{MAX_VCPUS, VM_COMPATIBLE};
+use platform::vm::{
+    DEFAULT_KVM_PTP, DEFAULT_PV_LOCK, DEFAULT_PV_TIME, MAX_VCPUS, VM_COMPATIBLE, pv_lock_name,
+};
 use platform::{ErrorKind, MemRange, Platform, PlatformError, VmConfig};
+use pvlock_abi::pvlock::Variant;
 
 const MIB: u64 = 1 << 20;
 
@@ -87,7 +90,10 @@ fn a_vm_with_every_property() {
         .prop("kernel", pair(0x1_2000_0000, 0x1_8000_0001))
         .prop("initrd", pair(0x4400_0000, 0x12_3456))
         .prop("bootargs", string("console=ttyAMA0 earlycon"))
-        .prop("cpu-affinity", cells(&[1, 0]));
+        .prop("cpu-affinity", cells(&[1, 0]))
+        .prop("pv-lock", string("openeuler"))
+        .prop("pv-time", string("off"))
+        .prop("kvm-ptp", string("on"));
     let vms = parse_vms(vec![node]);
     let mut expected = VmConfig::new(
         "/chosen/vm@0",
@@ -99,6 +105,9 @@ fn a_vm_with_every_property() {
     expected.initrd = Some(MemRange::new(0x4400_0000, 0x12_3456));
     expected.bootargs = String::from("console=ttyAMA0 earlycon");
     expected.cpu_affinity = Some(vec![1, 0]);
+    expected.pv_lock = Some(Variant::OpenEuler);
+    expected.pv_time = false;
+    expected.kvm_ptp = true;
     assert_eq!(vms, [Ok(expected)]);
 }
 
@@ -114,6 +123,86 @@ fn optional_properties_default() {
     assert_eq!(config.initrd, None);
     assert_eq!(config.bootargs, "");
     assert_eq!(config.cpu_affinity, None);
+    assert_eq!(config.pv_lock, Some(Variant::SeedV2));
+    assert!(config.pv_time);
+    assert!(!config.kvm_ptp);
+    // VmConfig::new gives the same defaults as the parser.
+    let new = VmConfig::new("/chosen/vm@0", "vm0", 2, 256 * MIB, config.kernel);
+    assert_eq!(config, &new);
+    assert_eq!(
+        (DEFAULT_PV_LOCK, DEFAULT_PV_TIME, DEFAULT_KVM_PTP),
+        (Some(Variant::SeedV2), true, false)
+    );
+}
+
+#[test]
+fn every_pv_lock_variant_and_none() {
+    for variant in Variant::ALL {
+        let node = vm(0).prop("pv-lock", string(variant.name()));
+        let vms = parse_vms(vec![node]);
+        assert_eq!(vms[0].as_ref().unwrap().pv_lock, Some(variant));
+        assert_eq!(pv_lock_name(Some(variant)), variant.name());
+    }
+    let vms = parse_vms(vec![vm(0).prop("pv-lock", string("none"))]);
+    assert_eq!(vms[0].as_ref().unwrap().pv_lock, None);
+    assert_eq!(pv_lock_name(None), "none");
+    // The names are exactly these (the binding documents them).
+    let names: Vec<&str> = Variant::ALL.iter().map(|v| v.name()).collect();
+    assert_eq!(names, ["seed-v2", "seed-v3", "openeuler", "anolis"]);
+}
+
+#[test]
+fn pv_time_and_kvm_ptp_switches() {
+    for (word, on) in [("on", true), ("off", false)] {
+        let node = vm(0)
+            .prop("pv-time", string(word))
+            .prop("kvm-ptp", string(word));
+        let vms = parse_vms(vec![node]);
+        let config = vms[0].as_ref().unwrap();
+        assert_eq!((config.pv_time, config.kvm_ptp), (on, on), "{word}");
+    }
+}
+
+#[test]
+fn kvm_ptp_goes_with_every_pv_lock_but_seed_v3() {
+    for variant in [Variant::SeedV2, Variant::OpenEuler, Variant::Anolis] {
+        let node = vm(0)
+            .prop("pv-lock", string(variant.name()))
+            .prop("kvm-ptp", string("on"));
+        let vms = parse_vms(vec![node]);
+        let config = vms[0].as_ref().unwrap();
+        assert_eq!((config.pv_lock, config.kvm_ptp), (Some(variant), true));
+    }
+    let node = vm(0)
+        .prop("pv-lock", string("none"))
+        .prop("kvm-ptp", string("on"));
+    assert!(parse_vms(vec![node])[0].as_ref().unwrap().kvm_ptp);
+    // seed-v3 without PTP is fine.
+    let node = vm(0)
+        .prop("pv-lock", string("seed-v3"))
+        .prop("kvm-ptp", string("off"));
+    let vms = parse_vms(vec![node]);
+    assert_eq!(vms[0].as_ref().unwrap().pv_lock, Some(Variant::SeedV3));
+}
+
+#[test]
+fn kvm_ptp_with_seed_v3_blames_kvm_ptp() {
+    assert!(Variant::SeedV3.clashes_with_kvm_ptp());
+    let node = vm(0)
+        .prop("pv-lock", string("seed-v3"))
+        .prop("kvm-ptp", string("on"));
+    let err = vm_error(node);
+    assert_eq!(
+        err.to_string(),
+        "device tree node /chosen/vm@0, property \"kvm-ptp\": bad value: \"on\" conflicts \
+         with pv-lock = \"seed-v3\": both use function id 0x86000001; set kvm-ptp = \"off\" \
+         or choose another pv-lock"
+    );
+    assert_eq!(
+        pvlock_abi::kvm::PTP,
+        pvlock_abi::pvlock::seed_v3::PV_LOCK,
+        "the reason for the rule"
+    );
 }
 
 #[test]
@@ -369,6 +458,56 @@ fn cpu_affinity_must_name_existing_cpus_once() {
     assert!(why.starts_with("empty"), "{why}");
 }
 
+#[test]
+fn pv_lock_must_name_a_variant_or_none() {
+    let expected = "expected \"seed-v2\", \"seed-v3\", \"openeuler\", \"anolis\" or \"none\"";
+    for bad in ["", "seed", "Seed-v2", "seed-v2 ", "v2", "off"] {
+        let why = bad_value(vm(0).prop("pv-lock", string(bad)), "pv-lock");
+        assert_eq!(why, format!("\"{bad}\", {expected}"), "{bad:?}");
+    }
+    let why = bad_value(vm(0).prop("pv-lock", vec![]), "pv-lock");
+    assert_eq!(why, format!("empty, {expected}"));
+    let why = bad_value(
+        vm(0).prop("pv-lock", strings(&["seed-v2", "anolis"])),
+        "pv-lock",
+    );
+    assert_eq!(why, format!("not a single string, {expected}"));
+    let why = bad_value(vm(0).prop("pv-lock", b"seed-v2".to_vec()), "pv-lock");
+    assert_eq!(why, "string not NUL-terminated");
+    // A number is not a string (its first byte is a NUL).
+    let why = bad_value(vm(0).prop("pv-lock", cells(&[2])), "pv-lock");
+    assert_eq!(why, format!("not a single string, {expected}"));
+}
+
+#[test]
+fn switches_must_be_on_or_off() {
+    for property in ["pv-time", "kvm-ptp"] {
+        for bad in ["yes", "ON", "1", "true", ""] {
+            let why = bad_value(vm(0).prop(property, string(bad)), property);
+            assert_eq!(why, format!("\"{bad}\", expected \"on\" or \"off\""));
+        }
+        let why = bad_value(vm(0).prop(property, vec![]), property);
+        assert_eq!(why, "empty, expected \"on\" or \"off\"");
+        let why = bad_value(vm(0).prop(property, strings(&["on", "off"])), property);
+        assert_eq!(why, "not a single string, expected \"on\" or \"off\"");
+        bad_value(vm(0).prop(property, cells(&[1])), property);
+        bad_value(vm(0).prop(property, b"on\0\0".to_vec()), property);
+    }
+}
+
+#[test]
+fn errors_come_in_binding_order() {
+    let node = vm(0)
+        .prop("pv-lock", string("seed-v4"))
+        .prop("kvm-ptp", string("on"));
+    bad_value(node, "pv-lock");
+    // Properties are checked in binding order: the older ones first.
+    let node = vm(0)
+        .prop("vcpus", cells(&[0]))
+        .prop("pv-lock", string("seed-v4"));
+    bad_value(node, "vcpus");
+}
+
 // ---- isolation -------------------------------------------------------------
 
 #[test]
@@ -404,7 +543,10 @@ fn corrupted_vm_nodes_never_panic() {
         .prop("label", string("full"))
         .prop("initrd", pair(0x4400_0000, 0x1000))
         .prop("bootargs", string("quiet"))
-        .prop("cpu-affinity", cells(&[1]));
+        .prop("cpu-affinity", cells(&[1]))
+        .prop("pv-lock", string("anolis"))
+        .prop("pv-time", string("off"))
+        .prop("kvm-ptp", string("on"));
     let blob = tree_with(vec![vm(0), full, vm(2)]).to_dtb(&[]);
     let structure = {
         let word = |at: usize| u32::from_be_bytes(blob[at..at + 4].try_into().unwrap()) as usize;

@@ -20,6 +20,7 @@ use super::{cache, gic, irq, mmu, psci, timer};
 use crate::println;
 use aarch64_cpu::registers::*;
 use alloc::string::String;
+use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use el2::emul::ConsoleSink;
@@ -32,6 +33,7 @@ use el2::guest::{VmError, dt};
 use el2::layout::{MapKind, page_cover};
 use el2::mmio::MmioAccess;
 use el2::ownership::{Owner, OwnershipMap};
+use el2::pv::{self, PvConfig, PvRegistry};
 use el2::sched::{CpuSet, InitialState, PutOutcome, PutReason, Scheduler, Wakeup};
 use el2::smccc::{Action, Dispatcher, PowerState, VmView};
 use el2::vcpu::{VcpuId, VmId};
@@ -62,6 +64,11 @@ pub struct Vm {
     /// per VM so that a future VM migration or pause can offset it.
     cntvoff: u64,
     vcpus: Vec<Mutex<VcpuContext>>,
+    /// The VM's SMCCC service table (architecture, PSCI, KVM vendor
+    /// services and the PV services it has enabled).
+    dispatcher: Dispatcher,
+    /// Where its vCPUs' PV-lock and stolen-time records are.
+    pv: Arc<PvRegistry>,
     console: Mutex<Pl011>,
     exits: [AtomicU64; EXIT_CLASSES.len()],
     state: AtomicU8,
@@ -70,7 +77,6 @@ pub struct Vm {
 
 static VMS: Once<Vec<Vm>> = Once::new();
 static SCHED: Once<Mutex<Scheduler>> = Once::new();
-static DISPATCHER: Once<Dispatcher> = Once::new();
 static OWNERSHIP: Once<Mutex<OwnershipMap>> = Once::new();
 /// The pCPUs running the run loop (logical index -> MPIDR), for IPIs.
 static PCPU_MPIDRS: Once<Vec<Mpidr>> = Once::new();
@@ -176,7 +182,6 @@ pub fn create_vms(
         mpidrs
     });
     OWNERSHIP.call_once(|| Mutex::new(ownership));
-    DISPATCHER.call_once(|| Dispatcher::standard(cpu_vulnerabilities()));
     SCHED.call_once(|| Mutex::new(sched));
     VMS.call_once(|| vms);
     count
@@ -255,6 +260,18 @@ fn build_vm(
         .map_ram(layout.ram, ram.base)
         .map_err(|e| fail("memory", alloc::format!("stage 2: {e}")))?;
     let vttbr = stage2.vttbr();
+    let pv_config = PvConfig {
+        lock: config.pv_lock,
+        steal_time: config.pv_time,
+        ptp: config.kvm_ptp,
+    };
+    let vcpu_count =
+        u16::try_from(layout.vcpus).map_err(|_| fail("vcpus", "too many vCPUs".into()))?;
+    let registry = PvRegistry::new(vcpu_count, pv_config, layout.pv_area)
+        .map_err(|e| fail("pv-lock", alloc::format!("{e}")))?;
+    let pv = Arc::new(registry);
+    let dispatcher = el2::smccc::dispatcher_for(&pv_config, pv.clone(), cpu_vulnerabilities())
+        .map_err(|e| fail("pv-lock", alloc::format!("{e}")))?;
     let name = config.name.clone();
     let vm = Vm {
         id,
@@ -269,6 +286,8 @@ fn build_vm(
         vcpus: (0..layout.vcpus)
             .map(|_| Mutex::new(VcpuContext::default()))
             .collect(),
+        dispatcher,
+        pv,
         exits: [const { AtomicU64::new(0) }; EXIT_CLASSES.len()],
         state: AtomicU8::new(VM_RUNNING),
         resets: AtomicU32::new(0),
@@ -333,6 +352,53 @@ impl Vm {
 
     fn state(&self) -> u8 {
         self.state.load(Ordering::Acquire)
+    }
+
+    /// Stores `value` in vCPU `index`'s PV-lock "preempted" field, if it
+    /// has a record: little-endian, single-copy atomic, release-ordered
+    /// against the guest's plain load (ABI.md section 3). Nothing the guest
+    /// wrote there is read.
+    fn write_preempted(&self, index: u16, value: u64) {
+        let Some(record) = self.pv.lock_record(index) else {
+            return;
+        };
+        let Some(pa) = self.placement.host_pa(record.ipa) else {
+            return;
+        };
+        // SAFETY: the record's IPA was checked to be 64-byte aligned and
+        // inside this VM's RAM (hypervisor-placed, or validated at
+        // registration), so `pa` is an aligned address in the VM's RAM,
+        // which is mapped read-write at EL2 for the VM's lifetime. Only
+        // atomics touch it, so concurrent guest writes are harmless.
+        unsafe {
+            if record.width == 8 {
+                let state = &*(pa as *const pvlock_abi::pvlock::VcpuState64);
+                state.store_preempted(value, Ordering::Release);
+            } else {
+                let state = &*(pa as *const pvlock_abi::pvlock::VcpuState32);
+                state.store_preempted(value as u32, Ordering::Release);
+            }
+        }
+    }
+
+    /// Stores vCPU `index`'s stolen time (ns) in its PV-time record, if it
+    /// has one (ABI.md section 4: `le64 stolen_time` at offset 8).
+    fn write_stolen_time(&self, index: u16, steal_ticks: u64) {
+        let Some(ipa) = self.pv.steal_record(index) else {
+            return;
+        };
+        let Some(pa) = self.placement.host_pa(ipa) else {
+            return;
+        };
+        let ns = self
+            .pv
+            .stolen_time_ns(index, steal_ticks, cpu::counter_frequency());
+        // SAFETY: as in `write_preempted`: an aligned, hypervisor-placed
+        // record in this VM's RAM, mapped at EL2; accessed atomically.
+        unsafe {
+            let record = &*(pa as *const pvlock_abi::pvtime::StolenTime);
+            record.store_stolen_time(ns, Ordering::Release);
+        }
     }
 
     fn count_exit(&self, exit: &Exit) {
@@ -434,7 +500,7 @@ pub fn run(pcpu: usize) -> ! {
         let now = cpu::counter();
         let next = {
             let mut s = sched.lock();
-            s.expire_timers_on(pcpu, now, |_, wakeup| poke(pcpu, wakeup));
+            s.expire_timers_on(pcpu, now, |vcpu, wakeup| woken(pcpu, vms, vcpu, wakeup));
             s.pick_next(pcpu, now)
         };
         match next {
@@ -442,6 +508,18 @@ pub fn run(pcpu: usize) -> ! {
             None => idle(pcpu, sched),
         }
     }
+}
+
+/// After the scheduler woke `vcpu` (caller holds the scheduler lock):
+/// updates its PV "preempted" flag and pokes the pCPU it was queued on.
+fn woken(this_pcpu: usize, vms: &[Vm], vcpu: VcpuId, wakeup: Wakeup) {
+    if let (Some(vm), Some(value)) = (
+        vms.get(usize::from(vcpu.vm.0)),
+        pv::preempted_on_wake(wakeup),
+    ) {
+        vm.write_preempted(vcpu.index, value);
+    }
+    poke(this_pcpu, wakeup);
 }
 
 /// Sends the reschedule SGI where a wake-up needs it.
@@ -487,12 +565,19 @@ enum Next {
     Resume,
     /// Leave the pCPU for this reason.
     Put(PutReason),
+    /// The scheduler has already taken the vCPU off this pCPU (a directed
+    /// yield handed the rest of its slice to a sibling): save it and go.
+    Yielded,
 }
 
 /// Runs `vcpu` on this pCPU until the scheduler takes it off.
 fn run_vcpu(pcpu: usize, vm: &Vm, vcpu: VcpuId, sched: &Mutex<Scheduler>) {
     let mut ctx = vm.vcpus[usize::from(vcpu.index)].lock();
-    vcpu_load(vm, &ctx);
+    let steal_ticks = sched
+        .lock()
+        .stats(vcpu, cpu::counter())
+        .map_or(0, |s| s.steal_ticks);
+    vcpu_load(vm, vcpu, &ctx, steal_ticks);
     let reason = loop {
         if vm.state() != VM_RUNNING {
             break PutReason::PowerOff;
@@ -516,12 +601,24 @@ fn run_vcpu(pcpu: usize, vm: &Vm, vcpu: VcpuId, sched: &Mutex<Scheduler>) {
                 PutReason::SliceExpired
             }
             Next::Put(reason) => reason,
+            Next::Yielded => {
+                vcpu_put(&mut ctx);
+                return;
+            }
         };
         if reason == PutReason::PowerOff {
             break reason;
         }
         let now = cpu::counter();
-        match sched.lock().put(vcpu, pcpu, now, reason) {
+        let mut s = sched.lock();
+        let outcome = s.put(vcpu, pcpu, now, reason);
+        // Written under the scheduler lock: once it is released another
+        // pCPU may pick the vCPU and write 0, which must not be overtaken.
+        if let Some(value) = outcome.ok().and_then(pv::preempted_on_put) {
+            vm.write_preempted(vcpu.index, value);
+        }
+        drop(s);
+        match outcome {
             Ok(PutOutcome::KeepRunning) => continue,
             Ok(_) => {
                 vcpu_put(&mut ctx);
@@ -540,8 +637,13 @@ fn run_vcpu(pcpu: usize, vm: &Vm, vcpu: VcpuId, sched: &Mutex<Scheduler>) {
     drop(ctx);
     let now = cpu::counter();
     let mut s = sched.lock();
-    if let Err(e) = s.put(vcpu, pcpu, now, reason) {
-        log::error!("{vcpu}: scheduler refused power-off: {e}");
+    match s.put(vcpu, pcpu, now, reason) {
+        Ok(outcome) => {
+            if let Some(value) = pv::preempted_on_put(outcome) {
+                vm.write_preempted(vcpu.index, value);
+            }
+        }
+        Err(e) => log::error!("{vcpu}: scheduler refused power-off: {e}"),
     }
     let all_off = s
         .vcpus(vm.id)
@@ -552,9 +654,12 @@ fn run_vcpu(pcpu: usize, vm: &Vm, vcpu: VcpuId, sched: &Mutex<Scheduler>) {
     }
 }
 
-/// Loads a vCPU onto this pCPU: its VM's stage 2 and the vCPU's system
-/// registers. (PV-lock and steal-time updates hook in here.)
-fn vcpu_load(vm: &Vm, ctx: &VcpuContext) {
+/// Loads a vCPU onto this pCPU: its VM's stage 2, the vCPU's system
+/// registers, and its PV records: "not preempted" and the stolen time it
+/// has accumulated (`steal_ticks`), both before it runs.
+fn vcpu_load(vm: &Vm, vcpu: VcpuId, ctx: &VcpuContext, steal_ticks: u64) {
+    vm.write_preempted(vcpu.index, pv::preempted_on_load());
+    vm.write_stolen_time(vcpu.index, steal_ticks);
     HCR_EL2.set(guest_hcr());
     VTTBR_EL2.set(vm.vttbr);
     CNTVOFF_EL2.set(vm.cntvoff);
@@ -562,8 +667,8 @@ fn vcpu_load(vm: &Vm, ctx: &VcpuContext) {
     ctx.load();
 }
 
-/// Saves the running vCPU's system registers. (PV-lock and steal-time
-/// updates hook in here.)
+/// Saves the running vCPU's system registers. (Its PV "preempted" flag was
+/// written with the scheduler's decision, under the scheduler lock.)
 fn vcpu_put(ctx: &mut VcpuContext) {
     ctx.save();
 }
@@ -745,6 +850,15 @@ impl VmView for View<'_> {
             .unwrap_or(PowerState::Off)
     }
 
+    fn counter(&self, physical: bool) -> u64 {
+        let now = cpu::counter();
+        if physical {
+            now
+        } else {
+            now.wrapping_sub(self.vm.cntvoff)
+        }
+    }
+
     fn ram_contains(&self, ipa: u64, len: u64) -> bool {
         let ram = self.vm.layout.ram;
         ipa >= ram.base && ipa.checked_add(len).is_some_and(|end| end <= ram.end())
@@ -759,16 +873,15 @@ fn hypercall(
     imm: u16,
     sched: &Mutex<Scheduler>,
 ) -> Next {
-    let Some(dispatcher) = DISPATCHER.get() else {
-        return Next::Resume;
-    };
     if imm != 0 {
         // SMCCC: only immediate 0 is a call; answer as an unknown function.
         ctx.regs.x[0] = pvlock_abi::smccc::ret_to_x0(pvlock_abi::smccc::NOT_SUPPORTED);
         return Next::Resume;
     }
     let mut s = sched.lock();
-    let action = dispatcher.dispatch(vcpu, &mut ctx.regs, &View { vm, sched: &s });
+    let action = vm
+        .dispatcher
+        .dispatch(vcpu, &mut ctx.regs, &View { vm, sched: &s });
     match action {
         Action::None => Next::Resume,
         Action::CpuOn {
@@ -791,8 +904,15 @@ fn hypercall(
                 }
                 None => return Next::Resume,
             }
+            // A vCPU starting afresh forgets a PV-lock record it registered itself.
+            vm.pv.reset_vcpu(target.index);
             match s.power_on(target, cpu::counter()) {
-                Ok(wakeup) => poke(pcpu, wakeup),
+                Ok(wakeup) => {
+                    if let Some(value) = pv::preempted_on_wake(wakeup) {
+                        vm.write_preempted(target.index, value);
+                    }
+                    poke(pcpu, wakeup);
+                }
                 Err(e) => {
                     let code = match s.power_state(target) {
                         Some(state) => state
@@ -815,6 +935,37 @@ fn hypercall(
             stop_vm(pcpu, vm, &mut s, reset);
             Next::Put(PutReason::PowerOff)
         }
+        Action::Kick { target } => kick(pcpu, vm, vcpu, target, &mut s),
+    }
+}
+
+/// PV KICK_CPU (openEuler / Anolis): wake `target` from its WFI wait and,
+/// if it is now waiting for a pCPU, hand it the rest of the caller's slice
+/// (directed yield within the VM). X0 already holds the answer.
+fn kick(pcpu: usize, vm: &Vm, caller: VcpuId, target: VcpuId, s: &mut Scheduler) -> Next {
+    let now = cpu::counter();
+    let wakeup = match s.wake(target, now) {
+        Ok(wakeup) => wakeup,
+        Err(e) => {
+            log::debug!("{caller}: KICK_CPU {target}: {e}");
+            return Next::Resume;
+        }
+    };
+    if let Some(value) = pv::preempted_on_wake(wakeup) {
+        vm.write_preempted(target.index, value);
+    }
+    poke(pcpu, wakeup);
+    // A target queued on an idle pCPU starts there at once: no need to yield.
+    if target == caller || matches!(wakeup, Wakeup::Queued { ipi: true, .. }) {
+        return Next::Resume;
+    }
+    match s.yield_to(caller, target, pcpu, now) {
+        Ok(()) => {
+            // The caller waits in a run queue now: preempted.
+            vm.write_preempted(caller.index, 1);
+            Next::Yielded
+        }
+        Err(_) => Next::Resume,
     }
 }
 
@@ -848,6 +999,15 @@ fn vm_stopped(vm: &Vm, sched: &Mutex<Scheduler>) {
             vm.console.lock().flush(&mut HypervisorConsole);
             vm.resets.fetch_add(1, Ordering::Relaxed);
             log::info!("vm {}: restarting (SYSTEM_RESET)", vm.name);
+            vm.pv.reset_all();
+            {
+                let s = sched.lock();
+                let now = cpu::counter();
+                for v in s.vcpus(vm.id) {
+                    let steal = s.stats(v, now).map_or(0, |st| st.steal_ticks);
+                    vm.pv.rebase_steal(v.index, steal);
+                }
+            }
             if let Err(e) = vm.load() {
                 log::error!("vm {}: cannot restart: {e}", vm.name);
                 vm.state.store(VM_STOPPING, Ordering::Release);

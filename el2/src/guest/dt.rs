@@ -1,8 +1,10 @@
 //! The device tree a VM boots with: its RAM, vCPUs, PSCI through HVC, the
 //! GICv3, the architected timer, the PL011 console and `/chosen`, shaped
 //! like QEMU `virt`'s own tree (hw/arm/virt.c) so that a Linux guest
-//! configured for `virt` finds everything. Written with the `vm-fdt`
-//! crate; every address and interrupt comes from [`super::layout`].
+//! configured for `virt` finds everything, plus the hypervisor's PV area
+//! as reserved memory. Written with the `vm-fdt` crate; every address and
+//! interrupt comes from [`super::layout`], the names that are not from a
+//! standard binding from [`pvlock_abi::dt`].
 //!
 //! ```text
 //! / {
@@ -11,6 +13,9 @@
 //!     chosen { bootargs; stdout-path = "/pl011@9000000";
 //!              linux,initrd-start; linux,initrd-end; };
 //!     memory@40000000 { device_type = "memory"; reg; };
+//!     reserved-memory { #address-cells = <2>; #size-cells = <2>; ranges;
+//!         pvlock@<IPA> { compatible = "pvlock,pv-area"; reg; no-map; };
+//!     };                                   /* only with a PV area */
 //!     cpus { cpu@0 { device_type = "cpu"; compatible = "arm,arm-v8";
 //!                    reg = <MPIDR>; enable-method = "psci"; }; ... };
 //!     psci { compatible = "arm,psci-1.0", "arm,psci-0.2"; method = "hvc"; };
@@ -29,6 +34,7 @@ use alloc::vec::Vec;
 
 use platform::vm::VmConfig;
 use platform::{Interrupt, MemRange};
+use pvlock_abi::dt::{PV_AREA_COMPATIBLE, PV_AREA_NODE};
 use vm_fdt::FdtWriter;
 
 use super::VmError;
@@ -49,6 +55,12 @@ const GIC_PPI: u32 = 1;
 /// The node path of the console, for `stdout-path`.
 pub fn uart_path() -> String {
     format!("/pl011@{:x}", UART.base)
+}
+
+/// The name of the PV area's `/reserved-memory` child, `pvlock@<IPA>`
+/// ([`pvlock_abi::dt::PV_AREA_NODE`]).
+pub fn pv_area_node_name(area: MemRange) -> String {
+    format!("{PV_AREA_NODE}@{:x}", area.base)
 }
 
 /// Writes the device tree for the VM `config` laid out as `layout` (from
@@ -99,6 +111,23 @@ fn write(config: &VmConfig, layout: &GuestLayout, resets: u32) -> Result<Vec<u8>
     fdt.property_string("device_type", "memory")?;
     reg(&mut fdt, &[layout.ram])?;
     fdt.end_node(memory)?;
+
+    // reserved-memory/reserved-memory.yaml: the PV area is RAM the guest
+    // must not allocate; `no-map` keeps it out of the linear map too, and
+    // the guest maps each record when a hypercall hands out its IPA.
+    // Linux wants the parent's cells equal to the root's, and `ranges`.
+    if let Some(area) = layout.pv_area {
+        let reserved = fdt.begin_node("reserved-memory")?;
+        fdt.property_u32("#address-cells", 2)?;
+        fdt.property_u32("#size-cells", 2)?;
+        fdt.property_null("ranges")?;
+        let pv = fdt.begin_node(&pv_area_node_name(area))?;
+        fdt.property_string("compatible", PV_AREA_COMPATIBLE)?;
+        reg(&mut fdt, &[area])?;
+        fdt.property_null("no-map")?;
+        fdt.end_node(pv)?;
+        fdt.end_node(reserved)?;
+    }
 
     // arm/cpus.yaml: reg is the MPIDR affinity (Aff3 is 0, so one cell);
     // the unit address is the reg in hex (DT spec 2.2.1.1).
@@ -203,7 +232,7 @@ fn gic_specifier(irq: Interrupt) -> [u32; 3] {
 mod tests {
     use super::*;
     use crate::guest::layout::{GICR_BASE, GICR_FRAME_SIZE, RAM_BASE, plan};
-    use platform::{Conduit, EnableMethod, Mpidr, Platform, UartKind};
+    use platform::{Conduit, EnableMethod, Mpidr, Platform, ReservedRegion, UartKind};
 
     const MIB: u64 = 1 << 20;
 
@@ -250,7 +279,14 @@ mod tests {
 
         assert_eq!(p.model, "pvlock VM guest-0");
         assert_eq!(p.memory, [MemRange::new(RAM_BASE, 512 * MIB)]);
-        assert!(p.reserved.is_empty());
+        let area = layout.pv_area.expect("PV-lock and PV time by default");
+        assert_eq!(
+            p.reserved,
+            [ReservedRegion {
+                range: area,
+                name: format!("pvlock@{:x}", area.base),
+            }]
+        );
         let mpidrs: Vec<u64> = p.cpus.iter().map(|c| c.mpidr.value()).collect();
         assert_eq!(mpidrs, [0, 1, 2, 3]);
         assert!(p.cpus.iter().all(|c| c.enable_method == EnableMethod::Psci));
@@ -384,5 +420,74 @@ mod tests {
         let err = build(&config, &layout, 0).unwrap_err();
         assert_eq!(err.node, "/chosen/vm@0");
         assert!(err.reason.contains("more than its 2 MiB slot"), "{err}");
+    }
+
+    #[test]
+    fn the_pv_area_is_reserved_no_map_memory() {
+        let (config, layout) = vm(4, Some(MemRange::new(0x4c00_0000, 0x1000)), "");
+        let area = layout.pv_area.unwrap();
+        assert_eq!(area, MemRange::new(RAM_BASE + 510 * MIB - 0x1000, 0x1000));
+        let blob = build(&config, &layout, 0).unwrap();
+        let tree = fdt::Fdt::new(&blob).unwrap();
+
+        let parent = "/reserved-memory";
+        assert_eq!(u32s(&tree, parent, "#address-cells"), [2]);
+        assert_eq!(u32s(&tree, parent, "#size-cells"), [2]);
+        assert_eq!(node(&tree, parent).property("ranges").unwrap().value, []);
+        let children: Vec<&str> = node(&tree, parent).children().map(|c| c.name).collect();
+        assert_eq!(children, ["pvlock@5fdff000"]);
+
+        let path = "/reserved-memory/pvlock@5fdff000";
+        assert_eq!(pv_area_node_name(area), "pvlock@5fdff000");
+        assert_eq!(string(&tree, path, "compatible"), "pvlock,pv-area\0");
+        assert!(
+            node(&tree, path)
+                .compatible()
+                .unwrap()
+                .all()
+                .eq([PV_AREA_COMPATIBLE])
+        );
+        assert_eq!(u32s(&tree, path, "reg"), [0, 0x5fdf_f000, 0, 0x1000]);
+        let regions: Vec<_> = node(&tree, path).reg().unwrap().collect();
+        assert_eq!(regions.len(), 1);
+        assert_eq!(regions[0].starting_address as u64, area.base);
+        assert_eq!(regions[0].size, Some(0x1000));
+        assert_eq!(node(&tree, path).property("no-map").unwrap().value, []);
+
+        // The area lies in the memory node's RAM, clear of the initrd.
+        let initrd = layout.initrd.unwrap();
+        assert!(area.base >= layout.ram.base && area.end() <= layout.ram.end());
+        assert!(!area.overlaps(&initrd));
+        assert_eq!(area.end(), layout.dtb_ipa);
+
+        let p = Platform::parse(&blob).unwrap();
+        assert_eq!(p.reserved.len(), 1);
+        assert_eq!(p.reserved[0].range, area);
+        assert_eq!(p.reserved[0].name, "pvlock@5fdff000");
+    }
+
+    #[test]
+    fn no_reserved_memory_without_a_pv_area() {
+        let (mut config, _) = vm(2, None, "");
+        config.pv_lock = Some(pvlock_abi::pvlock::Variant::OpenEuler);
+        config.pv_time = false;
+        let layout = plan(&config, &[]).unwrap();
+        assert_eq!(layout.pv_area, None);
+        let blob = build(&config, &layout, 0).unwrap();
+        let tree = fdt::Fdt::new(&blob).unwrap();
+        assert!(tree.find_node("/reserved-memory").is_none());
+        assert!(Platform::parse(&blob).unwrap().reserved.is_empty());
+    }
+
+    #[test]
+    fn the_biggest_pv_area_is_reserved_whole() {
+        let (mut config, _) = vm(64, None, "");
+        config.pv_lock = Some(pvlock_abi::pvlock::Variant::SeedV3);
+        let layout = plan(&config, &[]).unwrap();
+        let area = layout.pv_area.unwrap();
+        assert_eq!(area.size, 0x2000, "64 vCPUs, two 64-byte records each");
+        let p = Platform::parse(&build(&config, &layout, 0).unwrap()).unwrap();
+        assert_eq!(p.reserved.len(), 1);
+        assert_eq!(p.reserved[0].range, area);
     }
 }

@@ -18,19 +18,35 @@
 //! ABI, so they live here and not in `pvlock-abi`; the generated device
 //! tree ([`super::dt`]) and the emulation both read them from here.
 //!
-//! Inside RAM, following Linux's Documentation/arch/arm64/booting.rst:
-//! the kernel at RAM base + its Image header's `text_offset`, the device
-//! tree in the top 2 MiB, the initrd right below the device tree (and
-//! inside the 32 GiB window that booting.rst requires).
+//! Inside RAM, following Linux's Documentation/arch/arm64/booting.rst,
+//! from the top down:
+//!
+//! | where | what |
+//! |---|---|
+//! | the top 2 MiB | the device tree ([`GuestLayout::dtb_slot`]) |
+//! | right below it, page aligned | the PV area ([`GuestLayout::pv_area`]), when the VM has one |
+//! | right below that, page aligned | the initrd (inside the 32 GiB window that booting.rst requires) |
+//! | RAM base + the Image header's `text_offset` | the kernel |
+//!
+//! The PV area holds the per-vCPU records the hypervisor hands out by IPA
+//! ([`pv_records`]): one 64-byte PV-lock record per vCPU when the VM's
+//! PV-lock variant is one whose records the hypervisor places (seed v2,
+//! seed v3), and one 64-byte stolen-time record per vCPU when it has PV
+//! time; the whole rounded up to a page. `crate::pv` lays the records out
+//! in it. The device tree marks it `no-map` under `/reserved-memory`
+//! ([`super::dt`]), so the guest leaves it alone.
 
 use alloc::format;
 use alloc::string::String;
+use alloc::vec::Vec;
 
 use platform::vm::{MAX_VCPUS, MEMORY_GRANULE, VmConfig, property};
 use platform::{ArchTimer, Interrupt, MemRange};
+use pvlock_abi::pvlock::STATE_SIZE;
+use pvlock_abi::pvtime;
 
 use super::{Hex, VmError};
-use crate::layout::PAGE_SIZE;
+use crate::layout::{PAGE_SIZE, page_ceil};
 use crate::vcpu::GuestRegs;
 
 /// Width of every VM's IPA space: 512 GiB, which stage 2 covers with one
@@ -100,6 +116,19 @@ pub const DEFAULT_TEXT_OFFSET: u64 = 0x8_0000;
 /// of RAM, that window is `[RAM_BASE, RAM_BASE + 32 GiB)`.
 pub const INITRD_WINDOW: MemRange = MemRange::new(RAM_BASE, 32 << 30);
 
+/// Size and alignment of one PV-lock record in the PV area
+/// ([`pvlock_abi::pvlock::VcpuState64`]).
+pub const PV_LOCK_RECORD_SIZE: u64 = STATE_SIZE as u64;
+
+/// Size and alignment of one stolen-time record in the PV area
+/// ([`pvlock_abi::pvtime::StolenTime`]).
+pub const STOLEN_TIME_RECORD_SIZE: u64 = pvtime::RECORD_SIZE as u64;
+
+// Packed from the start of a page-aligned area, every record stays
+// aligned to its size, the stolen-time records after the PV-lock ones too.
+const _: () = assert!(PAGE_SIZE.is_multiple_of(PV_LOCK_RECORD_SIZE));
+const _: () = assert!(PV_LOCK_RECORD_SIZE.is_multiple_of(STOLEN_TIME_RECORD_SIZE));
+const _: () = assert!(DTB_MAX_SIZE.is_multiple_of(PAGE_SIZE));
 const _: () = assert!(MAX_VCPUS as u64 * GICR_FRAME_SIZE <= GICR_WINDOW.size);
 const _: () = assert!(GICR_WINDOW.end() <= UART.base && GICD.end() <= GICR_BASE);
 const _: () = assert!(RAM_BASE.is_multiple_of(MEMORY_GRANULE));
@@ -200,9 +229,16 @@ pub struct GuestLayout {
     pub kernel_size: u64,
     /// Where the boot vCPU starts: the first byte of the image (`code0`).
     pub kernel_entry: u64,
-    /// Where the initrd is copied, page aligned, right below the device
-    /// tree (or below the end of [`INITRD_WINDOW`] in VMs larger than it).
+    /// Where the initrd is copied, page aligned, right below the PV area,
+    /// or the device tree when there is no PV area (or below the end of
+    /// [`INITRD_WINDOW`] in VMs larger than it).
     pub initrd: Option<MemRange>,
+    /// The hypervisor's PV area: whole pages of RAM right below the device
+    /// tree, ending at `dtb_ipa`, at least [`pv_records`] bytes, for the
+    /// per-vCPU records it hands out by IPA (`crate::pv` lays them out:
+    /// PV-lock records first, then stolen-time records). `None` when the
+    /// VM needs none.
+    pub pv_area: Option<MemRange>,
     /// Where the device tree is written: the top 2 MiB of RAM.
     pub dtb_ipa: u64,
     /// The redistributor frames of this VM's vCPUs.
@@ -244,11 +280,30 @@ impl GuestLayout {
     }
 }
 
+/// Bytes of PV-lock records and of stolen-time records a VM needs in its
+/// PV area: one record per vCPU each, PV-lock records only for a variant
+/// whose records the hypervisor places, stolen-time records only with PV
+/// time.
+pub fn pv_records(config: &VmConfig) -> (u64, u64) {
+    let vcpus = u64::from(config.vcpus);
+    let lock = match config.pv_lock {
+        Some(variant) if !variant.guest_allocates() => vcpus * PV_LOCK_RECORD_SIZE,
+        _ => 0,
+    };
+    let time = if config.pv_time {
+        vcpus * STOLEN_TIME_RECORD_SIZE
+    } else {
+        0
+    };
+    (lock, time)
+}
+
 /// Lays out a VM: RAM at [`RAM_BASE`], the kernel at RAM base + the
 /// `text_offset` of its Image header (`kernel_header`: the first bytes of
 /// the kernel image, at least [`ImageHeader::SIZE`] of them for the
 /// header to count), else at RAM base + [`DEFAULT_TEXT_OFFSET`]; the
-/// device tree in the top 2 MiB; the initrd right below it.
+/// device tree in the top 2 MiB; the PV area (see [`pv_records`]) right
+/// below it, page aligned; the initrd right below that.
 ///
 /// An image whose header has `image_size` 0 (kernels before 3.17) is
 /// placed at RAM base + 0x80000 as booting.rst says; one without a header
@@ -314,10 +369,39 @@ pub fn plan(config: &VmConfig, kernel_header: &[u8]) -> Result<GuestLayout, VmEr
 
     // RAM is at least 2 MiB, so the slot is inside it.
     let dtb_ipa = ram.end() - DTB_MAX_SIZE;
+    let dtb_slot = MemRange::new(dtb_ipa, DTB_MAX_SIZE);
+
+    // At most 2 * 64 records of 64 bytes: no overflow.
+    let (lock_bytes, time_bytes) = pv_records(config);
+    let pv_area = match page_ceil(lock_bytes + time_bytes) {
+        0 => None,
+        area_size => match dtb_ipa
+            .checked_sub(area_size)
+            .filter(|&base| base >= RAM_BASE)
+        {
+            Some(base) => Some(MemRange::new(base, area_size)),
+            None => {
+                return Err(error(
+                    property::MEMORY,
+                    format!(
+                        "{size:#x} bytes of RAM cannot hold the {area_size:#x}-byte PV area below the device tree at {}",
+                        Hex(dtb_slot)
+                    ),
+                ));
+            }
+        },
+    };
+    let below_dtb = pv_area.map_or(dtb_ipa, |area| area.base);
+
     let initrd = match config.initrd {
         None => None,
         Some(module) => {
-            let top = dtb_ipa.min(INITRD_WINDOW.end());
+            let top = below_dtb.min(INITRD_WINDOW.end());
+            let above = if pv_area.is_some() {
+                "the PV area and the device tree"
+            } else {
+                "the device tree"
+            };
             let base = top
                 .checked_sub(module.size)
                 .map(|base| base & !(PAGE_SIZE - 1))
@@ -328,28 +412,37 @@ pub fn plan(config: &VmConfig, kernel_header: &[u8]) -> Result<GuestLayout, VmEr
                     return Err(error(
                         property::MEMORY,
                         format!(
-                            "{size:#x} bytes of RAM cannot hold the {:#x}-byte initrd below {top:#x} and the device tree",
-                            module.size
+                            "{size:#x} bytes of RAM cannot hold the {:#x}-byte initrd below {top:#x}, {above}",
+                            module.size,
                         ),
                     ));
                 }
             }
         }
     };
-    let free_end = initrd.map_or(dtb_ipa, |initrd| initrd.base);
+    let free_end = initrd.map_or(below_dtb, |initrd| initrd.base);
     if kernel.end() > free_end {
-        let mut pieces = format!(
-            "{size:#x} bytes of RAM cannot hold the kernel at {} ",
-            Hex(kernel)
-        );
+        let mut pieces: Vec<String> = Vec::new();
+        pieces.push(format!("the kernel at {}", Hex(kernel)));
         if let Some(initrd) = initrd {
-            pieces += &format!("and the initrd at {} ", Hex(initrd));
+            pieces.push(format!("the initrd at {}", Hex(initrd)));
         }
-        pieces += &format!(
-            "below the device tree at {}",
-            Hex(MemRange::new(dtb_ipa, DTB_MAX_SIZE))
-        );
-        return Err(error(property::MEMORY, pieces));
+        if let Some(area) = pv_area {
+            pieces.push(format!("the PV area at {}", Hex(area)));
+        }
+        let last = pieces.pop().unwrap_or_default();
+        let pieces = if pieces.is_empty() {
+            last
+        } else {
+            format!("{} and {last}", pieces.join(", "))
+        };
+        return Err(error(
+            property::MEMORY,
+            format!(
+                "{size:#x} bytes of RAM cannot hold {pieces} below the device tree at {}",
+                Hex(dtb_slot)
+            ),
+        ));
     }
     Ok(GuestLayout {
         ram,
@@ -357,6 +450,7 @@ pub fn plan(config: &VmConfig, kernel_header: &[u8]) -> Result<GuestLayout, VmEr
         kernel_size,
         kernel_entry: kernel.base,
         initrd,
+        pv_area,
         dtb_ipa,
         redistributors: redistributors(config.vcpus),
         vcpus: config.vcpus,
@@ -367,6 +461,7 @@ pub fn plan(config: &VmConfig, kernel_header: &[u8]) -> Result<GuestLayout, VmEr
 mod tests {
     use super::*;
     use alloc::vec::Vec;
+    use pvlock_abi::pvlock::Variant;
 
     const MIB: u64 = 1 << 20;
 
@@ -446,17 +541,72 @@ mod tests {
         assert_eq!(layout.kernel_size, 0x5000);
     }
 
+    /// `config` with neither PV-lock records nor PV time: no PV area.
+    fn without_pv(mut vm: VmConfig) -> VmConfig {
+        vm.pv_lock = None;
+        vm.pv_time = false;
+        vm
+    }
+
     #[test]
-    fn the_initrd_sits_page_aligned_right_below_the_device_tree() {
+    fn the_initrd_sits_page_aligned_right_below_the_pv_area() {
         let mut vm = config(64 * MIB, 0x10_0000);
         vm.initrd = Some(MemRange::new(0x4400_0000, 0x12_3456));
         let layout = plan(&vm, &header(0, 0x20_0000)).unwrap();
         let initrd = layout.initrd.unwrap();
+        let area = layout.pv_area.unwrap();
         assert_eq!(initrd.size, 0x12_3456);
+        assert_eq!(initrd.base % PAGE_SIZE, 0);
+        assert!(initrd.end() <= area.base);
+        assert!(area.base - initrd.end() < PAGE_SIZE);
+        assert_eq!(area.end(), layout.dtb_ipa);
+        assert_eq!(layout.dtb_ipa, 0x4000_0000 + 62 * MIB);
+    }
+
+    #[test]
+    fn without_a_pv_area_the_initrd_sits_right_below_the_device_tree() {
+        let mut vm = without_pv(config(64 * MIB, 0x10_0000));
+        vm.initrd = Some(MemRange::new(0x4400_0000, 0x12_3456));
+        let layout = plan(&vm, &header(0, 0x20_0000)).unwrap();
+        assert_eq!(layout.pv_area, None);
+        let initrd = layout.initrd.unwrap();
         assert_eq!(initrd.base % PAGE_SIZE, 0);
         assert!(initrd.end() <= layout.dtb_ipa);
         assert!(layout.dtb_ipa - initrd.end() < PAGE_SIZE);
-        assert_eq!(layout.dtb_ipa, 0x4000_0000 + 62 * MIB);
+    }
+
+    #[test]
+    fn the_pv_area_size_follows_the_pv_options() {
+        let page = PAGE_SIZE;
+        // (vcpus, pv-lock, pv-time) -> (lock bytes, time bytes, area bytes)
+        let cases = [
+            (1, Some(Variant::SeedV2), true, (64, 64, page)),
+            (4, Some(Variant::SeedV3), false, (256, 0, page)),
+            (4, None, true, (0, 256, page)),
+            // Guest-allocated variants need no room of the hypervisor's.
+            (4, Some(Variant::OpenEuler), true, (0, 256, page)),
+            (4, Some(Variant::Anolis), false, (0, 0, 0)),
+            (4, None, false, (0, 0, 0)),
+            (32, Some(Variant::SeedV2), true, (2048, 2048, page)),
+            (33, Some(Variant::SeedV2), true, (2112, 2112, 2 * page)),
+            (64, Some(Variant::SeedV3), true, (4096, 4096, 2 * page)),
+            (64, Some(Variant::SeedV2), false, (4096, 0, page)),
+        ];
+        for (vcpus, pv_lock, pv_time, (lock, time, area)) in cases {
+            let mut vm = config(64 * MIB, 0x1000);
+            vm.vcpus = vcpus;
+            vm.pv_lock = pv_lock;
+            vm.pv_time = pv_time;
+            let what = format!("{vcpus} vCPUs, {pv_lock:?}, pv-time {pv_time}");
+            assert_eq!(pv_records(&vm), (lock, time), "{what}");
+            let layout = plan(&vm, &[]).unwrap();
+            assert_eq!(layout.pv_area.map_or(0, |a| a.size), area, "{what}");
+            if let Some(area) = layout.pv_area {
+                assert_eq!(area.end(), layout.dtb_ipa, "{what}");
+                assert_eq!(area.base % PAGE_SIZE, 0, "{what}");
+                assert!(area.size >= lock + time, "{what}");
+            }
+        }
     }
 
     #[test]
@@ -465,24 +615,44 @@ mod tests {
         vm.initrd = Some(MemRange::new(0x4400_0000, 0x1000));
         let layout = plan(&vm, &[]).unwrap();
         assert_eq!(layout.dtb_ipa, RAM_BASE + (64 << 30) - 2 * MIB);
+        assert_eq!(layout.pv_area.unwrap().end(), layout.dtb_ipa);
         assert_eq!(layout.initrd.unwrap().end(), RAM_BASE + (32 << 30));
     }
 
     #[test]
     fn everything_fits_exactly() {
         // 4 MiB: kernel in the first 2 MiB, DT in the second.
-        let layout = plan(&config(4 * MIB, 0x1000), &header(0, 2 * MIB)).unwrap();
+        let vm = without_pv(config(4 * MIB, 0x1000));
+        let layout = plan(&vm, &header(0, 2 * MIB)).unwrap();
         assert_eq!(layout.kernel().end(), layout.dtb_ipa);
-        let mut vm = config(4 * MIB, 0x1000);
+        let mut vm = without_pv(config(4 * MIB, 0x1000));
         vm.initrd = Some(MemRange::new(0x4400_0000, MIB));
         let layout = plan(&vm, &header(0, MIB)).unwrap();
         assert_eq!(layout.kernel().end(), layout.initrd.unwrap().base);
+
+        // With a PV area, one page less for the kernel.
+        let vm = config(4 * MIB, 0x1000);
+        let layout = plan(&vm, &header(0, 2 * MIB - PAGE_SIZE)).unwrap();
+        assert_eq!(layout.kernel().end(), layout.pv_area.unwrap().base);
+        let err = plan(&vm, &header(0, 2 * MIB - PAGE_SIZE + 1)).unwrap_err();
+        assert_eq!(err.property, Some("memory"));
+        assert!(
+            err.reason
+                .contains("the PV area at [0x401ff000, 0x40200000)"),
+            "{err}"
+        );
+        let mut vm = config(4 * MIB, 0x1000);
+        vm.initrd = Some(MemRange::new(0x4400_0000, MIB));
+        let layout = plan(&vm, &header(0, MIB - PAGE_SIZE)).unwrap();
+        let initrd = layout.initrd.unwrap();
+        assert_eq!(layout.kernel().end(), initrd.base);
+        assert_eq!(initrd.end(), layout.pv_area.unwrap().base);
     }
 
     #[test]
     fn too_little_memory_blames_memory() {
         // 2 MiB is the device tree slot alone.
-        let err = plan(&config(2 * MIB, 0x1000), &[]).unwrap_err();
+        let err = plan(&without_pv(config(2 * MIB, 0x1000)), &[]).unwrap_err();
         assert_eq!(err.node, "/chosen/vm@0");
         assert_eq!(err.property, Some("memory"));
         assert_eq!(
@@ -491,19 +661,106 @@ mod tests {
              cannot hold the kernel at [0x40080000, 0x40081000) below the device tree \
              at [0x40000000, 0x40200000)"
         );
+        // With a PV area, that is what does not fit first.
+        let err = plan(&config(2 * MIB, 0x1000), &[]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "device tree node /chosen/vm@0, property \"memory\": 0x200000 bytes of RAM \
+             cannot hold the 0x1000-byte PV area below the device tree at [0x40000000, 0x40200000)"
+        );
         // image_size larger than RAM.
         let err = plan(&config(16 * MIB, 0x1000), &header(0, 15 * MIB)).unwrap_err();
         assert_eq!(err.property, Some("memory"));
         // Kernel + initrd + DT one byte too many.
-        let mut vm = config(8 * MIB, 0x1000);
+        let mut vm = without_pv(config(8 * MIB, 0x1000));
         vm.initrd = Some(MemRange::new(0x4400_0000, 4 * MIB + 1));
         let err = plan(&vm, &header(0, 2 * MIB)).unwrap_err();
         assert_eq!(err.property, Some("memory"));
         assert!(err.reason.contains("initrd"), "{err}");
+        // Kernel + initrd + PV area + DT one byte too many.
+        let mut vm = config(8 * MIB, 0x1000);
+        vm.initrd = Some(MemRange::new(0x4400_0000, 4 * MIB - PAGE_SIZE + 1));
+        let err = plan(&vm, &header(0, 2 * MIB)).unwrap_err();
+        assert_eq!(
+            err.reason,
+            "0x800000 bytes of RAM cannot hold the kernel at [0x40000000, 0x40200000), \
+             the initrd at [0x401ff000, 0x405fe001) and the PV area at [0x405ff000, 0x40600000) \
+             below the device tree at [0x40600000, 0x40800000)"
+        );
+        vm.initrd = Some(MemRange::new(0x4400_0000, 4 * MIB - PAGE_SIZE));
+        assert!(plan(&vm, &header(0, 2 * MIB)).is_ok());
         // An initrd larger than RAM.
         vm.initrd = Some(MemRange::new(0x4400_0000, 64 * MIB));
         let err = plan(&vm, &[]).unwrap_err();
         assert_eq!(err.property, Some("memory"));
+        assert!(
+            err.reason.contains("the PV area and the device tree"),
+            "{err}"
+        );
+    }
+
+    /// Whatever the options, a layout that succeeds keeps the kernel, the
+    /// initrd, the PV area and the device tree inside RAM and apart.
+    #[test]
+    fn the_pieces_never_overlap() {
+        let options = [
+            (Some(Variant::SeedV2), true),
+            (Some(Variant::SeedV3), false),
+            (Some(Variant::OpenEuler), true),
+            (Some(Variant::Anolis), false),
+            (None, true),
+            (None, false),
+        ];
+        let memories = [2 * MIB, 4 * MIB, 6 * MIB, 8 * MIB, 64 * MIB];
+        let vcpu_counts = [1, 4, 32, 33, 64];
+        let initrds = [None, Some(1), Some(PAGE_SIZE), Some(MIB + 3), Some(3 * MIB)];
+        let image_sizes = [0, 0x1000, MIB, 2 * MIB - PAGE_SIZE, 2 * MIB, 5 * MIB];
+        let mut planned = 0;
+        let cases = memories.into_iter().flat_map(|memory| {
+            vcpu_counts.into_iter().flat_map(move |vcpus| {
+                options.into_iter().flat_map(move |option| {
+                    initrds.into_iter().flat_map(move |initrd| {
+                        image_sizes
+                            .into_iter()
+                            .map(move |image_size| (memory, vcpus, option, initrd, image_size))
+                    })
+                })
+            })
+        });
+        for (memory, vcpus, (pv_lock, pv_time), initrd, image_size) in cases {
+            let mut vm = config(memory, 0x1000);
+            vm.vcpus = vcpus;
+            vm.pv_lock = pv_lock;
+            vm.pv_time = pv_time;
+            vm.initrd = initrd.map(|size| MemRange::new(0x4400_0000, size));
+            let Ok(layout) = plan(&vm, &header(0, image_size)) else {
+                continue;
+            };
+            planned += 1;
+            assert_eq!(layout.pv_area.is_some(), pv_records(&vm) != (0, 0));
+            let pieces: Vec<MemRange> = [
+                Some(layout.kernel()),
+                layout.initrd,
+                layout.pv_area,
+                Some(layout.dtb_slot()),
+            ]
+            .into_iter()
+            .flatten()
+            .collect();
+            for (at, piece) in pieces.iter().enumerate() {
+                assert!(
+                    piece.base >= layout.ram.base && piece.end() <= layout.ram.end(),
+                    "{piece:x?} outside RAM in {layout:x?}"
+                );
+                for other in &pieces[at + 1..] {
+                    assert!(
+                        !piece.overlaps(other),
+                        "{piece:x?} and {other:x?} overlap in {layout:x?}"
+                    );
+                }
+            }
+        }
+        assert!(planned > 1000, "only {planned} layouts fitted");
     }
 
     #[test]

@@ -19,7 +19,7 @@
 //!    untouched (DEN0028 "Register use in AArch64 SMC and HVC calls",
 //!    SMCCC ≥ 1.1);
 //! 4. returns the reply's [`Action`], which the caller carries out (start a
-//!    vCPU, stop this one, block it, stop the VM).
+//!    vCPU, stop this one, block it, stop the VM, kick a sibling).
 //!
 //! For a trapped SMC the caller also advances ELR by 4 (the trap leaves it
 //! at the SMC, unlike HVC; ABI.md §1). Nothing is ever forwarded to EL3.
@@ -49,18 +49,47 @@
 //! [`Dispatcher::standard`] registers the two services every VM has:
 //! [`ArchService`] (SMCCC_VERSION, SMCCC_ARCH_FEATURES, the Spectre
 //! workarounds) and [`PsciService`] (PSCI 1.1 as KVM offers it, ABI.md §5).
+//!
+//! [`dispatcher_for`] ([`Dispatcher::for_vm`]) builds a VM's table from its
+//! [`PvConfig`]: the standard services, [`KvmService`] (vendor Call UID,
+//! KVM_FEATURES, and KVM_PTP if enabled; ABI.md §2) for every VM, then the
+//! enabled paravirtual services — [`PvLockService`] for the VM's PV-lock
+//! variant (ABI.md §3) and [`PvTimeService`] (DEN0057A; ABI.md §4). They
+//! share the VM's [`PvRegistry`] of record addresses with the arch layer,
+//! which keeps the records up to date ([`crate::pv`]).
+//!
+//! | VM enables | ids answered | KVM_FEATURES bits | SMCCC_ARCH_FEATURES = 0 for |
+//! |---|---|---|---|
+//! | (always) | `0x8600FF01`, `0x86000000` | 0 | — |
+//! | `kvm-ptp` | `0x86000001` (PTP) | 1 | — |
+//! | `pv-lock` seed-v2 | `0xC6000020`, `0xC6000021` | 32, 33 | both |
+//! | `pv-lock` seed-v3 | `0x86000001` (PV_LOCK) | 1 | — |
+//! | `pv-lock` openEuler | `0xC5000090..=0xC5000093` | — | `0xC5000090` |
+//! | `pv-lock` Anolis | `0xC60000B0..=0xC60000B2`, `0xC50000B3` | — | `0xC60000B0`, `0xC60000B2` |
+//! | `pv-time` | `0xC5000020`, `0xC5000021` | — | `0xC5000020` |
+//!
+//! Everything else a VM did not enable answers NOT_SUPPORTED.
 
 pub mod arch;
 pub mod counters;
+pub mod kvm;
 pub mod psci;
+#[cfg(test)]
+mod pv_tests;
+pub mod pvlock;
+pub mod pvtime;
 #[cfg(test)]
 mod tests;
 
 pub use arch::{ArchService, CpuVulnerabilities, Exposure};
 pub use counters::CallCounters;
+pub use kvm::KvmService;
 pub use psci::PsciService;
+pub use pvlock::PvLockService;
+pub use pvtime::PvTimeService;
 
 use alloc::boxed::Box;
+use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::fmt;
 
@@ -68,6 +97,7 @@ use platform::Mpidr;
 use pvlock_abi::kvm::KvmFeatures;
 use pvlock_abi::smccc::{self, FunctionId, PRESERVED_FIRST, RESULT_REGS};
 
+use crate::pv::{ConfigError, PvConfig, PvRegistry};
 use crate::vcpu::{GuestRegs, VcpuId};
 
 /// A vCPU's power state as PSCI reports it (DEN0022 "AFFINITY_INFO",
@@ -122,6 +152,37 @@ pub trait VmView {
     /// Whether the guest-physical range `[ipa, ipa + len)` lies entirely in
     /// the VM's RAM.
     fn ram_contains(&self, ipa: u64, len: u64) -> bool;
+
+    /// The VM's counter now, as KVM_PTP returns it (ABI.md §2): its
+    /// virtual counter (CNTVCT as the guest reads it, i.e. CNTPCT minus
+    /// the VM's CNTVOFF) if `physical` is false, else its physical counter
+    /// (CNTPCT). Sample it as close as possible to
+    /// [`Self::wall_clock_ns`]: the guest uses the pair to relate the two
+    /// clocks. The default, 0, is only for views that offer no PTP.
+    fn counter(&self, physical: bool) -> u64 {
+        let _ = physical;
+        0
+    }
+
+    /// Wall-clock time now, in nanoseconds since the Unix epoch (UTC), for
+    /// KVM_PTP; `None` if the hypervisor has no wall clock (no RTC or time
+    /// source was found). It must not change between `None` and `Some`
+    /// during a VM's life: with `None`, [`KvmService`] neither advertises
+    /// PTP in KVM_FEATURES nor answers it (NOT_SUPPORTED), so a guest never
+    /// synchronises to a made-up time. The default: `None`.
+    fn wall_clock_ns(&self) -> Option<u64> {
+        None
+    }
+}
+
+/// The service table of a VM with the paravirtual services of `config`
+/// (see [`Dispatcher::for_vm`]).
+pub fn dispatcher_for(
+    config: &PvConfig,
+    registry: Arc<PvRegistry>,
+    vulnerabilities: CpuVulnerabilities,
+) -> Result<Dispatcher, ConfigError> {
+    Dispatcher::for_vm(config, registry, vulnerabilities)
 }
 
 /// What the caller of [`Dispatcher::dispatch`] must do after the results
@@ -156,6 +217,27 @@ pub enum Action {
     SystemOff,
     /// PSCI SYSTEM_RESET or SYSTEM_RESET2: restart the VM.
     SystemReset,
+    /// A paravirtual kick (openEuler PV_SCHED_KICK_CPU, Anolis
+    /// PV_QSPINLOCK_KICK_CPU; ABI.md §3): wake `target` from its WFI-based
+    /// wait and yield to it if it is runnable. X0 already holds 0. The
+    /// caller, under the scheduler lock:
+    /// 1. `Scheduler::wake(target)`: a Blocked target becomes Runnable
+    ///    (store [`crate::pv::preempted_on_wake`] in its PV-lock record and
+    ///    IPI as the [`crate::sched::Wakeup`] says); a Running or Runnable
+    ///    one gets its kicked flag, so its current or next WFI returns at
+    ///    once; an Off one is left alone;
+    /// 2. if `target` is not the caller and is now Runnable, and the wake
+    ///    did not just queue it on an idle pCPU (where it runs at once),
+    ///    `Scheduler::yield_to(caller, target)` — a yield of the caller's
+    ///    own slice within its own VM (store 1 for the caller, as for a
+    ///    requeue); if refused, resume the caller.
+    ///
+    /// `target` is a vCPU of the caller's VM (checked); it may be the
+    /// caller itself (only the kicked flag is set) or Off.
+    Kick {
+        /// The vCPU to wake.
+        target: VcpuId,
+    },
 }
 
 /// A service's answer: the four result registers X0..X3 and an action.
@@ -357,6 +439,40 @@ impl Dispatcher {
         let psci = table.register(Box::new(PsciService));
         debug_assert!(arch.is_ok() && psci.is_ok(), "standard services overlap");
         table
+    }
+
+    /// The table of a VM with the paravirtual services of `config`: the
+    /// [standard](Self::standard) services, the KVM vendor discovery calls
+    /// ([`KvmService`], every VM, with KVM_PTP if `config.ptp`), the
+    /// PV-lock variant ([`PvLockService`]) and PV time ([`PvTimeService`])
+    /// if enabled. `registry` must have been built for the same `config`
+    /// ([`PvRegistry::new`]); the services and the arch layer share it.
+    ///
+    /// Refused with [`ConfigError::PtpClash`] for KVM_PTP with seed-v3
+    /// (both are `0x86000001`, ABI.md §3), checked before anything is
+    /// registered; `register` would refuse the second claimant anyway
+    /// ([`ConfigError::Register`]).
+    pub fn for_vm(
+        config: &PvConfig,
+        registry: Arc<PvRegistry>,
+        vulnerabilities: CpuVulnerabilities,
+    ) -> Result<Self, ConfigError> {
+        config.validate()?;
+        if registry.config() != *config {
+            return Err(ConfigError::RegistryMismatch {
+                registry: registry.config(),
+                config: *config,
+            });
+        }
+        let mut table = Self::standard(vulnerabilities);
+        table.register(Box::new(KvmService::new(config.ptp)))?;
+        if let Some(variant) = config.lock {
+            table.register(Box::new(PvLockService::new(variant, registry.clone())))?;
+        }
+        if config.steal_time {
+            table.register(Box::new(PvTimeService::new(registry)))?;
+        }
+        Ok(table)
     }
 
     /// Adds `service`. Refused, leaving the table unchanged, if it claims

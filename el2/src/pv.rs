@@ -1,0 +1,1114 @@
+//! Per-VM paravirtual services: what a VM has enabled ([`PvConfig`]), where
+//! its per-vCPU shared records live ([`PvRegistry`]), and the pure rules the
+//! arch layer follows to keep them up to date (the "preempted" flag state
+//! machine, stolen-time conversion). The SMCCC calls that expose them are
+//! in [`crate::smccc`] ([`crate::smccc::dispatcher_for`]).
+//!
+//! # Records
+//!
+//! Every record is 64 bytes and 64-byte aligned (ABI.md §3 "64-byte,
+//! 64-byte-aligned per-vCPU structure"; §4, DEN0057A "Stolen time shared
+//! structure"), so it never straddles a page.
+//!
+//! | service | record | who picks the IPA |
+//! |---|---|---|
+//! | PV-lock seed-v2 / seed-v3 | `VcpuState64` (`le64 preempted`) | the hypervisor, in the VM's PV area |
+//! | PV-lock openEuler / Anolis | `VcpuState32` (`le32 preempted`) | the guest (IPA_INIT / PREEMPTED with x1 = IPA) |
+//! | PV time | `StolenTime` (`le64 stolen_time` at offset 8) | the hypervisor, in the VM's PV area |
+//!
+//! The *PV area* is a range of the VM's RAM that the hypervisor reserves
+//! (the VM's DT marks it `reserved-memory`, `no-map`), at least
+//! [`PvRegistry::area_size`] bytes, 64-byte aligned. [`PvRegistry::new`]
+//! lays the records out in it: the hypervisor-placed PV-lock records of
+//! vCPUs `0..n` first, then the stolen-time records of vCPUs `0..n`. All of
+//! them are all-zero in their initial state (`VcpuState64::new`,
+//! `StolenTime::new`), so RAM zeroed at VM load is initialised.
+//!
+//! # The "preempted" flag (ABI.md §3, update rule)
+//!
+//! Every published host writes 0 ("running") in vcpu_load before the vCPU
+//! runs and 1 ("preempted") in vcpu_put. The seed-v3 and openEuler hosts
+//! write 1 on *every* put, including a vCPU that blocked itself in WFI;
+//! x86 KVM writes 1 only when the vCPU was descheduled while still
+//! runnable. This hypervisor follows x86 for every variant, because that is
+//! the meaning guests can use: a vCPU idling in WFI is a good wake-up
+//! target (Linux `available_idle_cpu()` asks `vcpu_is_preempted()`), a
+//! preempted one is not, and a spinner should stop spinning only on a lock
+//! holder that really lost its pCPU. Concretely, the flag a guest reads is
+//! 1 exactly while the vCPU is Runnable in the scheduler
+//! ([`crate::sched::Scheduler::is_preempted`]):
+//!
+//! | event | scheduler answer | write |
+//! |---|---|---|
+//! | vcpu_load | `pick_next` returned it | [`preempted_on_load`]: 0 |
+//! | vcpu_put, slice expired / yield | [`PutOutcome::Requeued`] | 1 |
+//! | vcpu_put, WFI / CPU_SUSPEND | [`PutOutcome::Blocked`] | 0 |
+//! | vcpu_put, CPU_OFF | [`PutOutcome::PoweredOff`] | 0 (see [`preempted_on_put`]) |
+//! | WFI that completes at once, slice renewed | [`PutOutcome::KeepRunning`] | none: it never left |
+//! | directed yield (`yield_to`), the yielder | requeued | 1, as `Requeued` |
+//! | wake-up of a blocked vCPU, CPU_ON, timer expiry | [`Wakeup::Queued`] | [`preempted_on_wake`]: 1 |
+//! | wake-up of a running or runnable vCPU | [`Wakeup::Kicked`] | none (already 0 / 1) |
+//!
+//! So a vCPU that blocked itself reads 0 until it becomes runnable while
+//! not running, then 1, then 0 again once it is loaded.
+//!
+//! # What the arch layer does
+//!
+//! - **vcpu_load**: after `pick_next` named the vCPU and before entering
+//!   it, if [`PvRegistry::lock_record`] is `Some`, store
+//!   [`preempted_on_load`] in the record's first `width` bytes
+//!   (little-endian, single-copy atomic, e.g. `VcpuState64::store_preempted`
+//!   / `VcpuState32::store_preempted` with `Release`); if
+//!   [`PvRegistry::steal_record`] is `Some`, store
+//!   [`PvRegistry::stolen_time_ns`] of the scheduler's steal ticks
+//!   (`StolenTime::store_stolen_time`, `Release`).
+//! - **vcpu_put**: store [`preempted_on_put`] of the [`PutOutcome`] (if
+//!   `Some`) **while still holding the scheduler lock** that `put` ran
+//!   under: once the lock is dropped another pCPU may pick the vCPU and
+//!   store 0, and a late 1 would then stay visible while it runs. After a
+//!   successful `yield_to`, store 1 for the yielder the same way.
+//! - **wake-up** (`wake`, `power_on`, `expire_timers*`): store
+//!   [`preempted_on_wake`] of the [`Wakeup`] (if `Some`) under the same
+//!   lock, for the same reason.
+//! - **PSCI CPU_ON** (`Action::CpuOn`): call [`PvRegistry::reset_vcpu`]
+//!   for the target *before* `power_on`, then write the wake value as
+//!   above.
+//! - **PSCI SYSTEM_RESET**: with every vCPU Off, call
+//!   [`PvRegistry::reset_all`]; reload zeroes the VM's RAM, which puts the
+//!   hypervisor-placed records back to their initial values (if RAM is not
+//!   zeroed, `reset()` each record instead); and call
+//!   [`PvRegistry::rebase_steal`] for every vCPU with its current steal
+//!   ticks, so the new guest's stolen time starts from 0.
+//! - **KICK** (`Action::Kick`): see [`crate::smccc::Action::Kick`].
+//!
+//! Guest memory at these IPAs is the VM's own RAM: the arch layer must
+//! write it through a mapping of that RAM, never through anything the
+//! guest controls.
+
+use alloc::vec::Vec;
+use core::fmt;
+use core::sync::atomic::{AtomicU64, Ordering};
+
+use platform::MemRange;
+use pvlock_abi::pvlock::{self, Variant, VcpuState32, VcpuState64};
+use pvlock_abi::{kvm, pvtime};
+
+use crate::sched::{PutOutcome, Wakeup};
+use crate::smccc::{RegisterError, VmView};
+
+/// Size and alignment, in bytes, of every per-vCPU record (PV-lock and
+/// stolen time alike). `pvlock::STATE_SIZE` (ABI.md §3) and
+/// `pvtime::RECORD_SIZE` (DEN0057A; ABI.md §4).
+pub const RECORD_SIZE: u64 = pvlock::STATE_SIZE as u64;
+
+const _: () = assert!(pvlock::STATE_SIZE == pvtime::RECORD_SIZE);
+const _: () = assert!(RECORD_SIZE.is_power_of_two());
+
+/// "Not registered" in [`PvRegistry`]'s guest-chosen slots: never a valid
+/// record address (not 64-byte aligned).
+const UNREGISTERED: u64 = u64::MAX;
+const _: () = assert!(!UNREGISTERED.is_multiple_of(RECORD_SIZE));
+
+/// What paravirtual services one VM has enabled, from its description
+/// (`pv-lock`, `pv-time`, `kvm-ptp`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct PvConfig {
+    /// The PV-lock ABI variant the VM gets, if any (ABI.md §3).
+    pub lock: Option<Variant>,
+    /// PV stolen time (DEN0057A; ABI.md §4).
+    pub steal_time: bool,
+    /// KVM_PTP, vendor function 1 (ABI.md §2).
+    pub ptp: bool,
+}
+
+impl PvConfig {
+    /// Nothing enabled: the VM still gets the KVM vendor discovery calls.
+    pub const NONE: Self = Self {
+        lock: None,
+        steal_time: false,
+        ptp: false,
+    };
+
+    /// Whether the services can coexist on one VM. The seed-v3 PV-lock call
+    /// is `0x86000001`, mainline's KVM_PTP (ABI.md §3 "Conflict to know"),
+    /// so a VM cannot have both: [`ConfigError::PtpClash`].
+    pub const fn validate(&self) -> Result<(), ConfigError> {
+        match self.lock {
+            Some(variant) if self.ptp && variant.clashes_with_kvm_ptp() => {
+                Err(ConfigError::PtpClash { variant })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether the PV-lock records are the hypervisor's to place (seed-v2,
+    /// seed-v3) rather than the guest's (openEuler, Anolis).
+    pub const fn hypervisor_places_lock(&self) -> bool {
+        match self.lock {
+            Some(variant) => !variant.guest_allocates(),
+            None => false,
+        }
+    }
+
+    /// Whether the VM needs a PV area ([`PvRegistry::area_size`] > 0).
+    pub const fn needs_area(&self) -> bool {
+        self.hypervisor_places_lock() || self.steal_time
+    }
+}
+
+/// Why a VM's paravirtual services cannot be set up as described. Each is
+/// a fault of the VM's description (or of the caller), never of the guest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConfigError {
+    /// KVM_PTP and a PV-lock variant that uses the same function id
+    /// (seed-v3, `0x86000001`) were both enabled.
+    PtpClash {
+        /// The clashing variant.
+        variant: Variant,
+    },
+    /// Records must be placed but no PV area was given.
+    NoArea {
+        /// Bytes needed ([`PvRegistry::area_size`]).
+        needed: u64,
+    },
+    /// The PV area is not 64-byte aligned.
+    AreaMisaligned {
+        /// The area given.
+        area: MemRange,
+    },
+    /// The PV area is smaller than the records need, or wraps around the
+    /// end of the address space.
+    AreaTooSmall {
+        /// The area given.
+        area: MemRange,
+        /// Bytes needed ([`PvRegistry::area_size`]).
+        needed: u64,
+    },
+    /// The registry handed to [`crate::smccc::dispatcher_for`] was built
+    /// for another configuration.
+    RegistryMismatch {
+        /// What the registry was built for.
+        registry: PvConfig,
+        /// What the dispatcher was asked for.
+        config: PvConfig,
+    },
+    /// The dispatcher refused a service (cannot happen for a configuration
+    /// that passed [`PvConfig::validate`]; kept so that it is never
+    /// silently ignored).
+    Register(RegisterError),
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::PtpClash { variant } => write!(
+                f,
+                "kvm-ptp and pv-lock {} both use function id {:#010x}; enable one",
+                variant.name(),
+                kvm::PTP.raw()
+            ),
+            Self::NoArea { needed } => {
+                write!(f, "the PV records need a {needed}-byte area; none given")
+            }
+            Self::AreaMisaligned { area } => write!(
+                f,
+                "PV area {:#x}+{:#x} is not {RECORD_SIZE}-byte aligned",
+                area.base, area.size
+            ),
+            Self::AreaTooSmall { area, needed } => write!(
+                f,
+                "PV area {:#x}+{:#x} is too small: {needed:#x} bytes needed",
+                area.base, area.size
+            ),
+            Self::RegistryMismatch { registry, config } => write!(
+                f,
+                "PV registry built for {registry:?}, dispatcher asked for {config:?}"
+            ),
+            Self::Register(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl From<RegisterError> for ConfigError {
+    fn from(e: RegisterError) -> Self {
+        Self::Register(e)
+    }
+}
+
+/// Where one vCPU's PV-lock record is and how wide its `preempted` field
+/// is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LockRecord {
+    /// The record's IPA (64-byte aligned, 64 bytes inside the VM's RAM).
+    pub ipa: u64,
+    /// Width in bytes of the `preempted` field at offset 0:
+    /// `Variant::preempted_width` (8 for `VcpuState64`, 4 for
+    /// `VcpuState32`). Write exactly this many bytes, little-endian.
+    pub width: usize,
+}
+
+/// Why a guest-chosen PV-lock record was refused
+/// ([`PvRegistry::register_guest_lock`]). The service answers all of them
+/// with NOT_SUPPORTED (-1) and records nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LockRegisterError {
+    /// The VM's variant does not let the guest choose (or it has none).
+    NotGuestAllocated,
+    /// No such vCPU in this registry.
+    UnknownVcpu,
+    /// The IPA is not 64-byte aligned.
+    Misaligned,
+    /// The 64 bytes are not all inside the VM's RAM.
+    OutsideRam,
+    /// The 64 bytes overlap the hypervisor's PV area.
+    InPvArea,
+}
+
+/// The per-VM table of PV record addresses, shared (through an `Arc`)
+/// between the VM's SMCCC services and the arch layer. Lock-free: every
+/// mutable slot is an atomic, so any pCPU may read it at any time.
+///
+/// Indices are vCPU indices within the VM; an index the registry does not
+/// know reads as "no record" and is ignored by the mutators.
+#[derive(Debug)]
+pub struct PvRegistry {
+    config: PvConfig,
+    vcpus: u16,
+    area: Option<MemRange>,
+    /// Base of the hypervisor-placed PV-lock records (seed-v2/v3).
+    lock_base: Option<u64>,
+    /// Base of the stolen-time records.
+    steal_base: Option<u64>,
+    /// Guest-chosen PV-lock IPAs (openEuler/Anolis), [`UNREGISTERED`] when
+    /// none; empty for the other variants.
+    guest_lock: Vec<AtomicU64>,
+    /// Per vCPU, the scheduler steal ticks that count as stolen time 0.
+    steal_origin: Vec<AtomicU64>,
+}
+
+impl PvRegistry {
+    /// Bytes of PV area `config` needs for `vcpus` vCPUs: one record per
+    /// vCPU for hypervisor-placed PV-lock records, one per vCPU for stolen
+    /// time. 0 when nothing is hypervisor-placed.
+    pub const fn area_size(vcpus: u16, config: &PvConfig) -> u64 {
+        let per_vcpu = config.hypervisor_places_lock() as u64 + config.steal_time as u64;
+        per_vcpu * vcpus as u64 * RECORD_SIZE
+    }
+
+    /// The registry of a VM with `vcpus` vCPUs and `config`, laying the
+    /// hypervisor-placed records out in `area` (IPA range in the VM's RAM,
+    /// reserved from the guest; the caller guarantees both): PV-lock
+    /// records of vCPUs `0..vcpus` from `area.base`, then stolen-time
+    /// records. `area` may be larger than needed, or given when nothing
+    /// needs it; it is then only kept out of guest-chosen registrations.
+    pub fn new(vcpus: u16, config: PvConfig, area: Option<MemRange>) -> Result<Self, ConfigError> {
+        config.validate()?;
+        let needed = Self::area_size(vcpus, &config);
+        if let Some(area) = area {
+            if !area.base.is_multiple_of(RECORD_SIZE) {
+                return Err(ConfigError::AreaMisaligned { area });
+            }
+            if area.size < needed || area.base.checked_add(area.size).is_none() {
+                return Err(ConfigError::AreaTooSmall { area, needed });
+            }
+        }
+        let base = match area {
+            Some(area) => area.base,
+            None if needed == 0 => 0,
+            None => return Err(ConfigError::NoArea { needed }),
+        };
+        let lock_bytes = if config.hypervisor_places_lock() {
+            u64::from(vcpus) * RECORD_SIZE
+        } else {
+            0
+        };
+        let guest_lock = match config.lock {
+            Some(variant) if variant.guest_allocates() => {
+                (0..vcpus).map(|_| AtomicU64::new(UNREGISTERED)).collect()
+            }
+            _ => Vec::new(),
+        };
+        Ok(Self {
+            config,
+            vcpus,
+            area,
+            lock_base: config.hypervisor_places_lock().then_some(base),
+            // `new` checked that base + lock_bytes + steal bytes fits.
+            steal_base: config.steal_time.then_some(base + lock_bytes),
+            guest_lock,
+            steal_origin: (0..vcpus).map(|_| AtomicU64::new(0)).collect(),
+        })
+    }
+
+    /// The configuration the registry was built for.
+    pub fn config(&self) -> PvConfig {
+        self.config
+    }
+
+    /// Number of vCPUs.
+    pub fn vcpus(&self) -> u16 {
+        self.vcpus
+    }
+
+    /// The PV area, as given to [`Self::new`].
+    pub fn area(&self) -> Option<MemRange> {
+        self.area
+    }
+
+    /// Where `vcpu`'s PV-lock record is: the fixed slot in the PV area for
+    /// seed-v2/seed-v3, the guest's last accepted registration for
+    /// openEuler/Anolis; `None` if the VM has no PV lock, the guest has not
+    /// registered (or released), or there is no such vCPU. Read it at every
+    /// vcpu_load / vcpu_put / wake-up: a guest-chosen one can change
+    /// whenever the vCPU runs.
+    pub fn lock_record(&self, vcpu: u16) -> Option<LockRecord> {
+        let variant = self.config.lock?;
+        if vcpu >= self.vcpus {
+            return None;
+        }
+        let ipa = match self.lock_base {
+            Some(base) => base + u64::from(vcpu) * RECORD_SIZE,
+            None => {
+                let ipa = self.guest_lock.get(usize::from(vcpu))?;
+                Some(ipa.load(Ordering::Acquire)).filter(|&ipa| ipa != UNREGISTERED)?
+            }
+        };
+        Some(LockRecord {
+            ipa,
+            width: variant.preempted_width(),
+        })
+    }
+
+    /// The IPA of `vcpu`'s stolen-time record (fixed, in the PV area), or
+    /// `None` without PV time or for an unknown vCPU.
+    pub fn steal_record(&self, vcpu: u16) -> Option<u64> {
+        let base = self.steal_base?;
+        (vcpu < self.vcpus).then(|| base + u64::from(vcpu) * RECORD_SIZE)
+    }
+
+    /// Records the guest's choice of PV-lock record for `vcpu`
+    /// (openEuler PV_SCHED_IPA_INIT, Anolis PV_LOCK_PREEMPTED), replacing
+    /// any earlier one. Accepted only if `ipa` is 64-byte aligned, its 64
+    /// bytes lie in the VM's RAM (`vm`), and they do not overlap the PV
+    /// area (ABI.md §3: the guest allocates a 64-byte-aligned 64-byte
+    /// structure; the PV area is the hypervisor's). On refusal the earlier
+    /// registration, if any, stays.
+    pub fn register_guest_lock(
+        &self,
+        vcpu: u16,
+        ipa: u64,
+        vm: &dyn VmView,
+    ) -> Result<(), LockRegisterError> {
+        if self.guest_lock.is_empty() {
+            return Err(LockRegisterError::NotGuestAllocated);
+        }
+        let slot = self
+            .guest_lock
+            .get(usize::from(vcpu))
+            .ok_or(LockRegisterError::UnknownVcpu)?;
+        if !ipa.is_multiple_of(RECORD_SIZE) {
+            return Err(LockRegisterError::Misaligned);
+        }
+        if !vm.ram_contains(ipa, RECORD_SIZE) {
+            return Err(LockRegisterError::OutsideRam);
+        }
+        // `ram_contains` guarantees that ipa + 64 does not wrap.
+        let record = MemRange::new(ipa, RECORD_SIZE);
+        if self.area.is_some_and(|area| area.overlaps(&record)) {
+            return Err(LockRegisterError::InPvArea);
+        }
+        slot.store(ipa, Ordering::Release);
+        Ok(())
+    }
+
+    /// Forgets `vcpu`'s guest-chosen PV-lock record (openEuler
+    /// PV_SCHED_IPA_RELEASE). No-op for hypervisor-placed records.
+    pub fn release_guest_lock(&self, vcpu: u16) {
+        if let Some(slot) = self.guest_lock.get(usize::from(vcpu)) {
+            slot.store(UNREGISTERED, Ordering::Release);
+        }
+    }
+
+    /// PSCI CPU_ON of `vcpu` (after CPU_OFF): a new guest CPU bring-up
+    /// registers again, so a guest-chosen record is forgotten (its memory
+    /// may have been reused). Call it before `Scheduler::power_on`.
+    ///
+    /// Hypervisor-placed records keep their fixed IPAs. The caller keeps
+    /// their contents right: the PV-lock `preempted` field is rewritten by
+    /// the state machine (1 at the CPU_ON wake-up, 0 at the first load);
+    /// the stolen-time record must **not** be reset — a CPU that comes back
+    /// online keeps the guest's per-CPU steal baseline, so stolen time must
+    /// stay monotonic for the life of the guest OS (it starts over only at
+    /// SYSTEM_RESET, [`Self::rebase_steal`]).
+    pub fn reset_vcpu(&self, vcpu: u16) {
+        self.release_guest_lock(vcpu);
+    }
+
+    /// PSCI SYSTEM_RESET / SYSTEM_RESET2: every guest-chosen registration
+    /// is forgotten. See the module documentation for what the caller does
+    /// with the hypervisor-placed records and stolen time.
+    pub fn reset_all(&self) {
+        for vcpu in 0..self.vcpus {
+            self.reset_vcpu(vcpu);
+        }
+    }
+
+    /// Makes `steal_ticks` (the scheduler's steal-tick total of `vcpu`
+    /// now) the origin of the guest's stolen time: call it for every vCPU
+    /// when the VM (re)starts, with its record zeroed, so a new guest does
+    /// not see the previous run's steal as one huge burst.
+    pub fn rebase_steal(&self, vcpu: u16, steal_ticks: u64) {
+        if let Some(origin) = self.steal_origin.get(usize::from(vcpu)) {
+            origin.store(steal_ticks, Ordering::Relaxed);
+        }
+    }
+
+    /// The value to store in `vcpu`'s `stolen_time` field (ns, DEN0057A)
+    /// when its scheduler steal-tick total is `steal_ticks` and the counter
+    /// runs at `counter_hz`: the steal since [`Self::rebase_steal`],
+    /// converted by [`stolen_ns`]. Monotonic as long as `steal_ticks` is.
+    pub fn stolen_time_ns(&self, vcpu: u16, steal_ticks: u64, counter_hz: u64) -> u64 {
+        let origin = self
+            .steal_origin
+            .get(usize::from(vcpu))
+            .map_or(0, |o| o.load(Ordering::Relaxed));
+        stolen_ns(steal_ticks.saturating_sub(origin), counter_hz)
+    }
+}
+
+/// The `preempted` value to store at vcpu_load, before the vCPU runs: 0,
+/// "running" (ABI.md §3 update rule).
+pub const fn preempted_on_load() -> u64 {
+    VcpuState64::RUNNING
+}
+
+/// The `preempted` value to store when [`crate::sched::Scheduler::put`]
+/// answered `outcome`, or `None` to leave the record alone.
+///
+/// - [`PutOutcome::Requeued`] (slice expired, yield): 1 — descheduled while
+///   still runnable, the one case a guest must know about.
+/// - [`PutOutcome::Blocked`] (WFI, CPU_SUSPEND): 0 — the vCPU chose to
+///   idle; it reads 1 only once a wake-up makes it runnable while it is
+///   not running ([`preempted_on_wake`]). Written rather than left, so a
+///   record the guest registered while running holds a defined value.
+/// - [`PutOutcome::PoweredOff`] (CPU_OFF): 0 — an offline CPU holds no lock
+///   and runs nothing, so nothing should wait on it as on a preempted one.
+///   The seed-v3 and openEuler hosts would write 1 here (they write 1 on
+///   every put); no guest can observe the difference usefully, since it
+///   never spins on or wakes tasks onto an offline CPU.
+/// - [`PutOutcome::KeepRunning`]: `None` — the vCPU never left its pCPU.
+///
+/// See the module documentation for the comparison with the "1 on every
+/// put" hosts.
+pub const fn preempted_on_put(outcome: PutOutcome) -> Option<u64> {
+    match outcome {
+        PutOutcome::Requeued => Some(VcpuState64::PREEMPTED),
+        PutOutcome::Blocked | PutOutcome::PoweredOff => Some(VcpuState64::RUNNING),
+        PutOutcome::KeepRunning => None,
+    }
+}
+
+/// The `preempted` value to store when a wake-up (`Scheduler::wake`,
+/// `power_on`, a WFI deadline) answered `wakeup`, or `None` to leave the
+/// record alone: 1 when the vCPU became Runnable while not running
+/// ([`Wakeup::Queued`]); nothing for [`Wakeup::Kicked`] (already running,
+/// 0, or already runnable, 1) or [`Wakeup::Ignored`] (Off).
+pub const fn preempted_on_wake(wakeup: Wakeup) -> Option<u64> {
+    match wakeup {
+        Wakeup::Queued { .. } => Some(VcpuState64::PREEMPTED),
+        Wakeup::Kicked { .. } | Wakeup::Ignored => None,
+    }
+}
+
+// The two record widths agree on the values written.
+const _: () = assert!(VcpuState64::RUNNING == VcpuState32::RUNNING as u64);
+const _: () = assert!(VcpuState64::PREEMPTED == VcpuState32::PREEMPTED as u64);
+
+/// Nanoseconds in a second.
+const NS_PER_S: u128 = 1_000_000_000;
+
+/// Converts `steal_ticks` counter ticks at `counter_hz` (CNTFRQ_EL0) to
+/// nanoseconds for the stolen-time record (DEN0057A: `stolen_time` is in
+/// ns). Exact (rounded down) for every input: the product is computed in
+/// 128 bits; a result beyond `u64::MAX` (more than 584 years) saturates.
+/// A `counter_hz` of 0 (an unset CNTFRQ) gives 0 rather than a division
+/// fault.
+pub const fn stolen_ns(steal_ticks: u64, counter_hz: u64) -> u64 {
+    if counter_hz == 0 {
+        return 0;
+    }
+    let ns = steal_ticks as u128 * NS_PER_S / counter_hz as u128;
+    if ns > u64::MAX as u128 {
+        u64::MAX
+    } else {
+        ns as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sched::CpuSet;
+    use crate::sched::{InitialState, PutReason, Scheduler};
+    use crate::smccc::PowerState;
+    use crate::vcpu::{VcpuId, VmId};
+    use alloc::vec;
+    use platform::Mpidr;
+    use pvlock_abi::pvlock::Variant;
+
+    const RAM: MemRange = MemRange::new(0x4000_0000, 0x1000_0000);
+    const AREA: MemRange = MemRange::new(0x4FF0_0000, 0x1_0000);
+
+    /// Just enough of a VM for `register_guest_lock`.
+    struct Ram;
+
+    impl VmView for Ram {
+        fn vcpu_count(&self) -> u16 {
+            4
+        }
+        fn mpidr_of(&self, index: u16) -> Mpidr {
+            Mpidr::from_affinity(0, 0, 0, index as u8)
+        }
+        fn power_state(&self, _: u16) -> PowerState {
+            PowerState::On
+        }
+        fn ram_contains(&self, ipa: u64, len: u64) -> bool {
+            ipa >= RAM.base && ipa.checked_add(len).is_some_and(|end| end <= RAM.end())
+        }
+    }
+
+    fn config(lock: Option<Variant>, steal_time: bool, ptp: bool) -> PvConfig {
+        PvConfig {
+            lock,
+            steal_time,
+            ptp,
+        }
+    }
+
+    #[test]
+    fn registry_is_shareable() {
+        fn shareable<T: Send + Sync>() {}
+        shareable::<PvRegistry>();
+    }
+
+    #[test]
+    fn seed_v3_and_ptp_cannot_both_be_on() {
+        let clash = config(Some(Variant::SeedV3), false, true);
+        assert_eq!(
+            clash.validate(),
+            Err(ConfigError::PtpClash {
+                variant: Variant::SeedV3
+            })
+        );
+        assert!(alloc::format!("{}", clash.validate().unwrap_err()).contains("0x86000001"));
+        assert_eq!(
+            PvRegistry::new(2, clash, Some(AREA)).unwrap_err(),
+            ConfigError::PtpClash {
+                variant: Variant::SeedV3
+            }
+        );
+        for variant in Variant::ALL {
+            for steal_time in [false, true] {
+                let with_ptp = config(Some(variant), steal_time, true);
+                assert_eq!(with_ptp.validate().is_ok(), variant != Variant::SeedV3);
+                assert!(config(Some(variant), steal_time, false).validate().is_ok());
+            }
+        }
+        assert!(config(None, true, true).validate().is_ok());
+        assert!(PvConfig::NONE.validate().is_ok());
+        assert_eq!(PvConfig::default(), PvConfig::NONE);
+    }
+
+    #[test]
+    fn area_size_counts_only_hypervisor_placed_records() {
+        let size = |lock, steal| PvRegistry::area_size(5, &config(lock, steal, false));
+        assert_eq!(size(None, false), 0);
+        assert_eq!(size(None, true), 5 * 64);
+        assert_eq!(size(Some(Variant::SeedV2), false), 5 * 64);
+        assert_eq!(size(Some(Variant::SeedV3), true), 10 * 64);
+        assert_eq!(size(Some(Variant::OpenEuler), false), 0);
+        assert_eq!(size(Some(Variant::Anolis), true), 5 * 64);
+        assert_eq!(RECORD_SIZE, 64);
+        // The largest VM fits in u64 easily.
+        assert_eq!(
+            PvRegistry::area_size(u16::MAX, &config(Some(Variant::SeedV2), true, false)),
+            u64::from(u16::MAX) * 128
+        );
+    }
+
+    #[test]
+    fn hypervisor_records_are_laid_out_in_the_area() {
+        for variant in [Variant::SeedV2, Variant::SeedV3] {
+            let vcpus = 7;
+            let cfg = config(Some(variant), true, false);
+            let needed = PvRegistry::area_size(vcpus, &cfg);
+            let area = MemRange::new(AREA.base, needed);
+            let reg = PvRegistry::new(vcpus, cfg, Some(area)).unwrap();
+            assert_eq!(reg.area(), Some(area));
+            assert_eq!((reg.vcpus(), reg.config()), (vcpus, cfg));
+            let mut records = vec![];
+            for v in 0..vcpus {
+                let lock = reg.lock_record(v).unwrap();
+                assert_eq!(lock.width, 8);
+                // Lock records first, then stolen-time records.
+                assert_eq!(lock.ipa, area.base + u64::from(v) * 64);
+                let steal = reg.steal_record(v).unwrap();
+                assert_eq!(steal, area.base + u64::from(vcpus) * 64 + u64::from(v) * 64);
+                records.push(lock.ipa);
+                records.push(steal);
+            }
+            for (i, &a) in records.iter().enumerate() {
+                assert!(a.is_multiple_of(64), "aligned");
+                assert!(area.contains(a) && a + 64 <= area.end(), "inside the area");
+                for &b in &records[i + 1..] {
+                    assert!(!MemRange::new(a, 64).overlaps(&MemRange::new(b, 64)));
+                }
+            }
+            assert_eq!(reg.lock_record(vcpus), None);
+            assert_eq!(reg.steal_record(vcpus), None);
+            assert_eq!(reg.lock_record(u16::MAX), None);
+        }
+        // Stolen time alone starts at the area's base.
+        let reg = PvRegistry::new(3, config(None, true, false), Some(AREA)).unwrap();
+        assert_eq!(reg.lock_record(0), None);
+        assert_eq!(reg.steal_record(0), Some(AREA.base));
+        assert_eq!(reg.steal_record(2), Some(AREA.base + 128));
+        // Guest-chosen lock records take no room.
+        let reg =
+            PvRegistry::new(3, config(Some(Variant::Anolis), true, false), Some(AREA)).unwrap();
+        assert_eq!(reg.steal_record(0), Some(AREA.base));
+    }
+
+    #[test]
+    fn bad_areas_are_refused() {
+        let cfg = config(Some(Variant::SeedV2), true, false);
+        let needed = PvRegistry::area_size(4, &cfg);
+        assert_eq!(
+            PvRegistry::new(4, cfg, None).unwrap_err(),
+            ConfigError::NoArea { needed }
+        );
+        let misaligned = MemRange::new(AREA.base + 32, 0x1000);
+        assert_eq!(
+            PvRegistry::new(4, cfg, Some(misaligned)).unwrap_err(),
+            ConfigError::AreaMisaligned { area: misaligned }
+        );
+        let small = MemRange::new(AREA.base, needed - 1);
+        assert_eq!(
+            PvRegistry::new(4, cfg, Some(small)).unwrap_err(),
+            ConfigError::AreaTooSmall {
+                area: small,
+                needed
+            }
+        );
+        let wraps = MemRange::new(u64::MAX - 63, needed);
+        assert_eq!(
+            PvRegistry::new(4, cfg, Some(wraps)).unwrap_err(),
+            ConfigError::AreaTooSmall {
+                area: wraps,
+                needed
+            }
+        );
+        // Exactly big enough, and at the very top of the address space.
+        let top = MemRange::new((u64::MAX - needed - 63) & !63, needed);
+        assert!(PvRegistry::new(4, cfg, Some(top)).is_ok());
+        // No area needed: none is fine, and one given is kept.
+        let guest = config(Some(Variant::OpenEuler), false, true);
+        assert_eq!(PvRegistry::new(4, guest, None).unwrap().area(), None);
+        assert_eq!(
+            PvRegistry::new(4, guest, Some(AREA)).unwrap().area(),
+            Some(AREA)
+        );
+        for e in [
+            ConfigError::NoArea { needed },
+            ConfigError::AreaMisaligned { area: misaligned },
+            ConfigError::AreaTooSmall {
+                area: small,
+                needed,
+            },
+        ] {
+            assert!(!alloc::format!("{e}").is_empty());
+        }
+    }
+
+    #[test]
+    fn guest_chosen_records_are_validated() {
+        for variant in [Variant::OpenEuler, Variant::Anolis] {
+            let reg = PvRegistry::new(4, config(Some(variant), true, false), Some(AREA)).unwrap();
+            let ok = RAM.base + 0x1_0040;
+            // Nothing until the guest says where.
+            assert_eq!(reg.lock_record(1), None);
+            for (ipa, err) in [
+                (ok + 8, LockRegisterError::Misaligned),
+                (ok + 63, LockRegisterError::Misaligned),
+                (u64::MAX, LockRegisterError::Misaligned),
+                (RAM.base - 64, LockRegisterError::OutsideRam),
+                (RAM.end(), LockRegisterError::OutsideRam),
+                (0, LockRegisterError::OutsideRam),
+                (!63, LockRegisterError::OutsideRam),
+                (AREA.base, LockRegisterError::InPvArea),
+                (AREA.end() - 64, LockRegisterError::InPvArea),
+            ] {
+                assert_eq!(reg.register_guest_lock(1, ipa, &Ram), Err(err), "{ipa:#x}");
+                assert_eq!(reg.lock_record(1), None);
+            }
+            assert_eq!(
+                reg.register_guest_lock(4, ok, &Ram),
+                Err(LockRegisterError::UnknownVcpu)
+            );
+            // The last record of RAM and the one right after the area are fine.
+            assert_eq!(reg.register_guest_lock(0, RAM.end() - 64, &Ram), Ok(()));
+            assert_eq!(reg.register_guest_lock(2, AREA.end(), &Ram), Ok(()));
+            assert_eq!(reg.register_guest_lock(1, ok, &Ram), Ok(()));
+            assert_eq!(reg.lock_record(1), Some(LockRecord { ipa: ok, width: 4 }));
+            // A refused re-registration keeps the old one; a good one replaces it.
+            assert!(reg.register_guest_lock(1, ok + 4, &Ram).is_err());
+            assert_eq!(reg.lock_record(1).unwrap().ipa, ok);
+            assert_eq!(reg.register_guest_lock(1, ok + 64, &Ram), Ok(()));
+            assert_eq!(reg.lock_record(1).unwrap().ipa, ok + 64);
+            // Release, per-vCPU reset (CPU_ON) and reset_all forget it.
+            reg.release_guest_lock(1);
+            assert_eq!(reg.lock_record(1), None);
+            reg.register_guest_lock(1, ok, &Ram).unwrap();
+            reg.reset_vcpu(1);
+            assert_eq!(reg.lock_record(1), None);
+            assert_eq!(reg.lock_record(0).unwrap().ipa, RAM.end() - 64);
+            reg.reset_all();
+            assert!((0..4).all(|v| reg.lock_record(v).is_none()));
+            // Stolen-time records are the hypervisor's and stay put.
+            assert_eq!(reg.steal_record(3), Some(AREA.base + 3 * 64));
+            // Unknown vCPUs are ignored.
+            reg.release_guest_lock(9);
+            reg.reset_vcpu(u16::MAX);
+        }
+    }
+
+    #[test]
+    fn hypervisor_placed_records_survive_resets() {
+        let reg =
+            PvRegistry::new(2, config(Some(Variant::SeedV2), true, false), Some(AREA)).unwrap();
+        let before = (reg.lock_record(1), reg.steal_record(1));
+        assert_eq!(
+            reg.register_guest_lock(1, RAM.base, &Ram),
+            Err(LockRegisterError::NotGuestAllocated)
+        );
+        reg.release_guest_lock(1);
+        reg.reset_vcpu(1);
+        reg.reset_all();
+        assert_eq!((reg.lock_record(1), reg.steal_record(1)), before);
+        // No PV lock at all.
+        let none = PvRegistry::new(2, PvConfig::NONE, None).unwrap();
+        assert_eq!((none.lock_record(0), none.steal_record(0)), (None, None));
+        assert_eq!(
+            none.register_guest_lock(0, RAM.base, &Ram),
+            Err(LockRegisterError::NotGuestAllocated)
+        );
+    }
+
+    #[test]
+    fn stolen_ns_is_exact_and_never_overflows() {
+        assert_eq!(stolen_ns(0, 62_500_000), 0);
+        assert_eq!(stolen_ns(62_500_000, 62_500_000), 1_000_000_000);
+        assert_eq!(stolen_ns(1, 62_500_000), 16);
+        assert_eq!(stolen_ns(1, 3), 333_333_333);
+        assert_eq!(stolen_ns(1, 1_000_000_000), 1);
+        assert_eq!(stolen_ns(1, 2_000_000_000), 0);
+        // ticks * 1e9 overflows u64 here but not the result.
+        assert_eq!(stolen_ns(1 << 62, 1 << 32), (1u64 << 30) * 1_000_000_000);
+        assert_eq!(stolen_ns(u64::MAX, u64::MAX), 1_000_000_000);
+        assert_eq!(stolen_ns(u64::MAX, 1), u64::MAX);
+        assert_eq!(
+            stolen_ns(u64::MAX / 1000, 1_000_000),
+            u64::MAX / 1000 * 1000
+        );
+        assert_eq!(stolen_ns(12345, 0), 0);
+    }
+
+    #[test]
+    fn stolen_time_starts_over_at_rebase() {
+        let hz = 1_000_000;
+        let reg = PvRegistry::new(2, config(None, true, false), Some(AREA)).unwrap();
+        assert_eq!(reg.stolen_time_ns(0, 1_500, hz), 1_500_000);
+        reg.rebase_steal(0, 1_000);
+        assert_eq!(reg.stolen_time_ns(0, 1_500, hz), 500_000);
+        assert_eq!(reg.stolen_time_ns(0, 1_000, hz), 0);
+        // Never below zero, and other vCPUs unaffected.
+        assert_eq!(reg.stolen_time_ns(0, 10, hz), 0);
+        assert_eq!(reg.stolen_time_ns(1, 1_500, hz), 1_500_000);
+        reg.rebase_steal(7, 5);
+        assert_eq!(reg.stolen_time_ns(7, 1_500, hz), 1_500_000);
+    }
+
+    #[test]
+    fn preempted_values() {
+        assert_eq!(preempted_on_load(), 0);
+        assert_eq!(preempted_on_put(PutOutcome::Requeued), Some(1));
+        assert_eq!(preempted_on_put(PutOutcome::Blocked), Some(0));
+        assert_eq!(preempted_on_put(PutOutcome::PoweredOff), Some(0));
+        assert_eq!(preempted_on_put(PutOutcome::KeepRunning), None);
+        assert_eq!(
+            preempted_on_wake(Wakeup::Queued { pcpu: 3, ipi: true }),
+            Some(1)
+        );
+        assert_eq!(
+            preempted_on_wake(Wakeup::Kicked {
+                running_on: Some(1)
+            }),
+            None
+        );
+        assert_eq!(preempted_on_wake(Wakeup::Kicked { running_on: None }), None);
+        assert_eq!(preempted_on_wake(Wakeup::Ignored), None);
+    }
+
+    /// The arch layer's side of the state machine over a real scheduler:
+    /// every transition writes what this module says into a fake record
+    /// per vCPU, as the guest would read it.
+    struct Host {
+        s: Scheduler,
+        vm: VmId,
+        flag: Vec<u64>,
+        now: u64,
+    }
+
+    impl Host {
+        fn new(pcpus: usize, vcpus: u16) -> Self {
+            let mut s = Scheduler::new(CpuSet::first_n(pcpus), 100);
+            let vm = s.add_vm().unwrap();
+            for _ in 0..vcpus {
+                s.add_vcpu(vm, None, InitialState::Off, 0).unwrap();
+            }
+            Self {
+                s,
+                vm,
+                flag: vec![0; usize::from(vcpus)],
+                now: 0,
+            }
+        }
+
+        fn id(&self, index: u16) -> VcpuId {
+            VcpuId { vm: self.vm, index }
+        }
+
+        fn write(&mut self, index: u16, value: Option<u64>) {
+            if let Some(value) = value {
+                self.flag[usize::from(index)] = value;
+            }
+        }
+
+        fn power_on(&mut self, index: u16) {
+            let w = self.s.power_on(self.id(index), self.now).unwrap();
+            self.write(index, preempted_on_wake(w));
+        }
+
+        fn wake(&mut self, index: u16) {
+            let w = self.s.wake(self.id(index), self.now).unwrap();
+            self.write(index, preempted_on_wake(w));
+        }
+
+        fn pick(&mut self, pcpu: usize) -> Option<u16> {
+            let v = self.s.pick_next(pcpu, self.now)?;
+            self.write(v.index, Some(preempted_on_load()));
+            Some(v.index)
+        }
+
+        fn put(&mut self, index: u16, pcpu: usize, why: PutReason) -> PutOutcome {
+            let o = self.s.put(self.id(index), pcpu, self.now, why).unwrap();
+            self.write(index, preempted_on_put(o));
+            o
+        }
+
+        fn yield_to(&mut self, from: u16, to: u16, pcpu: usize) -> bool {
+            let ok = self
+                .s
+                .yield_to(self.id(from), self.id(to), pcpu, self.now)
+                .is_ok();
+            if ok {
+                self.write(from, preempted_on_put(PutOutcome::Requeued));
+            }
+            ok
+        }
+
+        fn expire(&mut self) {
+            let mut woken = vec![];
+            self.s
+                .expire_timers(self.now, |v, w| woken.push((v.index, w)));
+            for (index, w) in woken {
+                self.write(index, preempted_on_wake(w));
+            }
+        }
+
+        /// What the guest reads for vCPU `index`.
+        fn reads(&self, index: u16) -> u64 {
+            self.flag[usize::from(index)]
+        }
+
+        /// The rule: the flag reads 1 exactly while the vCPU is Runnable.
+        fn check(&self) {
+            for index in 0..self.flag.len() as u16 {
+                assert_eq!(
+                    self.reads(index),
+                    u64::from(self.s.is_preempted(self.id(index))),
+                    "vCPU {index} in {:?}",
+                    self.s.state(self.id(index))
+                );
+            }
+        }
+    }
+
+    /// The issue's sequence: 0 while running, 1 when descheduled while
+    /// runnable, 0 while blocked in WFI until it becomes runnable while not
+    /// running, then 1, then 0 once loaded.
+    #[test]
+    fn scripted_preempted_sequence() {
+        let mut h = Host::new(1, 2);
+        h.power_on(0);
+        assert_eq!(h.reads(0), 1, "on but not yet running");
+        assert_eq!(h.pick(0), Some(0));
+        assert_eq!(h.reads(0), 0, "running");
+        h.check();
+
+        // vCPU 1 starts and waits for the only pCPU.
+        h.power_on(1);
+        assert_eq!(h.reads(1), 1);
+        // vCPU 0's slice expires with vCPU 1 waiting: preempted.
+        h.now = 100;
+        assert_eq!(h.put(0, 0, PutReason::SliceExpired), PutOutcome::Requeued);
+        assert_eq!(h.reads(0), 1);
+        assert_eq!(h.pick(0), Some(1));
+        assert_eq!((h.reads(0), h.reads(1)), (1, 0));
+        h.check();
+
+        // vCPU 1 blocks in WFI: it reads 0, not "preempted".
+        h.now = 150;
+        assert_eq!(
+            h.put(1, 0, PutReason::Wfi { deadline: None }),
+            PutOutcome::Blocked
+        );
+        assert_eq!(h.reads(1), 0);
+        assert_eq!(h.pick(0), Some(0));
+        h.check();
+        // Still 0 while it stays blocked...
+        h.now = 180;
+        assert_eq!(h.reads(1), 0);
+        // ...1 once a wake-up makes it runnable while vCPU 0 has the pCPU...
+        h.wake(1);
+        assert_eq!(h.reads(1), 1);
+        h.check();
+        // ...and a second wake-up changes nothing.
+        h.wake(1);
+        assert_eq!(h.reads(1), 1);
+        // A wake-up of the running vCPU only sets its kicked flag: its WFI
+        // completes at once and nothing is written.
+        h.wake(0);
+        assert_eq!(
+            h.put(0, 0, PutReason::Wfi { deadline: None }),
+            PutOutcome::KeepRunning
+        );
+        assert_eq!(h.reads(0), 0);
+        h.check();
+
+        // Directed yield: the yielder is preempted, the target runs.
+        h.now = 190;
+        assert!(h.yield_to(0, 1, 0));
+        assert_eq!(h.pick(0), Some(1));
+        assert_eq!((h.reads(0), h.reads(1)), (1, 0));
+        h.check();
+
+        // CPU_OFF: 0, and it stays 0 while off; CPU_ON makes it 1 again.
+        h.now = 200;
+        assert_eq!(h.put(1, 0, PutReason::PowerOff), PutOutcome::PoweredOff);
+        assert_eq!(h.reads(1), 0);
+        assert_eq!(h.pick(0), Some(0));
+        h.wake(1);
+        assert_eq!(h.reads(1), 0, "a wake-up of an Off vCPU is ignored");
+        h.power_on(1);
+        assert_eq!(h.reads(1), 1);
+        h.check();
+
+        // A WFI with a deadline: 0 while blocked, 1 when the timer makes it
+        // runnable while the other vCPU runs.
+        h.now = 300;
+        assert_eq!(h.put(0, 0, PutReason::SliceExpired), PutOutcome::Requeued);
+        assert_eq!(h.pick(0), Some(1));
+        assert_eq!(
+            h.put(
+                1,
+                0,
+                PutReason::Wfi {
+                    deadline: Some(350)
+                }
+            ),
+            PutOutcome::Blocked
+        );
+        assert_eq!(h.pick(0), Some(0));
+        assert_eq!(h.reads(1), 0);
+        h.now = 350;
+        h.expire();
+        assert_eq!(h.reads(1), 1);
+        h.check();
+    }
+
+    /// Random schedules over several pCPUs: after every step each vCPU's
+    /// flag equals "Runnable", so the guest never sees 1 for a running or
+    /// idle vCPU nor 0 for one waiting for a pCPU.
+    #[test]
+    fn preempted_flag_tracks_runnable_under_random_schedules() {
+        let mut seed = 0x2545_F491_4F6C_DD1Du64;
+        let mut random = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let pcpus = 3;
+        let vcpus = 5u16;
+        let mut h = Host::new(pcpus, vcpus);
+        h.power_on(0);
+        for _ in 0..50_000 {
+            h.now += random(40);
+            match random(10) {
+                0 => {
+                    let v = random(u64::from(vcpus)) as u16;
+                    if h.s.power_state(h.id(v)) == Some(PowerState::Off) {
+                        h.power_on(v);
+                    }
+                }
+                1 | 2 => h.wake(random(u64::from(vcpus)) as u16),
+                3 => h.expire(),
+                _ => {
+                    let pcpu = random(pcpus as u64) as usize;
+                    match h.s.current(pcpu) {
+                        None => {
+                            h.pick(pcpu);
+                        }
+                        Some(v) => {
+                            let v = v.index;
+                            match random(12) {
+                                0..=4 => {
+                                    h.put(v, pcpu, PutReason::SliceExpired);
+                                }
+                                5 => {
+                                    h.put(v, pcpu, PutReason::Yield);
+                                }
+                                6..=8 => {
+                                    let deadline = (random(2) == 0).then(|| h.now + random(300));
+                                    h.put(v, pcpu, PutReason::Wfi { deadline });
+                                }
+                                9 => {
+                                    // Keep at least one vCPU around.
+                                    if random(4) == 0 {
+                                        h.put(v, pcpu, PutReason::PowerOff);
+                                    }
+                                }
+                                _ => {
+                                    let to = random(u64::from(vcpus)) as u16;
+                                    h.yield_to(v, to, pcpu);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            h.check();
+        }
+    }
+}

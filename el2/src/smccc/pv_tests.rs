@@ -1,0 +1,759 @@
+//! The paravirtual services (KVM vendor, PV-lock variants, PV time) through
+//! a VM's dispatcher, against ABI.md: every expected id and value below is
+//! the literal from ABI.md, checked against the `pvlock_abi` constant the
+//! code uses.
+
+use super::*;
+use crate::pv::{ConfigError, LockRecord, PvConfig, PvRegistry};
+use crate::vcpu::VmId;
+use alloc::vec;
+use alloc::vec::Vec;
+use platform::MemRange;
+use pvlock_abi::arch as abi_arch;
+use pvlock_abi::kvm::{self, func};
+use pvlock_abi::pvlock::{Variant, anolis, openeuler, seed_v2, seed_v3};
+use pvlock_abi::pvtime;
+
+const RAM_BASE: u64 = 0x4000_0000;
+const RAM_SIZE: u64 = 0x1_0000_0000;
+/// Above 4 GiB, so IPAs in X0 must be all 64 bits.
+const AREA: MemRange = MemRange::new(0x1_3FF0_0000, 0x1_0000);
+const VCPUS: u16 = 4;
+const VM: VmId = VmId(2);
+const NOT_SUPPORTED: u64 = u64::MAX;
+const WALL_NS: u64 = 0x1234_5678_9ABC_DEF0;
+const PHYS_COUNT: u64 = 0x0000_00AB_CDEF_0123;
+const VIRT_COUNT: u64 = 0x0000_0001_0000_0002;
+
+/// ABI.md's ids, literally.
+mod abi {
+    pub const CALL_UID: u32 = 0x8600FF01;
+    pub const KVM_FEATURES: u32 = 0x86000000;
+    pub const KVM_PTP: u32 = 0x86000001;
+    pub const SEED_V3: u32 = 0x86000001;
+    pub const SEED_V2_FEATURES: u32 = 0xC6000020;
+    pub const SEED_V2_PREEMPTED: u32 = 0xC6000021;
+    pub const OE_FEATURES: u32 = 0xC5000090;
+    pub const OE_IPA_INIT: u32 = 0xC5000091;
+    pub const OE_IPA_RELEASE: u32 = 0xC5000092;
+    pub const OE_KICK_CPU: u32 = 0xC5000093;
+    pub const ANOLIS_FEATURES: u32 = 0xC60000B0;
+    pub const ANOLIS_PREEMPTED: u32 = 0xC60000B1;
+    pub const ANOLIS_QSPINLOCK_FEATURES: u32 = 0xC60000B2;
+    pub const ANOLIS_KICK_CPU: u32 = 0xC50000B3;
+    pub const PV_TIME_FEATURES: u32 = 0xC5000020;
+    pub const PV_TIME_ST: u32 = 0xC5000021;
+    pub const ARCH_FEATURES: u32 = 0x80000001;
+    pub const UID_WORDS: [u64; 4] = [0xb66fb428, 0xe911c52e, 0x564bcaa9, 0x743a004d];
+
+    pub const PV_LOCK_IDS: [u32; 11] = [
+        SEED_V3,
+        SEED_V2_FEATURES,
+        SEED_V2_PREEMPTED,
+        OE_FEATURES,
+        OE_IPA_INIT,
+        OE_IPA_RELEASE,
+        OE_KICK_CPU,
+        ANOLIS_FEATURES,
+        ANOLIS_PREEMPTED,
+        ANOLIS_QSPINLOCK_FEATURES,
+        ANOLIS_KICK_CPU,
+    ];
+}
+
+#[test]
+fn abi_literals_are_the_constants_used() {
+    assert_eq!(kvm::CALL_UID.raw(), abi::CALL_UID);
+    assert_eq!(kvm::FEATURES.raw(), abi::KVM_FEATURES);
+    assert_eq!(kvm::PTP.raw(), abi::KVM_PTP);
+    assert_eq!(seed_v3::PV_LOCK.raw(), abi::SEED_V3);
+    assert_eq!(seed_v2::PV_LOCK_FEATURES.raw(), abi::SEED_V2_FEATURES);
+    assert_eq!(seed_v2::PV_LOCK_PREEMPTED.raw(), abi::SEED_V2_PREEMPTED);
+    assert_eq!(openeuler::PV_SCHED_FEATURES.raw(), abi::OE_FEATURES);
+    assert_eq!(openeuler::PV_SCHED_IPA_INIT.raw(), abi::OE_IPA_INIT);
+    assert_eq!(openeuler::PV_SCHED_IPA_RELEASE.raw(), abi::OE_IPA_RELEASE);
+    assert_eq!(openeuler::PV_SCHED_KICK_CPU.raw(), abi::OE_KICK_CPU);
+    assert_eq!(anolis::PV_LOCK_FEATURES.raw(), abi::ANOLIS_FEATURES);
+    assert_eq!(anolis::PV_LOCK_PREEMPTED.raw(), abi::ANOLIS_PREEMPTED);
+    assert_eq!(
+        anolis::PV_QSPINLOCK_FEATURES.raw(),
+        abi::ANOLIS_QSPINLOCK_FEATURES
+    );
+    assert_eq!(anolis::PV_QSPINLOCK_KICK_CPU.raw(), abi::ANOLIS_KICK_CPU);
+    assert_eq!(pvtime::PV_TIME_FEATURES.raw(), abi::PV_TIME_FEATURES);
+    assert_eq!(pvtime::PV_TIME_ST.raw(), abi::PV_TIME_ST);
+    assert_eq!(abi_arch::SMCCC_ARCH_FEATURES.raw(), abi::ARCH_FEATURES);
+    assert_eq!(kvm::UID_REGS, abi::UID_WORDS);
+    // ABI.md §2 bit numbers: 0 FEATURES, 1 PTP (= seed-v3); the project's
+    // seed-v2 bits are the vendor function numbers 0x20 / 0x21.
+    assert_eq!((func::FEATURES, func::PTP), (0, 1));
+    assert_eq!(seed_v3::KVM_FEATURES_BIT, 1);
+    assert_eq!((func::PV_LOCK_FEATURES, func::PV_LOCK_PREEMPTED), (32, 33));
+    let mut every: Vec<u32> = Variant::ALL
+        .iter()
+        .flat_map(|v| v.function_ids())
+        .map(|f| f.raw())
+        .collect();
+    every.sort_unstable();
+    let mut literal = abi::PV_LOCK_IDS.to_vec();
+    literal.sort_unstable();
+    assert_eq!(every, literal);
+}
+
+/// A VM with `VCPUS` vCPUs, 4 GiB of RAM and (optionally) a wall clock.
+struct FakeVm {
+    wall: Option<u64>,
+}
+
+impl VmView for FakeVm {
+    fn vcpu_count(&self) -> u16 {
+        VCPUS
+    }
+
+    fn mpidr_of(&self, index: u16) -> Mpidr {
+        Mpidr::from_affinity(0, 0, 0, index as u8)
+    }
+
+    fn power_state(&self, _: u16) -> PowerState {
+        PowerState::On
+    }
+
+    fn ram_contains(&self, ipa: u64, len: u64) -> bool {
+        ipa >= RAM_BASE
+            && ipa
+                .checked_add(len)
+                .is_some_and(|end| end <= RAM_BASE + RAM_SIZE)
+    }
+
+    fn counter(&self, physical: bool) -> u64 {
+        if physical { PHYS_COUNT } else { VIRT_COUNT }
+    }
+
+    fn wall_clock_ns(&self) -> Option<u64> {
+        self.wall
+    }
+}
+
+const CLOCK: FakeVm = FakeVm {
+    wall: Some(WALL_NS),
+};
+
+/// A VM's registry and table.
+struct Vm {
+    registry: Arc<PvRegistry>,
+    table: Dispatcher,
+}
+
+fn vm_with(lock: Option<Variant>, steal_time: bool, ptp: bool) -> Vm {
+    let config = PvConfig {
+        lock,
+        steal_time,
+        ptp,
+    };
+    let area = config.needs_area().then_some(AREA);
+    let registry = Arc::new(PvRegistry::new(VCPUS, config, area).unwrap());
+    let table = dispatcher_for(&config, registry.clone(), CpuVulnerabilities::UNAFFECTED).unwrap();
+    Vm { registry, table }
+}
+
+fn lock_vm(variant: Variant) -> Vm {
+    vm_with(Some(variant), false, false)
+}
+
+/// Every configuration a VM can have.
+fn every_config() -> Vec<PvConfig> {
+    let mut configs = vec![];
+    for lock in [None].into_iter().chain(Variant::ALL.map(Some)) {
+        for steal_time in [false, true] {
+            for ptp in [false, true] {
+                let config = PvConfig {
+                    lock,
+                    steal_time,
+                    ptp,
+                };
+                if config.validate().is_ok() {
+                    configs.push(config);
+                }
+            }
+        }
+    }
+    configs
+}
+
+/// Dispatches `fid` from vCPU `caller` with X1.. = `args` (garbage past
+/// them) and checks that X4..X30, PC and PSTATE are untouched.
+fn call_from(
+    table: &Dispatcher,
+    vm: &FakeVm,
+    caller: u16,
+    fid: u32,
+    args: &[u64],
+) -> ([u64; 4], Action) {
+    let mut regs = GuestRegs {
+        x: core::array::from_fn(|n| 0xA5A5_0000_0000_0000 | n as u64),
+        pc: 0xFFFF_8000_0000_1000,
+        pstate: 0x3C5,
+        ..GuestRegs::default()
+    };
+    regs.x[0] = u64::from(fid);
+    for (n, arg) in args.iter().enumerate() {
+        regs.x[n + 1] = *arg;
+    }
+    let before = regs.clone();
+    let caller = VcpuId {
+        vm: VM,
+        index: caller,
+    };
+    let action = table.dispatch(caller, &mut regs, vm);
+    assert_eq!(regs.x[4..], before.x[4..], "X4..X30 changed by {fid:#x}");
+    assert_eq!((regs.pc, regs.pstate), (before.pc, before.pstate));
+    ([regs.x[0], regs.x[1], regs.x[2], regs.x[3]], action)
+}
+
+/// One-result call from vCPU 0: X0, checking X1..X3 were zeroed and no
+/// action asked.
+fn x0(vm: &Vm, fid: u32, args: &[u64]) -> u64 {
+    x0_from(vm, 0, fid, args)
+}
+
+fn x0_from(vm: &Vm, caller: u16, fid: u32, args: &[u64]) -> u64 {
+    let (x, action) = call_from(&vm.table, &CLOCK, caller, fid, args);
+    assert_eq!(x[1..], [0, 0, 0], "X1..X3 of {fid:#x}");
+    assert_eq!(action, Action::None, "{fid:#x}");
+    x[0]
+}
+
+fn arch_features(vm: &Vm, fid: u32) -> u64 {
+    x0(vm, abi::ARCH_FEATURES, &[u64::from(fid)])
+}
+
+/// The names of the registered services.
+fn services(vm: &Vm) -> Vec<&'static str> {
+    vm.table.services().map(|s| s.name()).collect()
+}
+
+#[test]
+fn every_vm_has_the_standard_and_kvm_services() {
+    for config in every_config() {
+        let vm = vm_with(config.lock, config.steal_time, config.ptp);
+        let names = services(&vm);
+        assert_eq!(names[..3], ["arm-arch", "psci", "kvm"], "{config:?}");
+        assert_eq!(
+            names.len(),
+            3 + usize::from(config.lock.is_some()) + usize::from(config.steal_time)
+        );
+        assert_eq!(names.contains(&"pv-time"), config.steal_time);
+    }
+    assert_eq!(
+        services(&lock_vm(Variant::OpenEuler)),
+        ["arm-arch", "psci", "kvm", "pv-lock(openeuler)"]
+    );
+}
+
+#[test]
+fn call_uid_is_kvm_s_on_every_vm() {
+    for config in every_config() {
+        let vm = vm_with(config.lock, config.steal_time, config.ptp);
+        let (x, action) = call_from(&vm.table, &CLOCK, 1, abi::CALL_UID, &[9, 9, 9]);
+        assert_eq!(x, abi::UID_WORDS, "{config:?}");
+        assert_eq!(action, Action::None);
+        assert_ne!(x[0], 0xFFFF_FFFF, "word 0 must not read as -1");
+        // Bits 63:32 of X0 are ignored.
+        let mut regs = GuestRegs::default();
+        regs.x[0] = 0xFFFF_FFFF_0000_0000 | u64::from(abi::CALL_UID);
+        vm.table
+            .dispatch(VcpuId { vm: VM, index: 0 }, &mut regs, &CLOCK);
+        assert_eq!(regs.x[..4], abi::UID_WORDS);
+    }
+}
+
+#[test]
+fn kvm_features_bitmap_per_vm() {
+    let words = |vm: &Vm, view: &FakeVm| call_from(&vm.table, view, 0, abi::KVM_FEATURES, &[]).0;
+    // ABI.md §2 / project bits: nothing -> bit 0; seed-v2 -> 0, 32, 33;
+    // seed-v3 -> 0, 1; PTP -> 0, 1.
+    assert_eq!(words(&vm_with(None, false, false), &CLOCK), [0b1, 0, 0, 0]);
+    assert_eq!(words(&lock_vm(Variant::SeedV2), &CLOCK), [0b1, 0b11, 0, 0]);
+    assert_eq!(words(&lock_vm(Variant::SeedV3), &CLOCK), [0b11, 0, 0, 0]);
+    assert_eq!(words(&vm_with(None, false, true), &CLOCK), [0b11, 0, 0, 0]);
+    assert_eq!(words(&lock_vm(Variant::OpenEuler), &CLOCK), [0b1, 0, 0, 0]);
+    assert_eq!(words(&lock_vm(Variant::Anolis), &CLOCK), [0b1, 0, 0, 0]);
+    assert_eq!(words(&vm_with(None, true, false), &CLOCK), [0b1, 0, 0, 0]);
+    assert_eq!(
+        words(&vm_with(Some(Variant::SeedV2), true, true), &CLOCK),
+        [0b11, 0b11, 0, 0]
+    );
+    // The answer is the table's, which agrees with the constants.
+    let seed_v2 = lock_vm(Variant::SeedV2);
+    let expected = kvm::KvmFeatures::new()
+        .with(func::PV_LOCK_FEATURES)
+        .with(func::PV_LOCK_PREEMPTED);
+    assert_eq!(seed_v2.table.kvm_features(), expected);
+    assert_eq!(words(&seed_v2, &CLOCK), expected.to_regs());
+    // No wall clock: PTP is not advertised; seed-v3's bit 1 is unaffected.
+    let no_clock = FakeVm { wall: None };
+    assert_eq!(words(&vm_with(None, true, true), &no_clock), [0b1, 0, 0, 0]);
+    assert_eq!(words(&lock_vm(Variant::SeedV3), &no_clock), [0b11, 0, 0, 0]);
+}
+
+#[test]
+fn ptp_returns_wall_clock_and_counter() {
+    let vm = vm_with(None, false, true);
+    let ptp = |view: &FakeVm, w1: u64| call_from(&vm.table, view, 1, abi::KVM_PTP, &[w1]);
+    let wall = [WALL_NS >> 32, WALL_NS & 0xFFFF_FFFF];
+    // w1 = 0: virtual counter; w1 = 1: physical.
+    assert_eq!(
+        ptp(&CLOCK, 0),
+        (
+            [wall[0], wall[1], VIRT_COUNT >> 32, VIRT_COUNT & 0xFFFF_FFFF],
+            Action::None
+        )
+    );
+    assert_eq!(
+        ptp(&CLOCK, 1).0,
+        [wall[0], wall[1], PHYS_COUNT >> 32, PHYS_COUNT & 0xFFFF_FFFF]
+    );
+    assert_eq!(
+        ptp(&CLOCK, 1).0,
+        [0x1234_5678, 0x9ABC_DEF0, 0xAB, 0xCDEF_0123]
+    );
+    // SMC32: only W1 counts.
+    assert_eq!(ptp(&CLOCK, 0xFFFF_FFFF_0000_0001).0, ptp(&CLOCK, 1).0);
+    // Bad w1: -1, X1..X3 zero.
+    for w1 in [2, 0xFFFF_FFFF, 0x8000_0000] {
+        assert_eq!(ptp(&CLOCK, w1), ([NOT_SUPPORTED, 0, 0, 0], Action::None));
+    }
+    // No wall clock: -1.
+    let no_clock = FakeVm { wall: None };
+    assert_eq!(ptp(&no_clock, 0).0, [NOT_SUPPORTED, 0, 0, 0]);
+    // Not discoverable through SMCCC_ARCH_FEATURES (KVM_FEATURES bit 1 is).
+    assert_eq!(arch_features(&vm, abi::KVM_PTP), NOT_SUPPORTED);
+    // A VM without PTP (or seed-v3) answers -1.
+    let none = vm_with(None, true, false);
+    assert_eq!(x0(&none, abi::KVM_PTP, &[0]), NOT_SUPPORTED);
+}
+
+#[test]
+fn kvm_answers_only_what_kvm_answers() {
+    // Vendor-range Call Count / Revision: KVM implements neither.
+    let vm = vm_with(Some(Variant::SeedV2), true, true);
+    for fid in [0x8600FF00, 0x8600FF03, 0xC600FF01, 0x86000002, 0x86000040] {
+        assert_eq!(x0(&vm, fid, &[]), NOT_SUPPORTED, "{fid:#x}");
+    }
+    for fid in [abi::CALL_UID, abi::KVM_FEATURES, abi::KVM_PTP] {
+        assert_eq!(arch_features(&vm, fid), NOT_SUPPORTED, "{fid:#x}");
+    }
+}
+
+#[test]
+fn seed_v2() {
+    let vm = lock_vm(Variant::SeedV2);
+    let features = |w1: u64| x0(&vm, abi::SEED_V2_FEATURES, &[w1]);
+    assert_eq!(features(u64::from(abi::SEED_V2_FEATURES)), 0);
+    assert_eq!(features(u64::from(abi::SEED_V2_PREEMPTED)), 0);
+    // The queried id is W1.
+    assert_eq!(
+        features(0xFFFF_FFFF_0000_0000 | u64::from(abi::SEED_V2_PREEMPTED)),
+        0
+    );
+    for other in [
+        0,
+        abi::SEED_V3,
+        0xC6000022,
+        abi::OE_FEATURES,
+        abi::PV_TIME_ST,
+    ] {
+        assert_eq!(features(u64::from(other)), NOT_SUPPORTED, "{other:#x}");
+    }
+    // PREEMPTED: each vCPU its own 64-byte slot in the area, all 64 bits.
+    for caller in 0..VCPUS {
+        let ipa = x0_from(&vm, caller, abi::SEED_V2_PREEMPTED, &[7, 7]);
+        assert_eq!(ipa, AREA.base + 64 * u64::from(caller));
+        assert_eq!(
+            vm.registry.lock_record(caller),
+            Some(LockRecord { ipa, width: 8 })
+        );
+    }
+    // Both ids discoverable through SMCCC_ARCH_FEATURES.
+    assert_eq!(arch_features(&vm, abi::SEED_V2_FEATURES), 0);
+    assert_eq!(arch_features(&vm, abi::SEED_V2_PREEMPTED), 0);
+}
+
+#[test]
+fn seed_v3() {
+    let vm = lock_vm(Variant::SeedV3);
+    let call = |caller: u16, x1: u64| x0_from(&vm, caller, abi::SEED_V3, &[x1]);
+    assert_eq!(call(0, seed_v3::ARG_FEATURES), 0);
+    assert_eq!(call(0, 0), 0);
+    for caller in 0..VCPUS {
+        // A full 64-bit IPA although the call is SMC32.
+        let ipa = call(caller, 1);
+        assert_eq!(ipa, AREA.base + 64 * u64::from(caller));
+        assert!(ipa > u64::from(u32::MAX));
+    }
+    // W1 only: high junk ignored.
+    assert_eq!(call(2, 0xDEAD_BEEF_0000_0001), AREA.base + 128);
+    for bad in [2, 3, 0xFFFF_FFFF] {
+        assert_eq!(call(0, bad), NOT_SUPPORTED);
+    }
+    // Found through KVM_FEATURES, not SMCCC_ARCH_FEATURES.
+    assert_eq!(arch_features(&vm, abi::SEED_V3), NOT_SUPPORTED);
+}
+
+#[test]
+fn hypervisor_placed_preempted_needs_a_record() {
+    // A caller the registry does not know gets -1, never someone's IPA.
+    for variant in [Variant::SeedV2, Variant::SeedV3] {
+        let config = PvConfig {
+            lock: Some(variant),
+            ..PvConfig::NONE
+        };
+        let registry = Arc::new(PvRegistry::new(2, config, Some(AREA)).unwrap());
+        let table = dispatcher_for(&config, registry, CpuVulnerabilities::UNAFFECTED).unwrap();
+        let (fid, x1) = match variant {
+            Variant::SeedV2 => (abi::SEED_V2_PREEMPTED, 0),
+            _ => (abi::SEED_V3, 1),
+        };
+        assert_eq!(
+            call_from(&table, &CLOCK, 1, fid, &[x1]).0[0],
+            AREA.base + 64
+        );
+        assert_eq!(call_from(&table, &CLOCK, 2, fid, &[x1]).0[0], NOT_SUPPORTED);
+    }
+}
+
+/// IPAs a guest may not choose for its record.
+fn bad_record_ipas() -> [u64; 9] {
+    [
+        RAM_BASE + 0x1008,          // unaligned
+        RAM_BASE + 0x103F,          // unaligned
+        RAM_BASE - 64,              // below RAM
+        RAM_BASE + RAM_SIZE,        // above RAM
+        0,                          // not RAM
+        u64::MAX,                   // GPA_INVALID
+        !63,                        // would wrap
+        AREA.base,                  // the hypervisor's PV area
+        AREA.base + AREA.size - 64, // its last record slot
+    ]
+}
+
+/// openEuler IPA_INIT and Anolis PREEMPTED: validation, replacement.
+fn guest_registration(variant: Variant, register: u32) {
+    // With PV time on too, so that a PV area exists to be refused.
+    let vm = vm_with(Some(variant), true, false);
+    let ok = RAM_BASE + 0x10_0000;
+    assert_eq!(vm.registry.lock_record(1), None, "before registration");
+    for bad in bad_record_ipas() {
+        assert_eq!(x0_from(&vm, 1, register, &[bad]), NOT_SUPPORTED, "{bad:#x}");
+        assert_eq!(vm.registry.lock_record(1), None);
+    }
+    assert_eq!(x0_from(&vm, 1, register, &[ok]), 0);
+    assert_eq!(
+        vm.registry.lock_record(1),
+        Some(LockRecord { ipa: ok, width: 4 })
+    );
+    // Per vCPU: the others are still unregistered.
+    assert_eq!(vm.registry.lock_record(0), None);
+    // A refused attempt keeps the earlier record; a good one replaces it.
+    assert_eq!(x0_from(&vm, 1, register, &[ok + 1]), NOT_SUPPORTED);
+    assert_eq!(vm.registry.lock_record(1).unwrap().ipa, ok);
+    assert_eq!(x0_from(&vm, 1, register, &[RAM_BASE + RAM_SIZE - 64]), 0);
+    assert_eq!(
+        vm.registry.lock_record(1).unwrap().ipa,
+        RAM_BASE + RAM_SIZE - 64
+    );
+    // Reset forgets guest-chosen registrations.
+    x0_from(&vm, 2, register, &[ok + 64]);
+    vm.registry.reset_vcpu(1);
+    assert_eq!(vm.registry.lock_record(1), None);
+    assert_eq!(vm.registry.lock_record(2).unwrap().ipa, ok + 64);
+    vm.registry.reset_all();
+    assert!((0..VCPUS).all(|v| vm.registry.lock_record(v).is_none()));
+}
+
+/// openEuler and Anolis KICK_CPU.
+fn kick(variant: Variant, kick: u32) {
+    let vm = lock_vm(variant);
+    for target in 0..VCPUS {
+        let (x, action) = call_from(&vm.table, &CLOCK, 1, kick, &[u64::from(target)]);
+        assert_eq!(x, [0, 0, 0, 0]);
+        assert_eq!(
+            action,
+            Action::Kick {
+                target: VcpuId {
+                    vm: VM,
+                    index: target
+                }
+            }
+        );
+    }
+    // No such vCPU: -1 and no action. X1 is taken whole (SMC64).
+    for bad in [
+        u64::from(VCPUS),
+        0x1_0000,
+        0x1_0000_0000,
+        0x1_0000_0001,
+        u64::MAX,
+    ] {
+        assert_eq!(
+            call_from(&vm.table, &CLOCK, 1, kick, &[bad]),
+            ([NOT_SUPPORTED, 0, 0, 0], Action::None),
+            "{bad:#x}"
+        );
+    }
+}
+
+#[test]
+fn openeuler() {
+    let vm = lock_vm(Variant::OpenEuler);
+    let features = |w1: u32| x0(&vm, abi::OE_FEATURES, &[u64::from(w1)]);
+    for id in [
+        abi::OE_FEATURES,
+        abi::OE_IPA_INIT,
+        abi::OE_IPA_RELEASE,
+        abi::OE_KICK_CPU,
+    ] {
+        assert_eq!(features(id), 0, "{id:#x}");
+    }
+    for other in [0xC5000094, abi::ANOLIS_PREEMPTED, abi::PV_TIME_FEATURES, 0] {
+        assert_eq!(features(other), NOT_SUPPORTED, "{other:#x}");
+    }
+    guest_registration(Variant::OpenEuler, abi::OE_IPA_INIT);
+    // IPA_RELEASE forgets the caller's record only, and always answers 0.
+    let ok = RAM_BASE + 0x2000;
+    assert_eq!(x0_from(&vm, 3, abi::OE_IPA_RELEASE, &[]), 0);
+    assert_eq!(x0_from(&vm, 3, abi::OE_IPA_INIT, &[ok]), 0);
+    assert_eq!(x0_from(&vm, 2, abi::OE_IPA_INIT, &[ok + 64]), 0);
+    assert_eq!(x0_from(&vm, 3, abi::OE_IPA_RELEASE, &[ok + 64]), 0);
+    assert_eq!(vm.registry.lock_record(3), None);
+    assert_eq!(vm.registry.lock_record(2).unwrap().ipa, ok + 64);
+    kick(Variant::OpenEuler, abi::OE_KICK_CPU);
+    // Probed with SMCCC_ARCH_FEATURES(0xC5000090) only.
+    assert_eq!(arch_features(&vm, abi::OE_FEATURES), 0);
+    for id in [abi::OE_IPA_INIT, abi::OE_IPA_RELEASE, abi::OE_KICK_CPU] {
+        assert_eq!(arch_features(&vm, id), NOT_SUPPORTED, "{id:#x}");
+    }
+}
+
+#[test]
+fn anolis() {
+    let vm = lock_vm(Variant::Anolis);
+    for features in [abi::ANOLIS_FEATURES, abi::ANOLIS_QSPINLOCK_FEATURES] {
+        for id in [
+            abi::ANOLIS_FEATURES,
+            abi::ANOLIS_PREEMPTED,
+            abi::ANOLIS_QSPINLOCK_FEATURES,
+            abi::ANOLIS_KICK_CPU,
+        ] {
+            assert_eq!(
+                x0(&vm, features, &[u64::from(id)]),
+                0,
+                "{features:#x}({id:#x})"
+            );
+        }
+        for other in [abi::OE_KICK_CPU, abi::SEED_V2_FEATURES, 0xC60000B3] {
+            assert_eq!(x0(&vm, features, &[u64::from(other)]), NOT_SUPPORTED);
+        }
+    }
+    guest_registration(Variant::Anolis, abi::ANOLIS_PREEMPTED);
+    kick(Variant::Anolis, abi::ANOLIS_KICK_CPU);
+    // Its guests probe both FEATURES calls with SMCCC_ARCH_FEATURES.
+    assert_eq!(arch_features(&vm, abi::ANOLIS_FEATURES), 0);
+    assert_eq!(arch_features(&vm, abi::ANOLIS_QSPINLOCK_FEATURES), 0);
+    assert_eq!(arch_features(&vm, abi::ANOLIS_PREEMPTED), NOT_SUPPORTED);
+    assert_eq!(arch_features(&vm, abi::ANOLIS_KICK_CPU), NOT_SUPPORTED);
+}
+
+#[test]
+fn pv_time() {
+    let vm = vm_with(None, true, false);
+    let features = |w1: u64| x0(&vm, abi::PV_TIME_FEATURES, &[w1]);
+    assert_eq!(features(u64::from(abi::PV_TIME_FEATURES)), 0);
+    assert_eq!(features(u64::from(abi::PV_TIME_ST)), 0);
+    assert_eq!(
+        features(0xFFFF_FFFF_0000_0000 | u64::from(abi::PV_TIME_ST)),
+        0
+    );
+    for other in [0xC5000022, abi::OE_FEATURES, abi::SEED_V2_FEATURES, 0] {
+        assert_eq!(features(u64::from(other)), NOT_SUPPORTED, "{other:#x}");
+    }
+    for caller in 0..VCPUS {
+        let ipa = x0_from(&vm, caller, abi::PV_TIME_ST, &[]);
+        assert_eq!(Some(ipa), vm.registry.steal_record(caller));
+        assert_eq!(ipa, AREA.base + 64 * u64::from(caller));
+    }
+    // After the seed-v2 records when both are on.
+    let both = vm_with(Some(Variant::SeedV2), true, false);
+    assert_eq!(
+        x0_from(&both, 1, abi::PV_TIME_ST, &[]),
+        AREA.base + 64 * u64::from(VCPUS) + 64
+    );
+    // As KVM: ARCH_FEATURES(PV_TIME_FEATURES) = 0, PV_TIME_ST not probed so.
+    assert_eq!(arch_features(&vm, abi::PV_TIME_FEATURES), 0);
+    assert_eq!(arch_features(&vm, abi::PV_TIME_ST), NOT_SUPPORTED);
+}
+
+#[test]
+fn services_answer_only_on_vms_that_enabled_them() {
+    for config in every_config() {
+        let vm = vm_with(config.lock, config.steal_time, config.ptp);
+        let mine: Vec<u32> = config
+            .lock
+            .map_or(&[][..], |v| v.function_ids())
+            .iter()
+            .map(|f| f.raw())
+            .collect();
+        for fid in abi::PV_LOCK_IDS {
+            if mine.contains(&fid) || (fid == abi::KVM_PTP && config.ptp) {
+                continue;
+            }
+            // Every PV-lock id of another variant: -1 whatever the
+            // arguments, and not discoverable.
+            for args in [[0u64, 0], [1, 0], [RAM_BASE, 0], [u64::from(fid), 0]] {
+                assert_eq!(
+                    call_from(&vm.table, &CLOCK, 0, fid, &args),
+                    ([NOT_SUPPORTED, 0, 0, 0], Action::None),
+                    "{config:?} {fid:#x}"
+                );
+            }
+            assert_eq!(arch_features(&vm, fid), NOT_SUPPORTED);
+        }
+        if !config.steal_time {
+            for fid in [abi::PV_TIME_FEATURES, abi::PV_TIME_ST] {
+                assert_eq!(x0(&vm, fid, &[u64::from(fid)]), NOT_SUPPORTED);
+                assert_eq!(arch_features(&vm, fid), NOT_SUPPORTED);
+            }
+        }
+        assert!(vm.registry.lock_record(0).is_some() == config.hypervisor_places_lock());
+    }
+}
+
+#[test]
+fn each_vm_has_its_own_registrations() {
+    let a = lock_vm(Variant::OpenEuler);
+    let b = lock_vm(Variant::OpenEuler);
+    assert_eq!(x0_from(&a, 1, abi::OE_IPA_INIT, &[RAM_BASE]), 0);
+    assert_eq!(a.registry.lock_record(1).unwrap().ipa, RAM_BASE);
+    assert_eq!(b.registry.lock_record(1), None);
+    // And its own counters.
+    assert_eq!(a.table.counters().count(openeuler::PV_SCHED_IPA_INIT), 1);
+    assert_eq!(b.table.counters().count(openeuler::PV_SCHED_IPA_INIT), 0);
+}
+
+#[test]
+fn seed_v3_and_ptp_are_refused_together() {
+    let config = PvConfig {
+        lock: Some(Variant::SeedV3),
+        steal_time: false,
+        ptp: true,
+    };
+    // The registry refuses the configuration already...
+    assert!(matches!(
+        PvRegistry::new(VCPUS, config, Some(AREA)),
+        Err(ConfigError::PtpClash { .. })
+    ));
+    // ...and so does the table, even with a registry built for something
+    // else.
+    let seed_v3 = PvConfig {
+        ptp: false,
+        ..config
+    };
+    let registry = Arc::new(PvRegistry::new(VCPUS, seed_v3, Some(AREA)).unwrap());
+    assert_eq!(
+        dispatcher_for(&config, registry.clone(), CpuVulnerabilities::UNAFFECTED).unwrap_err(),
+        ConfigError::PtpClash {
+            variant: Variant::SeedV3
+        }
+    );
+    // A registry built for another configuration is refused.
+    let other = PvConfig {
+        steal_time: true,
+        ..seed_v3
+    };
+    assert_eq!(
+        dispatcher_for(&other, registry.clone(), CpuVulnerabilities::UNAFFECTED).unwrap_err(),
+        ConfigError::RegistryMismatch {
+            registry: seed_v3,
+            config: other
+        }
+    );
+    // Registering both by hand: `register` refuses the second claimant of
+    // 0x86000001 and leaves the table as it was.
+    let mut table = Dispatcher::standard(CpuVulnerabilities::UNAFFECTED);
+    table.register(Box::new(KvmService::new(true))).unwrap();
+    assert_eq!(
+        table.register(Box::new(PvLockService::new(Variant::SeedV3, registry))),
+        Err(RegisterError::Conflict {
+            fid: kvm::PTP,
+            owner: "kvm",
+            refused: "pv-lock(seed-v3)",
+        })
+    );
+    assert_eq!(table.services().count(), 3);
+    let (x, _) = call_from(&table, &CLOCK, 0, abi::KVM_PTP, &[1]);
+    assert_eq!(x[0], WALL_NS >> 32, "still PTP");
+    assert!(
+        alloc::format!(
+            "{}",
+            ConfigError::from(RegisterError::NotFastCall(kvm::PTP))
+        )
+        .contains("0x86000001")
+    );
+}
+
+#[test]
+fn no_register_contents_make_a_pv_service_panic() {
+    let tables = [
+        vm_with(Some(Variant::OpenEuler), true, true),
+        vm_with(Some(Variant::Anolis), false, true),
+        vm_with(Some(Variant::SeedV2), true, true),
+        vm_with(Some(Variant::SeedV3), true, false),
+    ];
+    let views = [CLOCK, FakeVm { wall: None }];
+    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+    let mut random = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let interesting = [
+        0,
+        1,
+        2,
+        u64::from(VCPUS),
+        u64::MAX,
+        RAM_BASE,
+        RAM_BASE + RAM_SIZE - 64,
+        AREA.base,
+        0x8000_0000_0000_0000,
+    ];
+    let ids: Vec<u32> = abi::PV_LOCK_IDS
+        .iter()
+        .copied()
+        .chain([
+            abi::CALL_UID,
+            abi::KVM_FEATURES,
+            abi::PV_TIME_FEATURES,
+            abi::PV_TIME_ST,
+            abi::ARCH_FEATURES,
+        ])
+        .collect();
+    for i in 0..20_000 {
+        let vm = &tables[i % tables.len()];
+        let view = &views[(i / 7) % 2];
+        let fid = ids[random() as usize % ids.len()];
+        let mut arg = || {
+            let r = random();
+            if r % 2 == 0 {
+                interesting[(r >> 8) as usize % interesting.len()] ^ (r >> 40 & 1)
+            } else {
+                r
+            }
+        };
+        let args = [arg(), arg(), arg()];
+        // Callers the registry does not know, too.
+        let caller = (random() % (u64::from(VCPUS) + 2)) as u16;
+        call_from(&vm.table, view, caller, fid, &args);
+    }
+}
