@@ -177,6 +177,9 @@ pub fn el2_map_plan(
     if let Some(uart) = &platform.uart {
         add(uart.range, MapKind::Device, "console UART")?;
     }
+    if let Some(rtc) = platform.rtc {
+        add(rtc, MapKind::Device, "real-time clock")?;
+    }
     add(platform.gic.distributor, MapKind::Device, "GIC distributor")?;
     for region in &platform.gic.redistributor_regions {
         add(region.range, MapKind::Device, "GIC redistributors")?;
@@ -294,6 +297,7 @@ mod tests {
                 version: (1, 0),
             },
             bootargs: String::new(),
+            rtc: None,
             vms: vec![],
         }
     }

@@ -24,6 +24,7 @@ pub mod sched;
 pub mod smccc;
 pub mod smp;
 pub mod vcpu;
+pub mod wallclock;
 
 /// Printed at the start of every fatal report; `cargo xtask` treats a console
 /// containing it as a failed run whatever QEMU's exit status.

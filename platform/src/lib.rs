@@ -274,6 +274,9 @@ pub struct Platform {
     pub psci: Psci,
     /// `/chosen/bootargs`, empty when absent.
     pub bootargs: String,
+    /// A real-time clock the hypervisor can read its wall-clock time from:
+    /// the first enabled `arm,pl031` (ARM DDI 0224), if any.
+    pub rtc: Option<MemRange>,
     /// The VMs described under `/chosen` (docs/vm-binding.md), in DT order;
     /// each is parsed on its own, so a bad VM node is an `Err` here that
     /// names the node and property, and never makes [`Platform::parse`] fail.

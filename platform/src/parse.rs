@@ -71,6 +71,7 @@ pub(crate) fn parse(fdt: &Fdt<'_>) -> Result<Platform, PlatformError> {
         timer: tree.timer(gic_node)?,
         psci: tree.psci()?,
         bootargs: tree.bootargs()?,
+        rtc: tree.rtc()?,
         vms: Vec::new(),
     };
     // Last, and never failing: a bad VM node only affects that VM.
@@ -1143,6 +1144,13 @@ impl Tree<'_, '_> {
             None => return Err(self.missing(node, "method")),
         };
         Ok(Psci { conduit, version })
+    }
+
+    /// The first enabled PL031 real-time clock (arm,pl031.yaml), optional.
+    fn rtc(&self) -> Result<Option<MemRange>, PlatformError> {
+        self.find_compatible(&["arm,pl031"])
+            .map(|node| self.first_reg(node))
+            .transpose()
     }
 
     fn bootargs(&self) -> Result<String, PlatformError> {

@@ -58,6 +58,8 @@ fn check_common(p: &Platform) {
         })
     );
     assert_eq!(uart.irq.unwrap().intid(), 33);
+    // QEMU virt's PL031 (hw/arm/virt.c VIRT_RTC).
+    assert_eq!(p.rtc, Some(MemRange::new(0x0901_0000, 0x1000)));
 
     // interrupts = <1 13 4>, <1 14 4>, <1 11 4>, <1 10 4>.
     let t = &p.timer;

@@ -14,6 +14,7 @@ pub mod irq;
 pub mod mmu;
 pub mod psci;
 pub mod regs;
+pub mod rtc;
 pub mod stacks;
 pub mod stage2;
 pub mod timer;
@@ -164,6 +165,11 @@ pub extern "C" fn primary_main(dtb: u64) -> ! {
     start_console(platform, args);
 
     println!("{BANNER} at EL2 on {}", platform.model);
+    if let Some(rtc) = platform.rtc {
+        // SAFETY: the RTC is in the final map as device memory (el2::layout).
+        let seconds = unsafe { rtc::read_seconds(rtc.base) };
+        vm::set_wall_clock(u64::from(seconds), cpu::counter(), cpu::counter_frequency());
+    }
     for warning in &warnings {
         log::warn!("{warning}");
     }

@@ -80,6 +80,16 @@ static SCHED: Once<Mutex<Scheduler>> = Once::new();
 static OWNERSHIP: Once<Mutex<OwnershipMap>> = Once::new();
 /// The pCPUs running the run loop (logical index -> MPIDR), for IPIs.
 static PCPU_MPIDRS: Once<Vec<Mpidr>> = Once::new();
+/// The time of day, when the board has an RTC (for KVM PTP).
+static WALL_CLOCK: Once<el2::wallclock::WallClock> = Once::new();
+
+/// Records the RTC reading taken at boot.
+pub fn set_wall_clock(epoch_secs: u64, counter: u64, hz: u64) {
+    if let Some(clock) = el2::wallclock::WallClock::new(epoch_secs, counter, hz) {
+        WALL_CLOCK.call_once(|| clock);
+    }
+}
+
 /// Set when the last VM has powered off.
 static ALL_OFF: AtomicBool = AtomicBool::new(false);
 
@@ -857,6 +867,10 @@ impl VmView for View<'_> {
         } else {
             now.wrapping_sub(self.vm.cntvoff)
         }
+    }
+
+    fn wall_clock_ns(&self) -> Option<u64> {
+        WALL_CLOCK.get().map(|clock| clock.ns_at(cpu::counter()))
     }
 
     fn ram_contains(&self, ipa: u64, len: u64) -> bool {
