@@ -1,5 +1,6 @@
-//! What a guest learns from the device tree it boots with: its RAM, its
-//! CPUs (by MPIDR), the console UART, the PSCI conduit and the command line.
+//! What a guest learns from the device tree it boots with: its RAM (and
+//! which parts of it are reserved), its CPUs (by MPIDR), the console UART,
+//! the PSCI conduit and the command line.
 //!
 //! The runtime parses the tree once, before its MMU is on, so this module
 //! neither allocates nor uses atomics: everything lands in fixed-size
@@ -16,6 +17,13 @@ use fdt::node::FdtNode;
 pub const MAX_CPUS: usize = 64;
 /// Most RAM banks a guest maps; further banks are ignored (and counted).
 pub const MAX_MEMORY_BANKS: usize = 8;
+/// Most reserved regions a guest records; further ones are ignored (and
+/// counted).
+pub const MAX_RESERVED: usize = 16;
+const _: () = assert!(
+    MAX_RESERVED <= u16::BITS as usize,
+    "GuestMachine::no_map is a u16"
+);
 
 /// A range of physical (for a guest: intermediate physical) addresses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -111,6 +119,12 @@ pub struct GuestMachine<'dt> {
     bank_count: usize,
     /// RAM banks beyond [`MAX_MEMORY_BANKS`].
     pub ignored_banks: usize,
+    reserved: [MemRange; MAX_RESERVED],
+    reserved_count: usize,
+    /// Bit i: `reserved[i]` has `no-map`.
+    no_map: u16,
+    /// Reserved regions beyond [`MAX_RESERVED`].
+    pub ignored_reserved: usize,
     /// The PL011 that `/chosen/stdout-path` names, else the first PL011.
     pub uart: Option<MemRange>,
     /// The PSCI conduit, if the tree has a `/psci` node.
@@ -142,6 +156,10 @@ impl<'dt> GuestMachine<'dt> {
             memory: [MemRange::default(); MAX_MEMORY_BANKS],
             bank_count: 0,
             ignored_banks: 0,
+            reserved: [MemRange::default(); MAX_RESERVED],
+            reserved_count: 0,
+            no_map: 0,
+            ignored_reserved: 0,
             uart: None,
             psci: None,
             bootargs: "",
@@ -149,6 +167,7 @@ impl<'dt> GuestMachine<'dt> {
             dtb: MemRange::new(dtb_address, fdt.total_size() as u64),
         };
         machine.read_memory(&fdt)?;
+        machine.read_reserved(&fdt)?;
         machine.read_cpus(&fdt, boot_mpidr)?;
         machine.read_psci(&fdt)?;
         machine.read_chosen(&fdt)?;
@@ -163,6 +182,36 @@ impl<'dt> GuestMachine<'dt> {
     /// RAM banks in tree order.
     pub fn memory(&self) -> &[MemRange] {
         &self.memory[..self.bank_count]
+    }
+
+    /// Reserved memory, which the guest must leave alone: the header's
+    /// memory reservation block (`/memreserve/`) and the static regions
+    /// (`reg`) of `/reserved-memory`, in that order. A hypervisor keeps
+    /// what it shares with the guest there.
+    pub fn reserved(&self) -> &[MemRange] {
+        &self.reserved[..self.reserved_count]
+    }
+
+    /// The reserved regions marked `no-map`, which the guest must not map
+    /// as ordinary memory (a hypervisor's PV area is one): the runtime
+    /// leaves them out of its map until something maps part of them on
+    /// purpose.
+    pub fn no_map(&self) -> impl Iterator<Item = MemRange> + '_ {
+        self.reserved()
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| self.no_map & 1 << i != 0)
+            .map(|(_, r)| *r)
+    }
+
+    /// Whether `range` lies entirely inside one reserved region.
+    pub fn is_reserved(&self, range: &MemRange) -> bool {
+        self.reserved().iter().any(|r| r.covers(range))
+    }
+
+    /// Whether `range` lies entirely inside one RAM bank.
+    pub fn is_ram(&self, range: &MemRange) -> bool {
+        self.memory().iter().any(|r| r.covers(range))
     }
 
     /// Total RAM.
@@ -208,6 +257,56 @@ impl<'dt> GuestMachine<'dt> {
         }
         if self.bank_count == 0 {
             return Err(DtError::NoMemory);
+        }
+        Ok(())
+    }
+
+    fn add_reserved(&mut self, range: MemRange, no_map: bool) {
+        if range.size == 0 {
+            return;
+        }
+        if self.reserved_count == MAX_RESERVED {
+            self.ignored_reserved += 1;
+            return;
+        }
+        self.reserved[self.reserved_count] = range;
+        if no_map {
+            self.no_map |= 1 << self.reserved_count;
+        }
+        self.reserved_count += 1;
+    }
+
+    fn read_reserved(&mut self, fdt: &Fdt<'dt>) -> Result<(), DtError<'dt>> {
+        for entry in fdt.memory_reservations() {
+            self.add_reserved(
+                MemRange::new(entry.address() as usize as u64, entry.size() as u64),
+                false,
+            );
+        }
+        let Some(node) = fdt.find_node("/reserved-memory") else {
+            return Ok(());
+        };
+        for child in node.children() {
+            // Regions without `reg` are allocated by the OS (`size`,
+            // `alignment`): nothing to leave alone yet.
+            if child.property("reg").is_none() {
+                continue;
+            }
+            let regions = child.reg().ok_or(DtError::BadProperty {
+                node: child.name,
+                property: "reg",
+                problem: "wider than 2 cells",
+            })?;
+            let no_map = child.property("no-map").is_some();
+            for region in regions {
+                self.add_reserved(
+                    MemRange::new(
+                        region.starting_address as usize as u64,
+                        region.size.unwrap_or(0) as u64,
+                    ),
+                    no_map,
+                );
+            }
         }
         Ok(())
     }
@@ -370,6 +469,8 @@ mod tests {
     const QEMU_EL1: &[u8] = include_bytes!("../tests/fixtures/qemu-virt-el1-4cpu.dtb");
     /// A tree shaped like the one the hypervisor generates for a VM.
     const VM: &[u8] = include_bytes!("../tests/fixtures/vm-8vcpu.dtb");
+    /// A VM tree with reserved memory.
+    const RESERVED: &[u8] = include_bytes!("../tests/fixtures/vm-pv-reserved.dtb");
 
     #[test]
     fn qemu_el1_machine() {
@@ -397,6 +498,33 @@ mod tests {
         assert_eq!(m.uart.map(|u| u.start), Some(0x0900_0000));
         assert_eq!(m.psci, Some(Conduit::Hvc));
         assert_eq!(m.bootargs, "rounds=3");
+    }
+
+    #[test]
+    fn reserved_memory_from_memreserve_and_reserved_memory() {
+        let m = GuestMachine::parse(RESERVED, 0x4400_0000, Mpidr::from_raw(0)).unwrap();
+        assert_eq!(
+            m.reserved(),
+            [
+                MemRange::new(0x43ff_0000, 0x1000),
+                MemRange::new(0x43ff_e000, 0x2000)
+            ]
+        );
+        assert!(m.is_reserved(&MemRange::new(0x43ff_e040, 64)));
+        assert!(m.is_reserved(&MemRange::new(0x43ff_ffc0, 64)));
+        assert!(!m.is_reserved(&MemRange::new(0x43ff_ffc0, 65)));
+        assert!(!m.is_reserved(&MemRange::new(0x4000_0000, 64)));
+        assert!(m.is_ram(&MemRange::new(0x43ff_ffc0, 64)));
+        assert!(!m.is_ram(&MemRange::new(0x4400_0000, 64)));
+        assert_eq!(m.ignored_reserved, 0);
+        let no_map: Vec<MemRange> = m.no_map().collect();
+        assert_eq!(no_map, [MemRange::new(0x43ff_e000, 0x2000)]);
+        assert_eq!(m.cpus().len(), 2);
+        // The other trees reserve nothing.
+        let vm = GuestMachine::parse(VM, 0x4400_0000, Mpidr::from_raw(0)).unwrap();
+        assert!(vm.reserved().is_empty());
+        let qemu = GuestMachine::parse(QEMU_EL1, 0x4000_0000, Mpidr::from_raw(0)).unwrap();
+        assert!(qemu.reserved().is_empty());
     }
 
     #[test]

@@ -1,14 +1,15 @@
 //! The guest side of the pvlock hypervisor.
 //!
-//! Today this crate holds the bare-metal runtime the project's own test
-//! guests are built on (feature `runtime`, module `rt`), the portable
-//! pieces of it that the host tests check, and the first guest,
-//! `src/bin/smp-demo.rs`. The paravirtual-service driver (SMCCC probing,
-//! KVM detection, PV-lock set-up, `vcpu_is_preempted`) comes next and will
-//! live beside them.
+//! This crate holds the paravirtual-service driver ([`pv`]: SMCCC probing,
+//! KVM detection, PV-lock and stolen-time set-up, `vcpu_is_preempted`),
+//! usable by any Rust guest kernel; the bare-metal runtime the project's
+//! own test guests are built on (feature `runtime`, module `rt`) and the
+//! portable pieces of it that the host tests check; and the test guests,
+//! `src/bin/smp-demo.rs` and `src/bin/pv-check.rs`.
 //!
 //! | module | what | where it runs |
 //! |---|---|---|
+//! | [`pv`] | the paravirtual driver: probe, per-CPU records, preempted flag, stolen time, kick | any guest (`rt::pv` on the runtime), host tests with a fake hypervisor |
 //! | `rt` | entry code, stacks, MMU, console, PSCI, exceptions, panics | guests (`runtime` feature, `target_os = "none"`) |
 //! | `devicetree` | what a guest reads from its device tree | guests (`runtime`), host tests |
 //! | [`pagetable`] | the stage-1 identity map the runtime turns on | guests, host tests |
@@ -16,6 +17,7 @@
 //! | [`bootargs`] | `key=value` command lines | guests, host tests |
 //! | [`mpidr`] | CPU identities | everywhere |
 //! | [`demo`] | smp-demo's workload and console lines (xtask judges by them) | guests, host (xtask) |
+//! | [`pvcheck`] | pv-check's expectations, documented answers and console lines (xtask judges by them) | guests, host (xtask) |
 #![cfg_attr(not(test), no_std)]
 
 pub mod bootargs;
@@ -25,6 +27,8 @@ pub mod devicetree;
 pub mod fault;
 pub mod mpidr;
 pub mod pagetable;
+pub mod pv;
+pub mod pvcheck;
 #[cfg(all(feature = "runtime", target_os = "none"))]
 pub mod rt;
 

@@ -33,6 +33,22 @@ impl Mpidr {
         let shift = if level == 3 { 32 } else { 8 * level };
         (self.0 >> shift) as u8
     }
+
+    /// The vCPU index that KVM and this project's hypervisor give the vCPU
+    /// with this MPIDR (Aff0 = index bits 3:0, Aff1 = bits 11:4, Aff2 =
+    /// bits 19:12; Linux `reset_mpidr`, docs/vms.md). This is the number
+    /// paravirtual calls such as KICK_CPU take. `None` for an MPIDR no such
+    /// vCPU has (Aff0 above 15, or Aff3 set).
+    pub const fn vcpu_index(self) -> Option<u64> {
+        if self.affinity(0) >= 16 || self.affinity(3) != 0 {
+            return None;
+        }
+        Some(
+            self.affinity(0) as u64
+                | (self.affinity(1) as u64) << 4
+                | (self.affinity(2) as u64) << 12,
+        )
+    }
 }
 
 impl fmt::Display for Mpidr {
@@ -60,5 +76,16 @@ mod tests {
         assert_eq!(m.to_string(), "18.3.4.5");
         assert_eq!(Mpidr::from_affinity(0, 0, 1, 2).raw(), 0x102);
         assert_eq!(Mpidr::from_affinity(0, 0, 0, 3).to_string(), "0.0.0.3");
+    }
+
+    #[test]
+    fn vcpu_indices_follow_kvm() {
+        assert_eq!(Mpidr::from_raw(0).vcpu_index(), Some(0));
+        assert_eq!(Mpidr::from_affinity(0, 0, 0, 15).vcpu_index(), Some(15));
+        assert_eq!(Mpidr::from_affinity(0, 0, 1, 0).vcpu_index(), Some(16));
+        assert_eq!(Mpidr::from_affinity(0, 0, 3, 15).vcpu_index(), Some(63));
+        assert_eq!(Mpidr::from_affinity(0, 1, 0, 2).vcpu_index(), Some(4098));
+        assert_eq!(Mpidr::from_affinity(0, 0, 0, 16).vcpu_index(), None);
+        assert_eq!(Mpidr::from_affinity(1, 0, 0, 0).vcpu_index(), None);
     }
 }

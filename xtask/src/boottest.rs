@@ -9,10 +9,12 @@
 use std::time::Duration;
 
 use guest_driver::demo::{Progress, PsciCheck, PsciResult, Summary};
+use guest_driver::pvcheck::{self, Expect, Steal, TruthCounts};
+use pvlock_abi::pvlock::Variant;
 
 use crate::dtedit::DtEdit;
 use crate::qemu::{self, Ending, FATAL_MARKER, GUEST_FATAL_MARKER, Machine};
-use crate::vm::{self, VmConfig};
+use crate::vm::{self, PvLock, VmConfig};
 
 /// Banner el2 prints near the start.
 pub const BANNER: &str = "el2: pvlock hypervisor";
@@ -81,6 +83,12 @@ pub enum Check {
         vcpus_per_vm: Vec<usize>,
         time_sliced: bool,
     },
+    /// pv-check, told to expect `expect`, with `vcpus` vCPUs: every check
+    /// `pvcheck::labels` lists passed exactly once, no check failed, the
+    /// preempted-truth counts show no violation (and, with overcommit, at
+    /// least one window with B preempted), and the run ended with
+    /// `pv-check: all checks passed`.
+    PvServices { expect: Expect, vcpus: usize },
 }
 
 /// How close a CPU's tick count must be to what its period promises.
@@ -338,6 +346,150 @@ fn vm_test(name: &str, machine: Machine, vms: Vec<VmConfig>) -> BootTest {
     }
 }
 
+/// The paravirtual-services test guest.
+const PV_CHECK: &str = "pv-check";
+
+/// pv-check's command line for `expect`.
+fn pv_check_bootargs(expect: &Expect) -> String {
+    expect.to_string()
+}
+
+/// pv-check in one VM of `vcpus` vCPUs on `smp` pCPUs, whose node says
+/// `pv_lock` and `pv_time` (el2's defaults when `None`).
+fn pv_check_vm(
+    vcpus: u32,
+    smp: u32,
+    pv_lock: Option<PvLock>,
+    pv_time: Option<bool>,
+    expect: Expect,
+) -> BootTest {
+    let machine = Machine {
+        smp,
+        ..Machine::default()
+    };
+    let vm = VmConfig {
+        guest: PV_CHECK.into(),
+        pv_lock,
+        pv_time,
+        ..VmConfig::smp_demo(vcpus, &pv_check_bootargs(&expect), 1)
+    };
+    let mut name = format!("vm {PV_CHECK}");
+    match (pv_lock, pv_time) {
+        (None, None) => name += " defaults",
+        _ => {
+            if let Some(lock) = pv_lock {
+                name += &format!(" pv-lock={}", lock.name());
+            }
+            if let Some(on) = pv_time {
+                name += if on { " pv-time=on" } else { " pv-time=off" };
+            }
+        }
+    }
+    BootTest {
+        name: format!("{name} vcpus={vcpus} {}", machine.describe()),
+        timeout: VM_TIMEOUT,
+        outcome: Outcome::CleanExit,
+        checks: vec![
+            Check::Banner,
+            Check::SmpOnline(smp),
+            Check::PvServices {
+                expect,
+                vcpus: vcpus as usize,
+            },
+            Check::HypervisorSummary {
+                vcpus_per_vm: vec![vcpus as usize],
+                time_sliced: vcpus > smp,
+            },
+        ],
+        dt_edit: None,
+        kernel: Kernel::El2,
+        vms: vec![vm],
+        machine,
+    }
+}
+
+/// pv-check under el2: each PV-lock variant, none, no PV time, and a run
+/// without overcommit on el2's defaults (seed-v2, PV time on).
+fn pv_check_vm_tests() -> Vec<BootTest> {
+    let under_el2 = |lock, steal| Expect {
+        kvm: Some(true),
+        lock,
+        steal,
+        overcommit: None,
+    };
+    let mut tests: Vec<BootTest> = Variant::ALL
+        .into_iter()
+        .map(|v| {
+            pv_check_vm(
+                4,
+                2,
+                Some(PvLock::Variant(v)),
+                None,
+                under_el2(Some(v), Steal::Grows),
+            )
+        })
+        .collect();
+    tests.push(pv_check_vm(
+        4,
+        2,
+        Some(PvLock::Off),
+        None,
+        under_el2(None, Steal::Grows),
+    ));
+    tests.push(pv_check_vm(
+        4,
+        2,
+        Some(PvLock::Off),
+        Some(false),
+        Expect {
+            overcommit: Some(true),
+            ..under_el2(None, Steal::Unavailable)
+        },
+    ));
+    tests.push(pv_check_vm(
+        2,
+        2,
+        None,
+        None,
+        under_el2(Some(Variant::SeedV2), Steal::NearZero),
+    ));
+    tests
+}
+
+/// pv-check directly on QEMU: SMCCC 1.0, nothing offered, every call
+/// answers NOT_SUPPORTED.
+fn bare_pv_check() -> BootTest {
+    let machine = Machine {
+        virtualization: false,
+        append: Some(pv_check_bootargs(&BARE_EXPECT)),
+        ..Machine::default()
+    };
+    BootTest {
+        name: format!("guest {PV_CHECK} bare {}", machine.describe()),
+        timeout: timeout_for(&machine),
+        outcome: Outcome::CleanExit,
+        checks: vec![
+            Check::Line("pv-check: nothing offered"),
+            Check::PvServices {
+                expect: BARE_EXPECT,
+                vcpus: machine.smp as usize,
+            },
+        ],
+        dt_edit: None,
+        kernel: Kernel::Guest(PV_CHECK),
+        vms: Vec::new(),
+        machine,
+    }
+}
+
+/// What pv-check finds on a machine without a hypervisor.
+const BARE_EXPECT: Expect = Expect {
+    kvm: Some(false),
+    lock: None,
+    steal: Steal::Unavailable,
+    overcommit: None,
+};
+
 /// The boot tests of VMs under el2.
 pub fn vm_tests() -> Vec<BootTest> {
     let mut tests = Vec::new();
@@ -469,6 +621,7 @@ pub fn vm_tests() -> Vec<BootTest> {
         vms: vec![abort, good],
         machine,
     });
+    tests.extend(pv_check_vm_tests());
     tests
 }
 
@@ -529,6 +682,7 @@ pub fn boot_tests() -> Vec<BootTest> {
     let ram = vm::parse_size(&Machine::default().mem).expect("the default --mem is a size");
     tests.push(bare_fault("abort", past_ram(ram)));
     tests.push(bare_fault("undef", "undefined instruction".into()));
+    tests.push(bare_pv_check());
     tests
 }
 
@@ -645,6 +799,7 @@ impl Check {
                 }
             }
             Check::SmpOnline(n) => check_smp(lines, *n),
+            Check::PvServices { expect, vcpus } => check_pv_check(lines, expect, *vcpus),
             Check::Ticks(n, tolerance) => check_ticks(lines, *n, *tolerance),
             Check::DtError { node, property } => {
                 let wanted = format!("device tree node {node}, property \"{property}\"");
@@ -692,6 +847,52 @@ fn check_demo_progress(
                 "vcpu {vcpu}: rounds {short:?} not reported {vms} time(s)"
             ));
         }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("; "))
+    }
+}
+
+/// pv-check's console: see [`Check::PvServices`].
+fn check_pv_check(lines: &[&str], expect: &Expect, vcpus: usize) -> Result<(), String> {
+    let mut problems = Vec::new();
+    let failed: Vec<&&str> = lines
+        .iter()
+        .filter(|l| l.contains(pvcheck::PREFIX) && l.contains(": FAILED"))
+        .collect();
+    if let Some(first) = failed.first() {
+        problems.push(format!("{} failed check(s), first {first:?}", failed.len()));
+    }
+    let mut missing = Vec::new();
+    pvcheck::labels(expect, vcpus, |label| {
+        let text = format!("{label}: ok");
+        let n = lines.iter().filter(|l| l.contains(&text)).count();
+        if n != 1 {
+            missing.push(format!("{text:?} {n} times"));
+        }
+    });
+    if !missing.is_empty() {
+        problems.push(format!(
+            "{} check(s) not passed exactly once: {}",
+            missing.len(),
+            missing.join(", ")
+        ));
+    }
+    let truth: Vec<TruthCounts> = lines.iter().filter_map(|l| TruthCounts::parse(l)).collect();
+    if expect.lock.is_some() && vcpus >= 2 {
+        match truth.as_slice() {
+            [t] if t.violations > 0 => problems.push(format!("{t}")),
+            [t] if expect.overcommitted() == Some(true) && t.preempted == 0 => {
+                problems.push(format!("the observer never saw B preempted: {t}"))
+            }
+            [_] => {}
+            other => problems.push(format!("{} preempted-truth lines, expected 1", other.len())),
+        }
+    }
+    if !lines.iter().any(|l| l.contains(pvcheck::ALL_PASSED)) {
+        problems.push(format!("no {:?} line", pvcheck::ALL_PASSED));
     }
     if problems.is_empty() {
         Ok(())
@@ -1019,7 +1220,7 @@ mod tests {
     #[test]
     fn vm_tests_are_separate_and_describe_their_vms() {
         let vm = vm_tests();
-        assert_eq!(vm.len(), 7);
+        assert_eq!(vm.len(), 14);
         assert!(vm.iter().all(|t| t.kernel == Kernel::El2));
         assert!(
             vm.iter()
@@ -1043,7 +1244,8 @@ mod tests {
     #[test]
     fn matrix_has_the_required_tests() {
         let names: Vec<String> = boot_tests().into_iter().map(|t| t.name).collect();
-        assert_eq!(names.len(), 22, "{names:?}");
+        assert_eq!(names.len(), 23, "{names:?}");
+        assert!(names.contains(&"guest pv-check bare max,pauth=off smp=4".to_string()));
         assert!(names.contains(&"guest smp-demo bare max,pauth=off smp=4".to_string()));
         assert!(names.contains(&"guest smp-demo bare neoverse-n1 smp=2 icount".to_string()));
         assert!(names.contains(&"boot max,pauth=off smp=8 clusters=2".to_string()));
@@ -1163,6 +1365,159 @@ mod tests {
                 .contains("vm0/vcpu2")
         );
         assert!(check_summary(&lines[1..], &[2], false).is_err());
+    }
+
+    /// What a passing pv-check run prints for `expect` and `vcpus`.
+    fn pv_console(expect: &Expect, vcpus: usize, prefix: &str) -> String {
+        let mut s = String::new();
+        pvcheck::labels(expect, vcpus, |l| {
+            s += &format!("{prefix}{l}: ok (detail)\r\n")
+        });
+        if expect.lock.is_some() && vcpus >= 2 {
+            let t = TruthCounts {
+                windows: 5000,
+                preempted: 40,
+                violations: 0,
+            };
+            s += &format!("{prefix}{t}\r\n");
+        }
+        s + prefix + pvcheck::ALL_PASSED + "\r\n"
+    }
+
+    #[test]
+    fn pv_check_tests_cover_every_variant() {
+        let names: Vec<String> = vm_tests()
+            .into_iter()
+            .filter(|t| t.name.starts_with("vm pv-check"))
+            .map(|t| t.name)
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "vm pv-check pv-lock=seed-v2 vcpus=4 max,pauth=off smp=2",
+                "vm pv-check pv-lock=seed-v3 vcpus=4 max,pauth=off smp=2",
+                "vm pv-check pv-lock=openeuler vcpus=4 max,pauth=off smp=2",
+                "vm pv-check pv-lock=anolis vcpus=4 max,pauth=off smp=2",
+                "vm pv-check pv-lock=none vcpus=4 max,pauth=off smp=2",
+                "vm pv-check pv-lock=none pv-time=off vcpus=4 max,pauth=off smp=2",
+                "vm pv-check defaults vcpus=2 max,pauth=off smp=2",
+            ]
+        );
+        let t = vm_tests()
+            .into_iter()
+            .find(|t| t.name.starts_with("vm pv-check pv-lock=anolis"))
+            .unwrap();
+        assert_eq!(t.vms[0].guest, "pv-check");
+        assert_eq!(
+            t.vms[0].bootargs,
+            "expect-kvm=yes expect-lock=anolis expect-steal=yes"
+        );
+        assert_eq!(t.vms[0].pv_lock, Some(PvLock::Variant(Variant::Anolis)));
+        let defaults = vm_tests()
+            .into_iter()
+            .find(|t| t.name.starts_with("vm pv-check defaults"))
+            .unwrap();
+        assert_eq!(
+            (defaults.vms[0].pv_lock, defaults.vms[0].pv_time),
+            (None, None)
+        );
+        assert_eq!(
+            defaults.vms[0].bootargs,
+            "expect-kvm=yes expect-lock=seed-v2 expect-steal=no"
+        );
+    }
+
+    #[test]
+    fn pv_check_judge() {
+        let t = vm_tests()
+            .into_iter()
+            .find(|t| t.name.starts_with("vm pv-check pv-lock=openeuler"))
+            .unwrap();
+        let Some(Check::PvServices { expect, vcpus }) = t
+            .checks
+            .iter()
+            .find(|c| matches!(c, Check::PvServices { .. }))
+            .cloned()
+        else {
+            panic!("no pv-check check");
+        };
+        assert_eq!(vcpus, 4);
+        let el2 = "el2: pvlock hypervisor v0.1\r\nsmp: 2 CPUs online\r\n";
+        let good = format!("{el2}{}{}", pv_console(&expect, 4, ""), el2_summary(&[4]));
+        assert_eq!(judge(&t, &run(&good, 0)), Ok(()));
+
+        let missing = good.replace("pv-check: kick wakes a vCPU waiting in WFI: ok", "");
+        let err = judge(&t, &run(&missing, 0)).unwrap_err();
+        assert!(err.contains("kick wakes a vCPU"), "{err}");
+
+        let failed = good.clone() + "pv-check: vcpu 2: init_cpu: FAILED: PV-lock: refused\r\n";
+        assert!(
+            judge(&t, &run(&failed, 0))
+                .unwrap_err()
+                .contains("1 failed check(s)")
+        );
+
+        let violated = good.replace("0 violations", "2 violations");
+        assert!(
+            judge(&t, &run(&violated, 0))
+                .unwrap_err()
+                .contains("2 violations")
+        );
+
+        let never = good.replace("40 with B preempted", "0 with B preempted");
+        assert!(
+            judge(&t, &run(&never, 0))
+                .unwrap_err()
+                .contains("never saw B preempted")
+        );
+
+        let unfinished = good.replace(pvcheck::ALL_PASSED, "pv-check: 1 check(s) failed");
+        assert!(
+            judge(&t, &run(&unfinished, 0))
+                .unwrap_err()
+                .contains("all checks passed")
+        );
+
+        // Without overcommit, B need never be seen preempted.
+        let t = vm_tests()
+            .into_iter()
+            .find(|t| t.name.starts_with("vm pv-check defaults"))
+            .unwrap();
+        let good = format!(
+            "{el2}{}{}",
+            pv_console(&pvcheck_expect(&t), 2, "").replace("40 with", "0 with"),
+            el2_summary(&[2])
+        );
+        assert_eq!(judge(&t, &run(&good, 0)), Ok(()));
+    }
+
+    fn pvcheck_expect(t: &BootTest) -> Expect {
+        t.checks
+            .iter()
+            .find_map(|c| match c {
+                Check::PvServices { expect, .. } => Some(*expect),
+                _ => None,
+            })
+            .unwrap()
+    }
+
+    #[test]
+    fn bare_pv_check_needs_nothing_offered() {
+        let t = boot_tests()
+            .into_iter()
+            .find(|t| t.name == "guest pv-check bare max,pauth=off smp=4")
+            .unwrap();
+        assert_eq!(t.kernel, Kernel::Guest("pv-check"));
+        assert_eq!(
+            t.machine.append.as_deref(),
+            Some("expect-kvm=no expect-lock=none expect-steal=none")
+        );
+        let good = String::from("pv-check: nothing offered: always false\r\n")
+            + &pv_console(&BARE_EXPECT, 4, "");
+        assert_eq!(judge(&t, &run(&good, 0)), Ok(()));
+        assert!(!good.contains("preempted truth"));
+        let offered = good.replace("pv-check: nothing offered", "pv-check: offered");
+        assert!(judge(&t, &run(&offered, 0)).is_err());
     }
 
     #[test]

@@ -42,15 +42,18 @@ RUN OPTIONS (run, gdb):
                        (run only; gdb sessions have no timeout)
 
 GUEST OPTIONS (run, gdb):
-    --guest GUEST      Boot el2 with VMs running GUEST: a built guest (smp-demo) or the
-                       path of a raw arm64 Image. Any guest option below without --guest
-                       means --guest smp-demo.
+    --guest GUEST      Boot el2 with VMs running GUEST: a built guest (smp-demo, pv-check)
+                       or the path of a raw arm64 Image. Any guest option below without
+                       --guest means --guest smp-demo.
     --vcpus N          vCPUs per VM [default: 4]
     --guest-mem SIZE   RAM per VM, a multiple of 2 MiB, e.g. 64M [default: 64M]
     --initrd FILE      Initrd for each VM
     --bootargs STR     The guest's command line, e.g. 'rounds=3 work=100000'
     --vms N            N identical VMs, each with its own copy of the images [default: 1]
     --affinity LIST    Physical CPUs the VMs' vCPUs may run on, e.g. 0,1 [default: any]
+    --pv-lock V        The VMs' PV-lock ABI: seed-v2, seed-v3, openeuler, anolis or none
+                       (the node's pv-lock; without it el2's default, seed-v2)
+    --pv-time on|off   Offer the VMs stolen time (the node's pv-time; el2's default: on)
     --bare             Boot the guest directly on QEMU at EL1, without el2: --vcpus (or
                        --smp) is its CPU count, --guest-mem its RAM, --bootargs its command
                        line
@@ -118,6 +121,8 @@ pub struct GuestOpts {
     pub bootargs: Option<String>,
     pub vms: Option<u32>,
     pub affinity: Option<Vec<u32>>,
+    pub pv_lock: Option<vm::PvLock>,
+    pub pv_time: Option<bool>,
     pub bare: bool,
     pub no_vm: bool,
 }
@@ -320,6 +325,8 @@ fn parse_run(p: &mut Parser) -> Result<Option<RunOpts>> {
             "--bootargs" => g.bootargs = Some(p.value(&mut opt)?),
             "--vms" => g.vms = Some(p.number(&mut opt)?),
             "--affinity" => g.affinity = Some(vm::parse_cpu_list(&p.value(&mut opt)?)?),
+            "--pv-lock" => g.pv_lock = Some(vm::PvLock::parse(&p.value(&mut opt)?)?),
+            "--pv-time" => g.pv_time = Some(vm::parse_on_off(&p.value(&mut opt)?)?),
             "--bare" => {
                 p.flag(&opt)?;
                 g.bare = true;
@@ -341,8 +348,12 @@ fn parse_run(p: &mut Parser) -> Result<Option<RunOpts>> {
     );
     if g.bare {
         ensure!(
-            g.vms.is_none_or(|n| n == 1) && g.affinity.is_none(),
-            "--bare boots one guest without el2: --vms and --affinity need el2"
+            g.vms.is_none_or(|n| n == 1)
+                && g.affinity.is_none()
+                && g.pv_lock.is_none()
+                && g.pv_time.is_none(),
+            "--bare boots one guest without el2: --vms, --affinity, --pv-lock and --pv-time \
+             need el2"
         );
         ensure!(
             !m.uboot && m.append.is_none(),
@@ -461,6 +472,9 @@ mod tests {
             "run --guest-mem lots",
             "run --affinity 0,x",
             "run --bare --vms 2",
+            "run --bare --pv-lock none",
+            "run --pv-lock v4",
+            "run --pv-time maybe",
             "run --bare --append x",
             "run --bare --smp 2 --vcpus 4",
             "run --bare=yes",
@@ -473,7 +487,7 @@ mod tests {
     fn guest_options() {
         let Cmd::Run(o) = parse_str(
             "run --guest smp-demo --vcpus 8 --guest-mem 128M --vms 2 --affinity 0,1 \
-             --bootargs rounds=3 --initrd /tmp/i.cpio --smp 2",
+             --bootargs rounds=3 --initrd /tmp/i.cpio --smp 2 --pv-lock anolis --pv-time off",
         )
         .unwrap() else {
             panic!("not run");
@@ -489,6 +503,8 @@ mod tests {
                 bootargs: Some("rounds=3".into()),
                 vms: Some(2),
                 affinity: Some(vec![0, 1]),
+                pv_lock: Some(vm::PvLock::Variant(pvlock_abi::pvlock::Variant::Anolis)),
+                pv_time: Some(false),
                 bare: false,
                 no_vm: false,
             }

@@ -278,6 +278,8 @@ mod tests {
                 initrd: None,
                 bootargs: String::new(),
                 affinity: Vec::new(),
+                pv_lock: None,
+                pv_time: None,
             }],
         }
     }

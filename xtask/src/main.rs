@@ -193,6 +193,8 @@ pub fn prepare_launch(ws: &Workspace, o: &RunOpts) -> Result<Launch> {
         bootargs: g.bootargs.clone().unwrap_or_default(),
         affinity: g.affinity.clone().unwrap_or_default(),
         count: g.vms.unwrap_or(1),
+        pv_lock: g.pv_lock,
+        pv_time: g.pv_time,
     };
     let plan = vm::plan_for(&machine, &kernel.image, &guests, &[config])?;
     machine.extra_args.extend(plan.qemu_args());

@@ -12,6 +12,8 @@
 //!     initrd = <0x0 0x7bc00000 0x0 0x1000>;         // only with --initrd
 //!     bootargs = "rounds=3";
 //!     cpu-affinity = <0 1>;                         // only with --affinity
+//!     pv-lock = "openeuler";                        // only with --pv-lock
+//!     pv-time = "off";                              // only with --pv-time
 //! };
 //! ```
 //!
@@ -30,6 +32,8 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail, ensure};
+
+use pvlock_abi::pvlock::Variant;
 
 use crate::guests::{self, Guests};
 use crate::image;
@@ -58,6 +62,61 @@ const DTB_ALLOWANCE: u64 = 2 << 20;
 /// Where QEMU's loader puts the device tree at most, relative to RAM.
 const QEMU_DTB_OFFSET_MAX: u64 = 128 << 20;
 
+/// The PV-lock ABI a VM is given: its node's `pv-lock` property.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PvLock {
+    /// One of the variants (`seed-v2`, `seed-v3`, `openeuler`, `anolis`).
+    Variant(Variant),
+    /// `none`: no PV-lock.
+    Off,
+}
+
+impl PvLock {
+    /// The property's value.
+    pub const fn name(self) -> &'static str {
+        match self {
+            PvLock::Variant(v) => v.name(),
+            PvLock::Off => "none",
+        }
+    }
+
+    /// Parses a property value.
+    pub fn parse(s: &str) -> Result<Self> {
+        if s == "none" {
+            return Ok(PvLock::Off);
+        }
+        Variant::ALL
+            .into_iter()
+            .find(|v| v.name() == s)
+            .map(PvLock::Variant)
+            .with_context(|| {
+                let names: Vec<&str> = Variant::ALL.iter().map(|v| v.name()).collect();
+                format!("--pv-lock {s:?}: must be one of {}, none", names.join(", "))
+            })
+    }
+
+    /// The variant, if any.
+    pub const fn variant(self) -> Option<Variant> {
+        match self {
+            PvLock::Variant(v) => Some(v),
+            PvLock::Off => None,
+        }
+    }
+}
+
+/// Parses a `pv-time` value: `on` or `off`.
+pub fn parse_on_off(s: &str) -> Result<bool> {
+    match s {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => bail!("--pv-time {s:?}: must be on or off"),
+    }
+}
+
+const fn on_off(on: bool) -> &'static str {
+    if on { "on" } else { "off" }
+}
+
 /// One kind of VM a run or a boot test asks for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct VmConfig {
@@ -72,6 +131,12 @@ pub struct VmConfig {
     pub affinity: Vec<u32>,
     /// How many identical VMs (each gets its own copy of the images).
     pub count: u32,
+    /// The node's `pv-lock`; not written when `None` (el2's default,
+    /// seed-v2).
+    pub pv_lock: Option<PvLock>,
+    /// The node's `pv-time` (`on`/`off`); not written when `None` (el2's
+    /// default, on).
+    pub pv_time: Option<bool>,
 }
 
 impl VmConfig {
@@ -85,6 +150,8 @@ impl VmConfig {
             bootargs: bootargs.into(),
             affinity: Vec::new(),
             count,
+            pv_lock: None,
+            pv_time: None,
         }
     }
 
@@ -125,6 +192,8 @@ pub struct VmNode {
     pub initrd: Option<(u64, u64)>,
     pub bootargs: String,
     pub affinity: Vec<u32>,
+    pub pv_lock: Option<PvLock>,
+    pub pv_time: Option<bool>,
 }
 
 /// Where everything goes.
@@ -207,6 +276,8 @@ pub fn plan(ram_size: u64, el2_image_size: u64, vms: &[Resolved<'_>]) -> Result<
                 initrd,
                 bootargs: vm.config.bootargs.clone(),
                 affinity: vm.config.affinity.clone(),
+                pv_lock: vm.config.pv_lock,
+                pv_time: vm.config.pv_time,
             });
         }
     }
@@ -268,6 +339,12 @@ impl Plan {
                 let list: Vec<String> = n.affinity.iter().map(u32::to_string).collect();
                 let _ = writeln!(s, "{pad}\tcpu-affinity = <{}>;", list.join(" "));
             }
+            if let Some(lock) = n.pv_lock {
+                let _ = writeln!(s, "{pad}\tpv-lock = \"{}\";", lock.name());
+            }
+            if let Some(on) = n.pv_time {
+                let _ = writeln!(s, "{pad}\tpv-time = \"{}\";", on_off(on));
+            }
             let _ = writeln!(s, "{pad}}};");
         }
         s
@@ -291,6 +368,12 @@ impl Plan {
                 }
                 if !n.affinity.is_empty() {
                     let _ = write!(line, ", pCPUs {:?}", n.affinity);
+                }
+                if let Some(lock) = n.pv_lock {
+                    let _ = write!(line, ", pv-lock {}", lock.name());
+                }
+                if let Some(on) = n.pv_time {
+                    let _ = write!(line, ", pv-time {}", on_off(on));
                 }
                 if !n.bootargs.is_empty() {
                     let _ = write!(line, ", bootargs \"{}\"", n.bootargs);
@@ -494,6 +577,8 @@ mod tests {
                 initrd: Some((0x7ba0_0000, 0x1000)),
                 bootargs: "say \"hi\" c:\\".into(),
                 affinity: vec![0, 1],
+                pv_lock: Some(PvLock::Variant(Variant::OpenEuler)),
+                pv_time: Some(false),
             }],
         };
         assert_eq!(
@@ -507,11 +592,57 @@ mod tests {
              \t\t\tinitrd = <0x0 0x7ba00000 0x0 0x1000>;\n\
              \t\t\tbootargs = \"say \\\"hi\\\" c:\\\\\";\n\
              \t\t\tcpu-affinity = <0 1>;\n\
+             \t\t\tpv-lock = \"openeuler\";\n\
+             \t\t\tpv-time = \"off\";\n\
              \t\t};\n"
         );
         assert!(
             plan.describe()[0].starts_with("vm1: 8 vCPUs, 4096 MiB, kernel 75 KiB at 0x7bc00000")
         );
+        assert!(
+            plan.describe()[0].contains(", pCPUs [0, 1], pv-lock openeuler, pv-time off,"),
+            "{}",
+            plan.describe()[0]
+        );
+    }
+
+    #[test]
+    fn pv_properties_only_when_set() {
+        let demo = VmConfig::smp_demo(2, "", 1);
+        let mut pv = VmConfig::smp_demo(2, "", 1);
+        pv.pv_lock = Some(PvLock::Off);
+        pv.pv_time = Some(true);
+        let plan = plan(
+            1 << 30,
+            EL2_SIZE,
+            &[resolved(&demo, "/k", MIB), resolved(&pv, "/k", MIB)],
+        )
+        .unwrap();
+        let dts = plan.nodes_dts(0);
+        let (first, second) = dts.split_at(dts.find("vm@1").unwrap());
+        assert!(!first.contains("pv-"), "{first}");
+        assert!(
+            second.contains("\tpv-lock = \"none\";\n\tpv-time = \"on\";\n"),
+            "{second}"
+        );
+    }
+
+    #[test]
+    fn pv_lock_names() {
+        for v in Variant::ALL {
+            assert_eq!(PvLock::parse(v.name()).unwrap(), PvLock::Variant(v));
+            assert_eq!(PvLock::Variant(v).variant(), Some(v));
+        }
+        assert_eq!(PvLock::parse("none").unwrap(), PvLock::Off);
+        assert_eq!(PvLock::Off.name(), "none");
+        assert_eq!(PvLock::parse("seed-v2").unwrap().name(), "seed-v2");
+        let err = PvLock::parse("v4").unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "--pv-lock \"v4\": must be one of seed-v2, seed-v3, openeuler, anolis, none"
+        );
+        assert!(parse_on_off("on").unwrap() && !parse_on_off("off").unwrap());
+        assert!(parse_on_off("yes").is_err());
     }
 
     #[test]

@@ -11,6 +11,7 @@
 //! | range | mapping |
 //! |---|---|
 //! | each RAM bank | Normal write-back, read-write, execute-never |
+//! | reserved memory marked `no-map` (e.g. the hypervisor's PV area) | unmapped, until [`map_shared`] maps what a hypercall hands out |
 //! | image `.text` | Normal, read-only, executable |
 //! | image `.rodata`, `.rela.dyn`, `.got` | Normal, read-only, execute-never |
 //! | image `.data`, `.bss`, stacks | Normal, read-write, execute-never |
@@ -20,11 +21,12 @@
 //!
 //! SCTLR_EL1.WXN is set: no page is both writable and executable. Anything
 //! else (other devices, addresses past RAM) is unmapped until
-//! [`map_device`] adds it.
+//! [`map_device`] (devices) or [`map_shared`] (memory the hypervisor
+//! shares, e.g. paravirtual records outside RAM) adds it.
 
 use super::{image, stacks};
 use crate::devicetree::MemRange;
-use crate::pagetable::{self, Attributes, MapError, Mapper, PAGE_SIZE, Table};
+use crate::pagetable::{self, Attributes, MapError, Mapper, MemoryKind, PAGE_SIZE, Table};
 use aarch64_cpu::asm::barrier;
 use aarch64_cpu::registers::{ID_AA64MMFR0_EL1, MAIR_EL1, SCTLR_EL1, TCR_EL1};
 use core::cell::UnsafeCell;
@@ -87,13 +89,15 @@ static TABLES_USED: SpinMutex<usize> = SpinMutex::new(0);
 /// Builds the map with the MMU off and returns how many tables it used.
 /// `ram` is empty if the device tree could not be read; the image, the
 /// tree and the console are mapped regardless, so the failure can be
-/// reported.
+/// reported. The whole pages of each `no_map` region are left out of RAM's
+/// mapping.
 ///
 /// # Safety
 /// Only the boot CPU may call this, once, with the MMU off and no other
 /// CPU running.
 pub unsafe fn build(
     ram: &[MemRange],
+    no_map: impl Iterator<Item = MemRange>,
     dtb: MemRange,
     uart: Option<MemRange>,
 ) -> Result<usize, MapError> {
@@ -102,6 +106,14 @@ pub unsafe fn build(
     let mut map = Mapper::new(tables);
     for bank in ram {
         map.map(page_down(bank.start), page_up(bank.end()), Attributes::DATA)?;
+    }
+    for region in no_map {
+        // Only pages entirely inside the region: a page it shares with
+        // something else stays mapped.
+        let (start, end) = (page_up(region.start), page_down(region.end()));
+        if start < end {
+            map.unmap(start, end)?;
+        }
     }
     if !ram.iter().any(|bank| bank.covers(&dtb)) && dtb.size > 0 {
         map.map(
@@ -175,6 +187,40 @@ pub fn map_device(start: u64, size: u64) -> Result<(), MapError> {
     // Make the new descriptors visible to this CPU's table walks before any
     // access through them (invalid entries are never cached in TLBs, so no
     // TLB maintenance is needed).
+    barrier::dsb(barrier::ISHST);
+    barrier::isb(barrier::SY);
+    result
+}
+
+/// Makes `[start, start + size)` (rounded out to pages) readable as normal
+/// write-back memory while the MMU is on, for memory the hypervisor shares
+/// with the guest (its paravirtual records): pages already mapped as normal
+/// memory (RAM, the image) stay as they are, unmapped pages are mapped
+/// read-only. A page mapped as a device is refused, since changing a live
+/// mapping would need break-before-make.
+pub fn map_shared(start: u64, size: u64) -> Result<(), MapError> {
+    let mut used = TABLES_USED.lock();
+    // SAFETY: as in map_device: TABLES_USED's lock serialises changes to the
+    // live pool, and the live mapper only turns invalid entries valid.
+    let tables = unsafe { &mut *TABLES.0.get() };
+    let mut map = Mapper::resume_live(tables, *used);
+    let mut result = Ok(());
+    let mut page = page_down(start);
+    let end = page_up(start.saturating_add(size.max(1)));
+    while page < end {
+        result = match map.lookup(page) {
+            Some(a) if a.kind == MemoryKind::Normal => Ok(()),
+            Some(_) => Err(MapError::LiveEntryChange { address: page }),
+            None => map.map(page, page + PAGE_SIZE, Attributes::READ_ONLY),
+        };
+        if result.is_err() {
+            break;
+        }
+        page += PAGE_SIZE;
+    }
+    *used = map.tables_used();
+    // As in map_device: the new descriptors are visible to this CPU's
+    // walks, and (after the DSB) to every other CPU's.
     barrier::dsb(barrier::ISHST);
     barrier::isb(barrier::SY);
     result

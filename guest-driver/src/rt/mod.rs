@@ -24,7 +24,8 @@
 //! pages ([`stacks`]); every exception and every panic prints a report
 //! starting with [`crate::FATAL_MARKER`] and powers the
 //! guest off ([`exceptions`]). Time comes from the virtual counter
-//! ([`time`]).
+//! ([`time`]). The paravirtual services ([`crate::pv`]) are set up on
+//! request ([`pv`]).
 //!
 //! Interrupts stay masked: the runtime has no GIC driver yet.
 
@@ -35,6 +36,7 @@ pub mod image;
 pub mod mmu;
 mod percpu;
 pub mod psci;
+pub mod pv;
 pub mod selftest;
 pub mod smp;
 pub mod stacks;
@@ -137,12 +139,13 @@ extern "C" fn primary_start(dtb_address: u64) -> ! {
     let dtb = unsafe { device_tree(dtb_address) };
     let parsed = dtb.map(|bytes| GuestMachine::parse(bytes, dtb_address, boot_mpidr));
     let dtb_range = MemRange::new(dtb_address, dtb.map_or(0, |b| b.len() as u64));
-    let (ram, uart) = match &parsed {
-        Some(Ok(m)) => (m.memory(), m.uart),
-        _ => (&[][..], dtb.and_then(devicetree::find_console)),
+    let (ram, uart, machine) = match &parsed {
+        Some(Ok(m)) => (m.memory(), m.uart, Some(m)),
+        _ => (&[][..], dtb.and_then(devicetree::find_console), None),
     };
+    let no_map = machine.into_iter().flat_map(GuestMachine::no_map);
     // SAFETY: the boot CPU alone runs, with the MMU off.
-    let map = unsafe { mmu::build(ram, dtb_range, uart) };
+    let map = unsafe { mmu::build(ram, no_map, dtb_range, uart) };
     let Ok(tables) = map else {
         // Nothing can be printed without a map; stop the machine.
         psci::system_off();

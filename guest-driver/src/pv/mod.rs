@@ -1,0 +1,323 @@
+//! The paravirtual-service driver: finds out what the hypervisor offers
+//! (SMCCC version, KVM identity, the PV-lock variant, stolen time) and sets
+//! up each CPU's shared records, for any Rust guest kernel.
+//!
+//! Every guest-visible number comes from `pvlock_abi`; the project's
+//! `docs/ABI.md` (shared) explains them. Linux's equivalents are
+//! `drivers/firmware/smccc/kvm_guest.c` (KVM detection),
+//! `arch/arm64/kernel/paravirt.c` (stolen time) and the out-of-tree PV-lock
+//! series (ABI.md §3).
+//!
+//! The hardware is reached through two small traits, so that the probing
+//! and the record handling run unchanged in host tests with a fake:
+//!
+//! - [`Conduit`]: one SMCCC fast call (HVC or SMC). [`Smccc`] is the real
+//!   one, on top of the `smccc` crate.
+//! - [`SharedMemory`]: turns an IPA the hypervisor handed out into an
+//!   address the guest can read (mapping it as normal write-back memory
+//!   if needed), and a guest address into its IPA.
+//!
+//! ```ignore
+//! let pv = PvDriver::new(platform);          // probes once
+//! // on every CPU, for itself:
+//! let init = pv.init_cpu(cpu);
+//! // from anywhere:
+//! if pv.vcpu_is_preempted(other) { /* don't spin on it */ }
+//! let stolen_ns = pv.steal_time(cpu);
+//! ```
+//!
+//! | step | calls (ABI.md) |
+//! |---|---|
+//! | SMCCC version | PSCI_FEATURES(SMCCC_VERSION), then SMCCC_VERSION (§1, §5); under 1.1 nothing else is asked |
+//! | KVM | vendor Call UID, all four words; KVM_FEATURES (§2) |
+//! | PV-lock, best first | seed-v2, seed-v3, openEuler, Anolis (§3; [`probe`]) |
+//! | stolen time | SMCCC_ARCH_FEATURES(PV_TIME_FEATURES), PV_TIME_FEATURES(PV_TIME_ST) (§4) |
+//! | per CPU | the variant's PREEMPTED / IPA_INIT, PV_TIME_ST ([`PvDriver::init_cpu`]) |
+
+mod driver;
+#[cfg(test)]
+mod tests;
+
+pub use driver::{CpuInit, InitError, Kick, PvDriver};
+
+use core::fmt;
+use core::marker::PhantomData;
+use core::ptr::NonNull;
+
+use pvlock_abi::kvm::{self, KvmFeatures};
+use pvlock_abi::pvlock::{Variant, anolis, openeuler, seed_v2, seed_v3};
+use pvlock_abi::smccc::{self, FunctionId, Version};
+use pvlock_abi::{arch, psci, pvtime};
+
+/// Most CPUs the driver keeps records for (the runtime's
+/// `devicetree::MAX_CPUS`, and the VM binding's largest `vcpus`).
+pub const MAX_CPUS: usize = 64;
+
+/// Makes SMCCC fast calls to the hypervisor.
+pub trait Conduit {
+    /// Calls `function` with x1..x3 = `args` (x4..x17 = 0) and returns
+    /// x0..x3 as the callee left them. SMC32 calls pass the low halves of
+    /// the arguments; the results come back whole, since some SMC32 calls
+    /// return 64-bit values (the seed-v3 PREEMPTED IPA).
+    fn call(&self, function: FunctionId, args: [u64; 3]) -> [u64; 4];
+}
+
+impl<C: Conduit + ?Sized> Conduit for &C {
+    fn call(&self, function: FunctionId, args: [u64; 3]) -> [u64; 4] {
+        (**self).call(function, args)
+    }
+}
+
+/// The real conduit: `smccc::Hvc` or `smccc::Smc` (the guest's device tree
+/// names which, in `/psci/method`; hypervisors use HVC).
+pub struct Smccc<C>(PhantomData<C>);
+
+impl<C> Smccc<C> {
+    pub const fn new() -> Self {
+        Self(PhantomData)
+    }
+}
+
+impl<C> Default for Smccc<C> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<C: ::smccc::Call> Conduit for Smccc<C> {
+    fn call(&self, function: FunctionId, args: [u64; 3]) -> [u64; 4] {
+        // Always the 64-bit register form: it reads back all of X0..X3,
+        // which an SMC32 call that returns an address needs, and for SMC32
+        // calls the callee only looks at W1..W3 anyway.
+        let mut all = [0u64; 17];
+        all[..3].copy_from_slice(&args);
+        let r = C::call64(function.raw(), all);
+        [r[0], r[1], r[2], r[3]]
+    }
+}
+
+/// HVC, the conduit of every hypervisor this driver knows.
+#[cfg(target_arch = "aarch64")]
+pub type HvcConduit = Smccc<::smccc::Hvc>;
+/// SMC, for a guest whose device tree says `method = "smc"`.
+#[cfg(target_arch = "aarch64")]
+pub type SmcConduit = Smccc<::smccc::Smc>;
+
+/// The guest's view of memory it shares with the hypervisor.
+pub trait SharedMemory {
+    /// Makes the `size` bytes at `ipa`, memory the hypervisor owns and
+    /// writes, readable as normal write-back cacheable memory (mapping them
+    /// if they are not yet) and returns their address. `ipa` is 64-byte
+    /// aligned.
+    fn map_shared(&self, ipa: u64, size: usize) -> Result<NonNull<u8>, &'static str>;
+
+    /// The IPA of guest memory at `address` (`virt_to_phys`).
+    fn ipa_of(&self, address: *const u8) -> u64;
+}
+
+impl<M: SharedMemory + ?Sized> SharedMemory for &M {
+    fn map_shared(&self, ipa: u64, size: usize) -> Result<NonNull<u8>, &'static str> {
+        (**self).map_shared(ipa, size)
+    }
+
+    fn ipa_of(&self, address: *const u8) -> u64 {
+        (**self).ipa_of(address)
+    }
+}
+
+/// The SMCCC return code in X0 of a call to `function`: all of X0 for an
+/// SMC64 call; for an SMC32 call W0 sign-extended, since a 32-bit callee
+/// need only set W0 (ABI.md §1 asks hypervisors to sign-extend into X0; a
+/// guest accepts either).
+pub fn return_code(function: FunctionId, x0: u64) -> i64 {
+    if function.is_smc64() {
+        smccc::x0_to_ret(x0)
+    } else {
+        i64::from(x0 as u32 as i32)
+    }
+}
+
+/// What the hypervisor offers this guest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PvInfo {
+    /// SMCCC_VERSION's answer; 1.0 when it is not there (ABI.md §1).
+    pub smccc_version: Version,
+    /// The vendor hypervisor Call UID is KVM's (all four words).
+    pub kvm: bool,
+    /// KVM_FEATURES; empty unless `kvm`.
+    pub features: KvmFeatures,
+    /// The PV-lock variant in use, the best one offered.
+    pub lock: Option<Variant>,
+    /// PV time's stolen-time records are offered.
+    pub steal_time: bool,
+    /// The lock variant's KICK_CPU is offered (openEuler, Anolis).
+    pub kick: bool,
+}
+
+impl PvInfo {
+    /// Nothing offered, SMCCC 1.0: what a guest without a hypervisor (or
+    /// under one that predates SMCCC 1.1) sees.
+    pub const NOTHING: Self = Self {
+        smccc_version: smccc::VERSION_1_0,
+        kvm: false,
+        features: KvmFeatures::EMPTY,
+        lock: None,
+        steal_time: false,
+        kick: false,
+    };
+
+    /// Whether any paravirtual service is offered.
+    pub const fn offers_anything(&self) -> bool {
+        self.lock.is_some() || self.steal_time
+    }
+}
+
+impl fmt::Display for PvInfo {
+    /// `SMCCC 1.1, KVM (features 0x00000000 0x00000000 0x00000000
+    /// 0x00000003), PV-lock seed-v3, stolen time, no kick` — the features
+    /// printed w3 first, as Linux does.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let v = self.smccc_version;
+        write!(f, "SMCCC {}.{}, ", v.major(), v.minor())?;
+        if self.kvm {
+            let w = self.features.words();
+            write!(
+                f,
+                "KVM (features {:#010x} {:#010x} {:#010x} {:#010x})",
+                w[3], w[2], w[1], w[0]
+            )?;
+        } else {
+            write!(f, "not KVM")?;
+        }
+        match self.lock {
+            Some(variant) => write!(f, ", PV-lock {}", variant.name())?,
+            None => write!(f, ", no PV-lock")?,
+        }
+        write!(
+            f,
+            ", {}, {}",
+            if self.steal_time {
+                "stolen time"
+            } else {
+                "no stolen time"
+            },
+            if self.kick { "kick" } else { "no kick" }
+        )
+    }
+}
+
+/// Finds out what the hypervisor behind `conduit` offers (the boot CPU
+/// asks, once).
+///
+/// 1. The SMCCC version: PSCI 1.0+ must list SMCCC_VERSION in
+///    PSCI_FEATURES, else the firmware speaks SMCCC 1.0 (DEN0028, as Linux
+///    `psci_init_smccc`). Below 1.1 nothing else is asked: X4..X17 are not
+///    even preserved.
+/// 2. KVM: the vendor hypervisor Call UID must match all four words of
+///    [`kvm::UID`]; then KVM_FEATURES.
+/// 3. The PV-lock variant, best first:
+///    - seed-v2: SMCCC_ARCH_FEATURES(PV_LOCK_FEATURES) = 0 and
+///      PV_LOCK_FEATURES(PV_LOCK_PREEMPTED) = 0;
+///    - seed-v3: KVM_FEATURES bit 1 and PV_LOCK(x1 = FEATURES) answering 0
+///      in all of W0..W3 — bit 1 is also mainline's KVM_PTP, whose answer
+///      to w1 = 0 is a non-zero time stamp;
+///    - openEuler: SMCCC_ARCH_FEATURES(PV_SCHED_FEATURES) = 0 and
+///      PV_SCHED_FEATURES(IPA_INIT) = 0;
+///    - Anolis: SMCCC_ARCH_FEATURES(PV_LOCK_FEATURES) = 0.
+///
+///    The variants whose ids lie in the vendor-specific range (seed-v2,
+///    seed-v3, Anolis) are only asked for when the vendor is KVM: what a
+///    vendor function id means depends on the vendor (DEN0028).
+/// 4. Stolen time: SMCCC_ARCH_FEATURES(PV_TIME_FEATURES) = 0 and
+///    PV_TIME_FEATURES(PV_TIME_ST) = 0.
+/// 5. Kick: openEuler PV_SCHED_FEATURES(KICK_CPU) = 0; Anolis
+///    SMCCC_ARCH_FEATURES(PV_QSPINLOCK_FEATURES) = 0.
+pub fn probe(conduit: &impl Conduit) -> PvInfo {
+    let smccc_version = smccc_version(conduit);
+    if smccc_version < arch::MIN_VERSION_FOR_VENDOR_PROBE {
+        return PvInfo {
+            smccc_version,
+            ..PvInfo::NOTHING
+        };
+    }
+    let uid = conduit.call(kvm::CALL_UID, [0; 3]);
+    let kvm = uid.map(|x| x as u32) == kvm::UID;
+    let features = if kvm {
+        KvmFeatures::from_words(conduit.call(kvm::FEATURES, [0; 3]).map(|x| x as u32))
+    } else {
+        KvmFeatures::EMPTY
+    };
+    let arch_features = |function: FunctionId| {
+        let x0 = conduit.call(arch::SMCCC_ARCH_FEATURES, [function.raw().into(), 0, 0])[0];
+        return_code(arch::SMCCC_ARCH_FEATURES, x0) == smccc::SUCCESS
+    };
+    let answers_zero = |function: FunctionId, arg: FunctionId| {
+        let x0 = conduit.call(function, [arg.raw().into(), 0, 0])[0];
+        return_code(function, x0) == smccc::SUCCESS
+    };
+
+    let seed_v2 = || {
+        kvm && arch_features(seed_v2::PV_LOCK_FEATURES)
+            && answers_zero(seed_v2::PV_LOCK_FEATURES, seed_v2::PV_LOCK_PREEMPTED)
+    };
+    let seed_v3 = || {
+        kvm && features.contains(seed_v3::KVM_FEATURES_BIT)
+            && conduit
+                .call(seed_v3::PV_LOCK, [seed_v3::ARG_FEATURES, 0, 0])
+                .iter()
+                .all(|&x| x as u32 == 0)
+    };
+    let openeuler = || {
+        arch_features(openeuler::PV_SCHED_FEATURES)
+            && answers_zero(openeuler::PV_SCHED_FEATURES, openeuler::PV_SCHED_IPA_INIT)
+    };
+    let anolis = || kvm && arch_features(anolis::PV_LOCK_FEATURES);
+    let lock = if seed_v2() {
+        Some(Variant::SeedV2)
+    } else if seed_v3() {
+        Some(Variant::SeedV3)
+    } else if openeuler() {
+        Some(Variant::OpenEuler)
+    } else if anolis() {
+        Some(Variant::Anolis)
+    } else {
+        None
+    };
+    let steal_time = arch_features(pvtime::PV_TIME_FEATURES)
+        && answers_zero(pvtime::PV_TIME_FEATURES, pvtime::PV_TIME_ST);
+    let kick = match lock {
+        Some(Variant::OpenEuler) => {
+            answers_zero(openeuler::PV_SCHED_FEATURES, openeuler::PV_SCHED_KICK_CPU)
+        }
+        Some(Variant::Anolis) => arch_features(anolis::PV_QSPINLOCK_FEATURES),
+        _ => false,
+    };
+    PvInfo {
+        smccc_version,
+        kvm,
+        features,
+        lock,
+        steal_time,
+        kick,
+    }
+}
+
+/// The SMCCC version: SMCCC_VERSION if PSCI (1.0 or later) lists it in
+/// PSCI_FEATURES, else 1.0 (DEN0028 "SMCCC_VERSION"; Linux
+/// `psci_init_smccc`).
+pub fn smccc_version(conduit: &impl Conduit) -> Version {
+    let call = |function: FunctionId, arg: u64| {
+        return_code(function, conduit.call(function, [arg, 0, 0])[0])
+    };
+    let psci = call(psci::PSCI_VERSION, 0);
+    if psci < i64::from(psci::VERSION_1_0.raw()) {
+        return smccc::VERSION_1_0;
+    }
+    if call(psci::PSCI_FEATURES, arch::SMCCC_VERSION.raw().into()) < 0 {
+        return smccc::VERSION_1_0;
+    }
+    match u32::try_from(call(arch::SMCCC_VERSION, 0)) {
+        Ok(raw) => Version::from_raw(raw),
+        Err(_) => smccc::VERSION_1_0,
+    }
+}
