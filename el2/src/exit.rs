@@ -212,6 +212,46 @@ mod tests {
         );
     }
 
+    /// Every TI value with RV set and clear, in the syndromes a trapped WF*
+    /// from AArch64 really carries: EC 0x01, IL = 1, CV = 1, COND = 0xE
+    /// (QEMU `syn_wfx(1, 0xe, ti, false)`), Rn in bits 9:5 (Arm ARM
+    /// D24.2.45, "ISS encoding for an exception from a WF* instruction").
+    /// RV is RES0 for WFI/WFE, and a WFIT/WFET without it has no usable
+    /// deadline (Linux `kvm_handle_wfx` then treats it as WFI/WFE).
+    #[test]
+    fn wait_instructions_with_real_syndromes() {
+        const WFX: u64 = 0x07E0_0000;
+        const RV: u64 = 1 << 2;
+        let rn = |n: u64| n << 5;
+        let wfx = |kind, deadline_register| Exit::Wfx {
+            kind,
+            deadline_register,
+        };
+        let cases = [
+            (WFX, wfx(WfxKind::Wfi, None)),
+            (WFX | RV | rn(7), wfx(WfxKind::Wfi, None)),
+            (WFX | 1, wfx(WfxKind::Wfe, None)),
+            (WFX | 1 | RV | rn(7), wfx(WfxKind::Wfe, None)),
+            (WFX | 2 | RV | rn(0), wfx(WfxKind::Wfi, Some(0))),
+            (WFX | 2 | RV | rn(30), wfx(WfxKind::Wfi, Some(30))),
+            (WFX | 2 | rn(30), wfx(WfxKind::Wfi, None)),
+            (WFX | 3 | RV | rn(5), wfx(WfxKind::Wfe, Some(5))),
+            (WFX | 3 | RV | rn(31), wfx(WfxKind::Wfe, Some(31))),
+            (WFX | 3 | rn(5), wfx(WfxKind::Wfe, None)),
+        ];
+        for (esr, exit) in cases {
+            assert_eq!(Exit::decode(SYNC, esr), exit, "{esr:#x}");
+            // The condition fields and IL do not matter (a 16-bit T32 WFI
+            // from AArch32 has IL = 0 and no CV/COND).
+            assert_eq!(Exit::decode(SYNC, esr & !0x01F0_0000), exit, "{esr:#x}");
+            // Bits 63:32 (ISS2) are ignored.
+            assert_eq!(Exit::decode(SYNC, esr | 0xFF << 32), exit, "{esr:#x}");
+        }
+        assert_eq!(Exit::decode(SYNC, WFX | 1).class_name(), "wfe");
+        assert_eq!(Exit::decode(SYNC, WFX | 3 | RV).class_name(), "wfe");
+        assert_eq!(Exit::decode(SYNC, WFX | 2 | RV).class_name(), "wfi");
+    }
+
     #[test]
     fn aborts_interrupts_and_others() {
         assert_eq!(Exit::decode(SYNC, 0x9200_0046), Exit::DataAbort); // EC 0x24

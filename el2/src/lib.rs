@@ -17,6 +17,7 @@ pub mod fault;
 pub mod guest;
 pub mod layout;
 pub mod mmio;
+pub mod onspin;
 pub mod ownership;
 pub mod percpu;
 pub mod pv;

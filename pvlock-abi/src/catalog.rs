@@ -7,7 +7,7 @@
 //! seed-v3 PV-lock call, ABI.md §3), is listed once under both names.
 
 use crate::smccc::FunctionId;
-use crate::{arch, kvm, psci, pvlock, pvtime};
+use crate::{arch, directed_yield, kvm, psci, pvlock, pvtime};
 
 /// A named function ID.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,6 +34,7 @@ pub const GROUPS: &[&[Entry]] = &[
     pvlock::seed_v3::CALLS,
     pvlock::openeuler::CALLS,
     pvlock::anolis::CALLS,
+    directed_yield::CALLS,
     pvtime::CALLS,
     psci::CALLS,
 ];
@@ -153,6 +154,10 @@ mod tests {
                 anolis::PV_QSPINLOCK_KICK_CPU,
                 "anolis::PV_QSPINLOCK_KICK_CPU"
             ),
+            (
+                directed_yield::PV_SCHED_YIELD_TO,
+                "directed_yield::PV_SCHED_YIELD_TO"
+            ),
             (pvtime::PV_TIME_FEATURES, "pvtime::PV_TIME_FEATURES"),
             (pvtime::PV_TIME_ST, "pvtime::PV_TIME_ST"),
             (psci::PSCI_VERSION, "psci::PSCI_VERSION"),
@@ -254,6 +259,10 @@ mod tests {
         assert_eq!(
             describe(FunctionId::from_raw(0x80000000)),
             Some("SMCCC_VERSION")
+        );
+        assert_eq!(
+            describe(FunctionId::from_raw(0xC6000022)),
+            Some("PV_SCHED_YIELD_TO")
         );
         assert_eq!(describe(FunctionId::from_raw(0x84000050)), None);
         assert_eq!(describe(FunctionId::from_raw(0xC6000002)), None);

@@ -90,6 +90,12 @@ pub mod func {
     /// Bit 33: this project's advertisement of seed-v2 PV_LOCK_PREEMPTED
     /// (`0xC6000021`, vendor function 0x21); see [`PV_LOCK_FEATURES`].
     pub const PV_LOCK_PREEMPTED: u16 = crate::pvlock::seed_v2::PV_LOCK_PREEMPTED.number();
+
+    /// Bit 34: this project's advertisement of the directed-yield call
+    /// PV_SCHED_YIELD_TO (`0xC6000022`, vendor function 0x22;
+    /// [`crate::directed_yield`]), by the same "bit N = vendor function N"
+    /// rule and with the same pKVM-range caution as [`PV_LOCK_FEATURES`].
+    pub const PV_SCHED_YIELD_TO: u16 = crate::directed_yield::PV_SCHED_YIELD_TO.number();
 }
 
 /// KVM_FEATURES, `0x86000000` (HVC32): answers a 128-bit bitmap in W0..W3,
@@ -272,6 +278,8 @@ mod tests {
         // Project choice: PV lock bits mirror vendor fn numbers 0x20/0x21.
         assert_eq!(func::PV_LOCK_FEATURES, 32);
         assert_eq!(func::PV_LOCK_PREEMPTED, 33);
+        // ...and the directed-yield call's bit mirrors its number 0x22.
+        assert_eq!(func::PV_SCHED_YIELD_TO, 34);
         // The feature bit number is the function number of the call.
         assert_eq!(FEATURES.number(), func::FEATURES);
         assert_eq!(PTP.number(), func::PTP);

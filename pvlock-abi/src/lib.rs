@@ -12,7 +12,8 @@
 //! | [`smccc`] | [`FunctionId`], [`Owner`](smccc::Owner), return codes, [`Version`](smccc::Version), general queries, register rules | Arm DEN0028 (SMCCC) |
 //! | [`arch`] | SMCCC_VERSION, SMCCC_ARCH_FEATURES, SOC_ID, workarounds | DEN0028 "Arm Architecture Calls" |
 //! | [`kvm`] | vendor Call UID, KVM_FEATURES, KVM_PTP, feature bits, [`KvmFeatures`](kvm::KvmFeatures) | Linux KVM hypercalls.rst |
-//! | [`pvlock`] | the PV-lock variants and their per-vCPU structures | seed series, openEuler, Anolis (ABI.md §3) |
+//! | [`pvlock`] | the PV-lock variants and their per-vCPU structures (with the project's `lock_count` extension) | seed series, openEuler, Anolis (ABI.md §3) |
+//! | [`directed_yield`] | the project's PV_SCHED_YIELD_TO call | ABI.md §6 (`kvm_vcpu_on_spin`); x86 KVM_HC_SCHED_YIELD |
 //! | [`pvtime`] | PV_TIME_FEATURES, PV_TIME_ST, [`StolenTime`](pvtime::StolenTime) | Arm DEN0057A |
 //! | [`psci`] | PSCI function IDs, errors, answers | Arm DEN0022 |
 //! | [`catalog`] | [`describe`]: the name of every id above | — |
@@ -27,6 +28,7 @@
 
 pub mod arch;
 pub mod catalog;
+pub mod directed_yield;
 pub mod dt;
 pub mod kvm;
 pub mod psci;

@@ -32,6 +32,7 @@ use el2::guest::placement::{self, HostMemory, OwnedRange, VmPlacement};
 use el2::guest::{VmError, dt};
 use el2::layout::{MapKind, page_cover};
 use el2::mmio::MmioAccess;
+use el2::onspin::{self, Spinner, TrapPolicy, VmSpin};
 use el2::ownership::{Owner, OwnershipMap};
 use el2::pv::{self, PvConfig, PvRegistry};
 use el2::sched::{CpuSet, InitialState, PutOutcome, PutReason, Scheduler, Wakeup};
@@ -71,6 +72,9 @@ pub struct Vm {
     pv: Arc<PvRegistry>,
     console: Mutex<Pl011>,
     exits: [AtomicU64; EXIT_CLASSES.len()],
+    /// Directed-yield state (`el2::onspin`): a leaf lock, taken under
+    /// `SCHED` for every decision.
+    spin: Mutex<VmSpin>,
     state: AtomicU8,
     resets: AtomicU32,
 }
@@ -92,6 +96,9 @@ pub fn set_wall_clock(epoch_secs: u64, counter: u64, hz: u64) {
 
 /// Set when the last VM has powered off.
 static ALL_OFF: AtomicBool = AtomicBool::new(false);
+
+/// WFE trapping (KVM's `kvm-arm.wfe_trap_policy`; a boot argument later).
+const WFE_TRAP_POLICY: TrapPolicy = TrapPolicy::Auto;
 
 /// Default vCPU time slice.
 const SLICE_MS: u64 = 4;
@@ -299,6 +306,7 @@ fn build_vm(
         dispatcher,
         pv,
         exits: [const { AtomicU64::new(0) }; EXIT_CLASSES.len()],
+        spin: Mutex::new(VmSpin::new(vcpu_count)),
         state: AtomicU8::new(VM_RUNNING),
         resets: AtomicU32::new(0),
     };
@@ -387,6 +395,26 @@ impl Vm {
             } else {
                 let state = &*(pa as *const pvlock_abi::pvlock::VcpuState32);
                 state.store_preempted(value as u32, Ordering::Release);
+            }
+        }
+    }
+
+    /// The `lock_count` hint in vCPU `index`'s PV-lock record (0 without
+    /// one); untrusted, `el2::onspin` sanitises it.
+    fn lock_count_hint(&self, index: u16) -> u32 {
+        let Some(record) = self.pv.lock_record(index) else {
+            return 0;
+        };
+        let Some(pa) = self.placement.host_pa(record.ipa) else {
+            return 0;
+        };
+        // SAFETY: as in `write_preempted`: an aligned record in this VM's
+        // RAM, mapped at EL2; read with an atomic load only.
+        unsafe {
+            if record.width == 8 {
+                (*(pa as *const pvlock_abi::pvlock::VcpuState64)).lock_count_hint()
+            } else {
+                (*(pa as *const pvlock_abi::pvlock::VcpuState32)).lock_count_hint()
             }
         }
     }
@@ -588,13 +616,22 @@ fn run_vcpu(pcpu: usize, vm: &Vm, vcpu: VcpuId, sched: &Mutex<Scheduler>) {
         .stats(vcpu, cpu::counter())
         .map_or(0, |s| s.steal_ticks);
     vcpu_load(vm, vcpu, &ctx, steal_ticks);
+    vm.spin.lock().resumed(vcpu.index);
     let reason = loop {
         if vm.state() != VM_RUNNING {
             break PutReason::PowerOff;
         }
-        let Some(slice_end) = sched.lock().slice_end(vcpu) else {
+        let (slice_end, runnable) = {
+            let s = sched.lock();
+            (s.slice_end(vcpu), s.runnable_on(pcpu))
+        };
+        let Some(slice_end) = slice_end else {
             break PutReason::Yield;
         };
+        HCR_EL2.set(onspin::hcr_el2_with_wfe_trap(
+            guest_hcr(),
+            onspin::trap_wfe(WFE_TRAP_POLICY, runnable),
+        ));
         timer::arm_at(slice_end);
         // SAFETY: the context is loaded and stage 2 active (vcpu_load), and
         // `ctx.regs` outlives the call.
@@ -626,6 +663,11 @@ fn run_vcpu(pcpu: usize, vm: &Vm, vcpu: VcpuId, sched: &Mutex<Scheduler>) {
         // pCPU may pick the vCPU and write 0, which must not be overtaken.
         if let Some(value) = outcome.ok().and_then(pv::preempted_on_put) {
             vm.write_preempted(vcpu.index, value);
+        }
+        if let Ok(outcome) = outcome {
+            vm.spin
+                .lock()
+                .record_put(vcpu.index, ctx.regs.pstate, outcome);
         }
         drop(s);
         match outcome {
@@ -705,11 +747,12 @@ fn handle_exit(
         }
         Exit::Wfx { kind, .. } => {
             ctx.regs.pc += 4;
+            vm.spin.lock().stats_mut().record_wfx(&exit);
             match kind {
                 WfxKind::Wfi => Next::Put(PutReason::Wfi {
                     deadline: live_vtimer_deadline(),
                 }),
-                WfxKind::Wfe => Next::Put(PutReason::Yield),
+                WfxKind::Wfe => on_spin(pcpu, vm, vcpu, ctx, sched),
             }
         }
         Exit::DataAbort => data_abort(vm, vcpu, ctx, esr),
@@ -737,6 +780,45 @@ fn handle_exit(
             Next::Resume
         }
     }
+}
+
+/// WFE/WFET: KVM's `kvm_vcpu_on_spin` (`el2::onspin`): hand the rest of
+/// the slice to a preempted sibling, boosted ones first; else yield plainly.
+fn on_spin(
+    pcpu: usize,
+    vm: &Vm,
+    vcpu: VcpuId,
+    ctx: &mut VcpuContext,
+    sched: &Mutex<Scheduler>,
+) -> Next {
+    let now = cpu::counter();
+    let mut s = sched.lock();
+    let mut spin = vm.spin.lock();
+    let candidates: Vec<onspin::Candidate> = s
+        .vcpus(vm.id)
+        .map(|v| {
+            let waiting = s.can_yield_to(vcpu, v, pcpu, now).is_ok();
+            let locks = if waiting {
+                vm.lock_count_hint(v.index)
+            } else {
+                0
+            };
+            spin.candidate(v.index, waiting, locks)
+        })
+        .collect();
+    let plan = spin.plan(Spinner::from_pstate(vcpu, ctx.regs.pstate), &candidates);
+    for choice in plan.iter() {
+        let yielded = s.yield_to(vcpu, choice.target, pcpu, now).is_ok();
+        spin.attempted(choice, yielded);
+        if yielded {
+            spin.descheduled(vcpu.index, ctx.regs.pstate);
+            vm.write_preempted(vcpu.index, 1);
+            return Next::Yielded;
+        }
+    }
+    // No sibling took the slice: yield plainly, as before (the spinner
+    // stays in its spin loop until it is loaded again).
+    Next::Put(PutReason::Yield)
 }
 
 /// The virtual timer's deadline in physical counter ticks, read from the
@@ -920,6 +1002,7 @@ fn hypercall(
             }
             // A vCPU starting afresh forgets a PV-lock record it registered itself.
             vm.pv.reset_vcpu(target.index);
+            vm.spin.lock().reset_vcpu(target.index);
             match s.power_on(target, cpu::counter()) {
                 Ok(wakeup) => {
                     if let Some(value) = pv::preempted_on_wake(wakeup) {
@@ -949,14 +1032,38 @@ fn hypercall(
             stop_vm(pcpu, vm, &mut s, reset);
             Next::Put(PutReason::PowerOff)
         }
-        Action::Kick { target } => kick(pcpu, vm, vcpu, target, &mut s),
+        Action::Kick { target } => {
+            vm.spin.lock().stats_mut().record_kick();
+            kick(pcpu, vm, vcpu, ctx, target, &mut s)
+        }
+        Action::YieldTo { target } => {
+            // X0 already says "not yielded" (1); only a real yield changes it.
+            let yielded = s.yield_to(vcpu, target, pcpu, cpu::counter()).is_ok();
+            let mut spin = vm.spin.lock();
+            spin.stats_mut().record_pv_yield(yielded);
+            if !yielded {
+                return Next::Resume;
+            }
+            spin.descheduled(vcpu.index, ctx.regs.pstate);
+            ctx.regs.x[0] = pvlock_abi::smccc::ret_to_x0(pvlock_abi::directed_yield::YIELDED);
+            // The caller waits in a run queue now: preempted.
+            vm.write_preempted(vcpu.index, 1);
+            Next::Yielded
+        }
     }
 }
 
 /// PV KICK_CPU (openEuler / Anolis): wake `target` from its WFI wait and,
 /// if it is now waiting for a pCPU, hand it the rest of the caller's slice
 /// (directed yield within the VM). X0 already holds the answer.
-fn kick(pcpu: usize, vm: &Vm, caller: VcpuId, target: VcpuId, s: &mut Scheduler) -> Next {
+fn kick(
+    pcpu: usize,
+    vm: &Vm,
+    caller: VcpuId,
+    ctx: &VcpuContext,
+    target: VcpuId,
+    s: &mut Scheduler,
+) -> Next {
     let now = cpu::counter();
     let wakeup = match s.wake(target, now) {
         Ok(wakeup) => wakeup,
@@ -977,6 +1084,7 @@ fn kick(pcpu: usize, vm: &Vm, caller: VcpuId, target: VcpuId, s: &mut Scheduler)
         Ok(()) => {
             // The caller waits in a run queue now: preempted.
             vm.write_preempted(caller.index, 1);
+            vm.spin.lock().descheduled(caller.index, ctx.regs.pstate);
             Next::Yielded
         }
         Err(_) => Next::Resume,
@@ -1014,6 +1122,7 @@ fn vm_stopped(vm: &Vm, sched: &Mutex<Scheduler>) {
             vm.resets.fetch_add(1, Ordering::Relaxed);
             log::info!("vm {}: restarting (SYSTEM_RESET)", vm.name);
             vm.pv.reset_all();
+            vm.spin.lock().reset();
             {
                 let s = sched.lock();
                 let now = cpu::counter();
@@ -1079,6 +1188,7 @@ fn finish(vms: &[Vm], sched: &Mutex<Scheduler>) -> ! {
             vm.resets.load(Ordering::Relaxed),
             exits
         );
+        println!("summary:   wait/yield: {}", vm.spin.lock().stats());
         for v in s.vcpus(vm.id) {
             if let Some(stats) = s.stats(v, now) {
                 println!("summary:   {v}: {}", stats.display(hz));

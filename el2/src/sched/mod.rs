@@ -560,6 +560,15 @@ impl Scheduler {
         self.pcpus.get(pcpu).map_or(0, |p| p.len)
     }
 
+    /// Number of vCPUs that want `pcpu` now: the one running there, those
+    /// queued on it and one handed to it by a directed yield (0 for an
+    /// unknown pCPU). The count KVM's WFE trap policy looks at
+    /// (`single_task_running()`; ABI.md §6): with a vCPU loaded, 1 means it
+    /// is alone. See [`crate::onspin::trap_wfe`].
+    pub fn runnable_on(&self, pcpu: usize) -> usize {
+        self.pcpus.get(pcpu).map_or(0, Pcpu::load)
+    }
+
     /// Whether `pcpu` found nothing to run and has not been given work since.
     pub fn is_idle(&self, pcpu: usize) -> bool {
         self.idle.contains(pcpu)
@@ -753,6 +762,45 @@ impl Scheduler {
         self.pcpus[pcpu].handoff = Some((target_slot, inherited_end));
         self.vcpus[from_slot].stats.yields += 1;
         self.requeue(from_slot, pcpu, now);
+        Ok(())
+    }
+
+    /// Whether [`Self::yield_to`]`(from, target, pcpu, now)` would be
+    /// accepted, without changing anything: the same checks in the same
+    /// order, so the refusal is the one `yield_to` would answer. The
+    /// directed-yield policy ([`crate::onspin`]) uses it to offer only
+    /// siblings that can take the yielder's slice on this pCPU, so that its
+    /// few attempts are not spent on a vCPU pinned elsewhere or already
+    /// handed a slice.
+    pub fn can_yield_to(
+        &self,
+        from: VcpuId,
+        target: VcpuId,
+        pcpu: usize,
+        now: u64,
+    ) -> Result<(), YieldError> {
+        let from_slot = self.slot(from).map_err(|_| YieldError::UnknownVcpu(from))?;
+        let target_slot = self
+            .slot(target)
+            .map_err(|_| YieldError::UnknownVcpu(target))?;
+        self.running_slot(from, pcpu)
+            .map_err(|_| YieldError::NotRunningHere)?;
+        if target == from {
+            return Err(YieldError::ToSelf);
+        }
+        if target.vm != from.vm {
+            return Err(YieldError::OtherVm);
+        }
+        let t = &self.vcpus[target_slot];
+        if !matches!(t.place, Place::Queue(_)) {
+            return Err(YieldError::NotRunnable(t.state));
+        }
+        if !t.allowed.contains(pcpu) {
+            return Err(YieldError::NotAllowedHere);
+        }
+        if self.vcpus[from_slot].slice_end <= now {
+            return Err(YieldError::NoSliceLeft);
+        }
         Ok(())
     }
 

@@ -797,3 +797,99 @@ fn offline_pcpus_get_no_work() {
         Err(SchedError::NoAllowedPcpu)
     );
 }
+
+#[test]
+fn runnable_on_counts_running_queued_and_handed_over() {
+    let mut s = Scheduler::new(CpuSet::first_n(2), SLICE);
+    let vm = s.add_vm().unwrap();
+    let pinned = Some(CpuSet::single(0));
+    let a = s.add_vcpu(vm, pinned, InitialState::Runnable, 0).unwrap();
+    assert_eq!(s.runnable_on(0), 1, "queued");
+    assert_eq!(s.pick_next(0, 0), Some(a));
+    assert_eq!(s.runnable_on(0), 1, "a alone: KVM would clear TWE");
+    let b = s.add_vcpu(vm, pinned, InitialState::Runnable, 0).unwrap();
+    let c = s.add_vcpu(vm, pinned, InitialState::Runnable, 0).unwrap();
+    assert_eq!(s.runnable_on(0), 3);
+    // A directed yield: a queued, b handed over, c queued.
+    s.yield_to(a, b, 0, 10).unwrap();
+    assert_eq!(s.runnable_on(0), 3);
+    assert_eq!(s.pick_next(0, 10), Some(b));
+    s.put(b, 0, 20, PutReason::Wfi { deadline: None }).unwrap();
+    assert_eq!(s.runnable_on(0), 2, "b blocked");
+    assert_eq!(s.pick_next(0, 20), Some(c));
+    assert_eq!(s.runnable_on(0), 2);
+    assert_eq!(s.runnable_on(1), 0);
+    assert_eq!(s.runnable_on(7), 0, "unknown pCPU");
+}
+
+/// `can_yield_to` answers exactly what `yield_to` then does, over a long
+/// pseudo-random run with pinned and free vCPUs of two VMs.
+#[test]
+fn can_yield_to_agrees_with_yield_to() {
+    let mut s = Scheduler::new(CpuSet::first_n(3), SLICE);
+    let mut all = Vec::new();
+    for vm in 0..2usize {
+        let id = s.add_vm().unwrap();
+        for i in 0..4u16 {
+            let affinity = match i {
+                0 => Some(CpuSet::single(vm)),
+                1 => Some(CpuSet::single(2)),
+                _ => None,
+            };
+            all.push(s.add_vcpu(id, affinity, InitialState::Runnable, 0).unwrap());
+        }
+    }
+    all.push(vcpu(0, 9));
+    let mut seed = 0x2545_F491_4F6C_DD1Du64;
+    let mut random = move |n: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % n as u64) as usize
+    };
+    let mut now = 0;
+    let mut accepted = 0;
+    let mut refusals = Vec::new();
+    for _ in 0..5_000 {
+        now += random(40) as u64;
+        let pcpu = random(3);
+        match random(10) {
+            0 | 1 => {
+                s.pick_next(pcpu, now);
+            }
+            2 => {
+                if let Some(v) = s.current(pcpu) {
+                    s.put(v, pcpu, now, PutReason::SliceExpired).unwrap();
+                }
+            }
+            3 => {
+                if let Some(v) = s.current(pcpu) {
+                    s.put(v, pcpu, now, PutReason::Wfi { deadline: None })
+                        .unwrap();
+                }
+            }
+            4 | 5 => {
+                let _ = s.wake(all[random(all.len())], now);
+            }
+            _ => {
+                let from = s.current(pcpu).unwrap_or(all[random(all.len())]);
+                let target = all[random(all.len())];
+                let at = [now, now, now, now + SLICE][random(4)];
+                let predicted = s.can_yield_to(from, target, pcpu, at);
+                assert_eq!(s.yield_to(from, target, pcpu, at), predicted);
+                match predicted {
+                    Ok(()) => {
+                        accepted += 1;
+                        s.pick_next(pcpu, at);
+                    }
+                    Err(e) => refusals.push(core::mem::discriminant(&e)),
+                }
+            }
+        }
+    }
+    assert!(accepted > 100, "{accepted}");
+    // Every kind of refusal came up.
+    refusals.sort_by_key(|d| alloc::format!("{d:?}"));
+    refusals.dedup();
+    assert_eq!(refusals.len(), 7, "{refusals:?}");
+}

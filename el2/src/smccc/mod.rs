@@ -19,7 +19,8 @@
 //!    untouched (DEN0028 "Register use in AArch64 SMC and HVC calls",
 //!    SMCCC ≥ 1.1);
 //! 4. returns the reply's [`Action`], which the caller carries out (start a
-//!    vCPU, stop this one, block it, stop the VM, kick a sibling).
+//!    vCPU, stop this one, block it, stop the VM, kick a sibling, yield to
+//!    a sibling).
 //!
 //! For a trapped SMC the caller also advances ELR by 4 (the trap leaves it
 //! at the SMC, unlike HVC; ABI.md §1). Nothing is ever forwarded to EL3.
@@ -54,9 +55,11 @@
 //! [`PvConfig`]: the standard services, [`KvmService`] (vendor Call UID,
 //! KVM_FEATURES, and KVM_PTP if enabled; ABI.md §2) for every VM, then the
 //! enabled paravirtual services — [`PvLockService`] for the VM's PV-lock
-//! variant (ABI.md §3) and [`PvTimeService`] (DEN0057A; ABI.md §4). They
-//! share the VM's [`PvRegistry`] of record addresses with the arch layer,
-//! which keeps the records up to date ([`crate::pv`]).
+//! variant (ABI.md §3) together with [`PvYieldService`] (the project's
+//! directed-yield call, `pvlock_abi::directed_yield`), and
+//! [`PvTimeService`] (DEN0057A; ABI.md §4). They share the VM's
+//! [`PvRegistry`] of record addresses with the arch layer, which keeps the
+//! records up to date ([`crate::pv`]).
 //!
 //! | VM enables | ids answered | KVM_FEATURES bits | SMCCC_ARCH_FEATURES = 0 for |
 //! |---|---|---|---|
@@ -66,6 +69,7 @@
 //! | `pv-lock` seed-v3 | `0x86000001` (PV_LOCK) | 1 | — |
 //! | `pv-lock` openEuler | `0xC5000090..=0xC5000093` | — | `0xC5000090` |
 //! | `pv-lock` Anolis | `0xC60000B0..=0xC60000B2`, `0xC50000B3` | — | `0xC60000B0`, `0xC60000B2` |
+//! | `pv-lock` (any variant) | `0xC6000022` (PV_SCHED_YIELD_TO) | 34 | `0xC6000022` |
 //! | `pv-time` | `0xC5000020`, `0xC5000021` | — | `0xC5000020` |
 //!
 //! Everything else a VM did not enable answers NOT_SUPPORTED.
@@ -78,6 +82,7 @@ pub mod psci;
 mod pv_tests;
 pub mod pvlock;
 pub mod pvtime;
+pub mod pvyield;
 #[cfg(test)]
 mod tests;
 
@@ -87,6 +92,7 @@ pub use kvm::KvmService;
 pub use psci::PsciService;
 pub use pvlock::PvLockService;
 pub use pvtime::PvTimeService;
+pub use pvyield::PvYieldService;
 
 use alloc::boxed::Box;
 use alloc::sync::Arc;
@@ -236,6 +242,28 @@ pub enum Action {
     /// caller itself (only the kicked flag is set) or Off.
     Kick {
         /// The vCPU to wake.
+        target: VcpuId,
+    },
+    /// PV_SCHED_YIELD_TO (`pvlock_abi::directed_yield`): give the rest of
+    /// the caller's slice to `target` if it is waiting for a pCPU. X0
+    /// already holds 1 ("not yielded"). The caller, under the scheduler
+    /// lock:
+    /// 1. `Scheduler::yield_to(caller, target, pcpu, now)`;
+    /// 2. on success writes X0 = 0 (`directed_yield::YIELDED`), stores 1
+    ///    in the caller's PV-lock "preempted" record (it now waits in a run
+    ///    queue, as for a requeue), records its deschedule snapshot
+    ///    ([`crate::onspin::VmSpin::descheduled`] with its saved SPSR_EL2)
+    ///    and leaves the pCPU without a `put` (the scheduler has already
+    ///    requeued it; the arch layer's `Next::Yielded`);
+    /// 3. on refusal resumes the caller with X0 = 1 as written.
+    ///
+    /// Either way it counts the call
+    /// ([`crate::onspin::SpinStats::record_pv_yield`]). No
+    /// wake-up: a blocked target stays blocked (that is KICK_CPU's job).
+    /// `target` is a vCPU of the caller's VM other than the caller
+    /// (checked).
+    YieldTo {
+        /// The vCPU to yield to.
         target: VcpuId,
     },
 }
@@ -444,8 +472,9 @@ impl Dispatcher {
     /// The table of a VM with the paravirtual services of `config`: the
     /// [standard](Self::standard) services, the KVM vendor discovery calls
     /// ([`KvmService`], every VM, with KVM_PTP if `config.ptp`), the
-    /// PV-lock variant ([`PvLockService`]) and PV time ([`PvTimeService`])
-    /// if enabled. `registry` must have been built for the same `config`
+    /// PV-lock variant ([`PvLockService`]) with the directed-yield call
+    /// ([`PvYieldService`]), and PV time ([`PvTimeService`]), if enabled.
+    /// `registry` must have been built for the same `config`
     /// ([`PvRegistry::new`]); the services and the arch layer share it.
     ///
     /// Refused with [`ConfigError::PtpClash`] for KVM_PTP with seed-v3
@@ -468,6 +497,7 @@ impl Dispatcher {
         table.register(Box::new(KvmService::new(config.ptp)))?;
         if let Some(variant) = config.lock {
             table.register(Box::new(PvLockService::new(variant, registry.clone())))?;
+            table.register(Box::new(PvYieldService::new()))?;
         }
         if config.steal_time {
             table.register(Box::new(PvTimeService::new(registry)))?;

@@ -10,6 +10,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 use platform::MemRange;
 use pvlock_abi::arch as abi_arch;
+use pvlock_abi::directed_yield;
 use pvlock_abi::kvm::{self, func};
 use pvlock_abi::pvlock::{Variant, anolis, openeuler, seed_v2, seed_v3};
 use pvlock_abi::pvtime;
@@ -43,6 +44,8 @@ mod abi {
     pub const ANOLIS_KICK_CPU: u32 = 0xC50000B3;
     pub const PV_TIME_FEATURES: u32 = 0xC5000020;
     pub const PV_TIME_ST: u32 = 0xC5000021;
+    /// The project's directed-yield call (pvlock_abi::directed_yield).
+    pub const YIELD_TO: u32 = 0xC6000022;
     pub const ARCH_FEATURES: u32 = 0x80000001;
     pub const UID_WORDS: [u64; 4] = [0xb66fb428, 0xe911c52e, 0x564bcaa9, 0x743a004d];
 
@@ -82,6 +85,7 @@ fn abi_literals_are_the_constants_used() {
     assert_eq!(anolis::PV_QSPINLOCK_KICK_CPU.raw(), abi::ANOLIS_KICK_CPU);
     assert_eq!(pvtime::PV_TIME_FEATURES.raw(), abi::PV_TIME_FEATURES);
     assert_eq!(pvtime::PV_TIME_ST.raw(), abi::PV_TIME_ST);
+    assert_eq!(directed_yield::PV_SCHED_YIELD_TO.raw(), abi::YIELD_TO);
     assert_eq!(abi_arch::SMCCC_ARCH_FEATURES.raw(), abi::ARCH_FEATURES);
     assert_eq!(kvm::UID_REGS, abi::UID_WORDS);
     // ABI.md §2 bit numbers: 0 FEATURES, 1 PTP (= seed-v3); the project's
@@ -89,6 +93,7 @@ fn abi_literals_are_the_constants_used() {
     assert_eq!((func::FEATURES, func::PTP), (0, 1));
     assert_eq!(seed_v3::KVM_FEATURES_BIT, 1);
     assert_eq!((func::PV_LOCK_FEATURES, func::PV_LOCK_PREEMPTED), (32, 33));
+    assert_eq!(func::PV_SCHED_YIELD_TO, 34);
     let mut every: Vec<u32> = Variant::ALL
         .iter()
         .flat_map(|v| v.function_ids())
@@ -238,15 +243,17 @@ fn every_vm_has_the_standard_and_kvm_services() {
         let vm = vm_with(config.lock, config.steal_time, config.ptp);
         let names = services(&vm);
         assert_eq!(names[..3], ["arm-arch", "psci", "kvm"], "{config:?}");
+        // A PV-lock variant comes with the directed-yield call.
         assert_eq!(
             names.len(),
-            3 + usize::from(config.lock.is_some()) + usize::from(config.steal_time)
+            3 + 2 * usize::from(config.lock.is_some()) + usize::from(config.steal_time)
         );
         assert_eq!(names.contains(&"pv-time"), config.steal_time);
+        assert_eq!(names.contains(&"pv-yield"), config.lock.is_some());
     }
     assert_eq!(
         services(&lock_vm(Variant::OpenEuler)),
-        ["arm-arch", "psci", "kvm", "pv-lock(openeuler)"]
+        ["arm-arch", "psci", "kvm", "pv-lock(openeuler)", "pv-yield"]
     );
 }
 
@@ -271,29 +278,40 @@ fn call_uid_is_kvm_s_on_every_vm() {
 fn kvm_features_bitmap_per_vm() {
     let words = |vm: &Vm, view: &FakeVm| call_from(&vm.table, view, 0, abi::KVM_FEATURES, &[]).0;
     // ABI.md §2 / project bits: nothing -> bit 0; seed-v2 -> 0, 32, 33;
-    // seed-v3 -> 0, 1; PTP -> 0, 1.
+    // seed-v3 -> 0, 1; PTP -> 0, 1; every PV-lock variant -> 34 (the
+    // directed-yield call).
     assert_eq!(words(&vm_with(None, false, false), &CLOCK), [0b1, 0, 0, 0]);
-    assert_eq!(words(&lock_vm(Variant::SeedV2), &CLOCK), [0b1, 0b11, 0, 0]);
-    assert_eq!(words(&lock_vm(Variant::SeedV3), &CLOCK), [0b11, 0, 0, 0]);
+    assert_eq!(words(&lock_vm(Variant::SeedV2), &CLOCK), [0b1, 0b111, 0, 0]);
+    assert_eq!(
+        words(&lock_vm(Variant::SeedV3), &CLOCK),
+        [0b11, 0b100, 0, 0]
+    );
     assert_eq!(words(&vm_with(None, false, true), &CLOCK), [0b11, 0, 0, 0]);
-    assert_eq!(words(&lock_vm(Variant::OpenEuler), &CLOCK), [0b1, 0, 0, 0]);
-    assert_eq!(words(&lock_vm(Variant::Anolis), &CLOCK), [0b1, 0, 0, 0]);
+    assert_eq!(
+        words(&lock_vm(Variant::OpenEuler), &CLOCK),
+        [0b1, 0b100, 0, 0]
+    );
+    assert_eq!(words(&lock_vm(Variant::Anolis), &CLOCK), [0b1, 0b100, 0, 0]);
     assert_eq!(words(&vm_with(None, true, false), &CLOCK), [0b1, 0, 0, 0]);
     assert_eq!(
         words(&vm_with(Some(Variant::SeedV2), true, true), &CLOCK),
-        [0b11, 0b11, 0, 0]
+        [0b11, 0b111, 0, 0]
     );
     // The answer is the table's, which agrees with the constants.
     let seed_v2 = lock_vm(Variant::SeedV2);
     let expected = kvm::KvmFeatures::new()
         .with(func::PV_LOCK_FEATURES)
-        .with(func::PV_LOCK_PREEMPTED);
+        .with(func::PV_LOCK_PREEMPTED)
+        .with(func::PV_SCHED_YIELD_TO);
     assert_eq!(seed_v2.table.kvm_features(), expected);
     assert_eq!(words(&seed_v2, &CLOCK), expected.to_regs());
     // No wall clock: PTP is not advertised; seed-v3's bit 1 is unaffected.
     let no_clock = FakeVm { wall: None };
     assert_eq!(words(&vm_with(None, true, true), &no_clock), [0b1, 0, 0, 0]);
-    assert_eq!(words(&lock_vm(Variant::SeedV3), &no_clock), [0b11, 0, 0, 0]);
+    assert_eq!(
+        words(&lock_vm(Variant::SeedV3), &no_clock),
+        [0b11, 0b100, 0, 0]
+    );
 }
 
 #[test]
@@ -736,6 +754,7 @@ fn no_register_contents_make_a_pv_service_panic() {
             abi::KVM_FEATURES,
             abi::PV_TIME_FEATURES,
             abi::PV_TIME_ST,
+            abi::YIELD_TO,
             abi::ARCH_FEATURES,
         ])
         .collect();
@@ -756,4 +775,121 @@ fn no_register_contents_make_a_pv_service_panic() {
         let caller = (random() % (u64::from(VCPUS) + 2)) as u16;
         call_from(&vm.table, view, caller, fid, &args);
     }
+}
+
+/// PV_SCHED_YIELD_TO: on every VM with a PV-lock variant, X0 = 1 ("not
+/// yielded" until the arch layer has yielded) and `Action::YieldTo` for a
+/// sibling; -3 for the caller itself; -1 for no such vCPU; nothing on VMs
+/// without PV-lock.
+#[test]
+fn pv_sched_yield_to() {
+    for variant in Variant::ALL {
+        let vm = lock_vm(variant);
+        for caller in 0..VCPUS {
+            for target in 0..VCPUS {
+                let (x, action) = call_from(
+                    &vm.table,
+                    &CLOCK,
+                    caller,
+                    abi::YIELD_TO,
+                    &[u64::from(target)],
+                );
+                if target == caller {
+                    assert_eq!(x, [(-3i64) as u64, 0, 0, 0]);
+                    assert_eq!(action, Action::None);
+                } else {
+                    assert_eq!(x, [1, 0, 0, 0], "{variant:?} {caller} -> {target}");
+                    assert_eq!(
+                        action,
+                        Action::YieldTo {
+                            target: VcpuId {
+                                vm: VM,
+                                index: target
+                            }
+                        }
+                    );
+                }
+            }
+        }
+        // No such vCPU: -1 and no action. X1 is taken whole (SMC64).
+        for bad in [
+            u64::from(VCPUS),
+            0x1_0000,
+            0x1_0000_0001,
+            0xFFFF_FFFF_0000_0002,
+            u64::MAX,
+        ] {
+            assert_eq!(
+                call_from(&vm.table, &CLOCK, 1, abi::YIELD_TO, &[bad]),
+                ([NOT_SUPPORTED, 0, 0, 0], Action::None),
+                "{bad:#x}"
+            );
+        }
+        // A caller the VM view does not know still cannot name a target
+        // outside the VM.
+        let (x, action) = call_from(&vm.table, &CLOCK, VCPUS + 1, abi::YIELD_TO, &[0]);
+        assert_eq!(x[0], 1);
+        assert_eq!(
+            action,
+            Action::YieldTo {
+                target: VcpuId { vm: VM, index: 0 }
+            }
+        );
+        // Discoverable both ways.
+        assert_eq!(arch_features(&vm, abi::YIELD_TO), 0);
+        assert!(vm.table.kvm_features().contains(func::PV_SCHED_YIELD_TO));
+        assert_eq!(
+            vm.table.counters().count(directed_yield::PV_SCHED_YIELD_TO),
+            u64::from(VCPUS) * u64::from(VCPUS) + 5 + 1
+        );
+        // The variant's own features call does not claim it.
+        let own_features = match variant {
+            Variant::SeedV2 => Some(abi::SEED_V2_FEATURES),
+            Variant::OpenEuler => Some(abi::OE_FEATURES),
+            Variant::Anolis => Some(abi::ANOLIS_FEATURES),
+            Variant::SeedV3 => None,
+        };
+        if let Some(features) = own_features {
+            assert_eq!(
+                x0(&vm, features, &[u64::from(abi::YIELD_TO)]),
+                NOT_SUPPORTED
+            );
+        }
+    }
+    // VMs without PV-lock: not offered, not advertised.
+    for config in every_config().into_iter().filter(|c| c.lock.is_none()) {
+        let vm = vm_with(config.lock, config.steal_time, config.ptp);
+        assert_eq!(
+            call_from(&vm.table, &CLOCK, 0, abi::YIELD_TO, &[1]),
+            ([NOT_SUPPORTED, 0, 0, 0], Action::None),
+            "{config:?}"
+        );
+        assert_eq!(arch_features(&vm, abi::YIELD_TO), NOT_SUPPORTED);
+        assert!(!vm.table.kvm_features().contains(func::PV_SCHED_YIELD_TO));
+    }
+}
+
+#[test]
+fn pv_sched_yield_to_answers_match_the_abi_constants() {
+    assert_eq!(directed_yield::YIELDED, 0);
+    assert_eq!(pvlock_abi::smccc::ret_to_x0(directed_yield::NOT_YIELDED), 1);
+    assert_eq!(
+        pvlock_abi::smccc::ret_to_x0(directed_yield::UNKNOWN_VCPU),
+        NOT_SUPPORTED
+    );
+    assert_eq!(
+        pvlock_abi::smccc::ret_to_x0(directed_yield::TO_SELF),
+        (-3i64) as u64
+    );
+    // Registering it twice is refused like any other id clash.
+    let mut table = Dispatcher::new();
+    table.register(Box::new(PvYieldService::new())).unwrap();
+    assert_eq!(
+        table.register(Box::new(PvYieldService::new())),
+        Err(RegisterError::Conflict {
+            fid: directed_yield::PV_SCHED_YIELD_TO,
+            owner: "pv-yield",
+            refused: "pv-yield",
+        })
+    );
 }

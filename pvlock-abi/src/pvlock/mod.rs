@@ -22,9 +22,47 @@
 //! (same layout as `u8`), private to this crate, so that holding a
 //! `&VcpuState*` over guest memory stays sound while the guest writes
 //! anywhere in the 64 bytes (the openEuler guest `memset`s its own struct).
-//! A documented extension field can later be carved out of the front of
-//! the reserved area by shortening the array; the offset asserts next to
-//! each type pin where it may start.
+//!
+//! # Extension: the lock count (this project's, not in any published variant)
+//!
+//! Both structures carry one documented extension field, carved out of the
+//! reserved bytes at the same offset in both, [`LOCK_COUNT_OFFSET`] (8):
+//!
+//! | bytes | [`VcpuState64`] | [`VcpuState32`] |
+//! |---|---|---|
+//! | 0..4 | `le64 preempted` (low half) | `le32 preempted` |
+//! | 4..8 | `le64 preempted` (high half) | reserved, kept zero (see [`VcpuState32`]) |
+//! | 8..12 | `le32 lock_count` | `le32 lock_count` |
+//! | 12..64 | reserved, zero | reserved, zero |
+//!
+//! `lock_count` is the number of guest locks the vCPU holds right now. The
+//! **guest** maintains it — the vCPU that owns the record adds one when it
+//! takes a lock and subtracts one when it drops it
+//! ([`VcpuState64::lock_acquired`] / [`VcpuState64::lock_released`]) — and
+//! the **hypervisor** only reads it ([`VcpuState64::lock_count_hint`]), as
+//! a hint for directed yield: a vCPU preempted while it holds a lock is
+//! the one its spinning siblings wait for (the "boost vCPU in critical
+//! section" seed; ABI.md §6 "kvm_vcpu_on_spin"). It is the explicit,
+//! documented guest/host contract that the seed's review asked for instead
+//! of exposing the guest kernel's `preempt_count` (an internal that
+//! changes between kernel versions).
+//!
+//! Rules:
+//! - A guest that does not know the extension never writes it; the field
+//!   stays 0 (zeroed at VM load for hypervisor-placed records, by the guest
+//!   for its own) and means "no hint". Every published guest is such a
+//!   guest, so the extension changes nothing for them.
+//! - The value is a hint from the guest and never trusted: the hypervisor
+//!   must not fail, and must not let one VM affect another, whatever it
+//!   reads, and it ignores implausible values (el2's directed-yield policy
+//!   ignores counts above Linux's `MAX_LOCK_DEPTH`, 48).
+//! - The hypervisor never writes it (it writes only `preempted`, and zeroes
+//!   the whole record when it hands it out or reloads the VM).
+//! - Only the owning vCPU writes it, so the guest needs no atomic
+//!   read-modify-write against other CPUs; the accessors use one anyway
+//!   (an interrupt on the same CPU may take a lock in between).
+//! - Hypervisors that honour the hint advertise the directed-yield call
+//!   ([`crate::directed_yield`], KVM_FEATURES bit 34).
 
 use core::fmt;
 use core::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
@@ -40,25 +78,59 @@ pub mod seed_v3;
 /// must be 64 byte aligned, pad to that size"). ABI.md §3.
 pub const STATE_SIZE: usize = 64;
 
+/// Byte offset of the `le32 lock_count` extension in both [`VcpuState64`]
+/// and [`VcpuState32`] (see the module documentation, "Extension: the lock
+/// count"). Past the widest `preempted` field (bytes 0..8) and 4-byte
+/// aligned.
+pub const LOCK_COUNT_OFFSET: usize = 8;
+
+/// Width in bytes of the `lock_count` extension (`le32`).
+pub const LOCK_COUNT_WIDTH: usize = 4;
+
+const _: () = assert!(LOCK_COUNT_OFFSET >= 8 && LOCK_COUNT_OFFSET.is_multiple_of(LOCK_COUNT_WIDTH));
+const _: () = assert!(LOCK_COUNT_OFFSET + LOCK_COUNT_WIDTH <= STATE_SIZE);
+
+/// Guest side of the lock count: one lock more (`up`) or one fewer, as a
+/// single-copy-atomic little-endian read-modify-write that saturates
+/// rather than wraps.
+fn lock_count_add(count: &AtomicU32, up: bool) {
+    // The closure never returns `None`, so `fetch_update` cannot fail.
+    let _ = count.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |raw| {
+        let value = u32::from_le(raw);
+        let next = if up {
+            value.saturating_add(1)
+        } else {
+            value.saturating_sub(1)
+        };
+        Some(next.to_le())
+    });
+}
+
 /// Per-vCPU state with a 64-bit `preempted` field:
 /// `struct { le64 preempted; u8 pad[56]; }`, 64 bytes, 64-byte aligned.
 ///
 /// Used by [`seed_v2`] and [`seed_v3`] (Linux `struct pvlock_vcpu_state`,
 /// `arch/arm64/include/asm/pvlock-abi.h` of the seed series). The
-/// hypervisor owns the memory; the guest maps it read-only in effect.
-/// ABI.md §3.
+/// hypervisor owns the memory; the guest maps it read-only in effect,
+/// except for the project's `lock_count` extension at
+/// [`LOCK_COUNT_OFFSET`] (module documentation), which only the guest
+/// writes. ABI.md §3.
 #[repr(C, align(64))]
 pub struct VcpuState64 {
     /// `le64 preempted` at offset 0: non-zero while the vCPU is not running.
     preempted: AtomicU64,
-    /// `u8 pad[56]` at offset 8: reserved, zero.
-    reserved: [AtomicU8; 56],
+    /// `le32 lock_count` at offset 8 (extension; the seed series' `pad`):
+    /// locks the vCPU holds, written by the guest.
+    lock_count: AtomicU32,
+    /// `u8 pad[52]` at offset 12: reserved, zero.
+    reserved: [AtomicU8; 52],
 }
 
 const _: () = assert!(core::mem::size_of::<VcpuState64>() == STATE_SIZE);
 const _: () = assert!(core::mem::align_of::<VcpuState64>() == STATE_SIZE);
 const _: () = assert!(core::mem::offset_of!(VcpuState64, preempted) == 0);
-const _: () = assert!(core::mem::offset_of!(VcpuState64, reserved) == 8);
+const _: () = assert!(core::mem::offset_of!(VcpuState64, lock_count) == LOCK_COUNT_OFFSET);
+const _: () = assert!(core::mem::offset_of!(VcpuState64, reserved) == 12);
 
 impl VcpuState64 {
     /// Value of `preempted` while the vCPU runs. ABI.md §3.
@@ -71,7 +143,8 @@ impl VcpuState64 {
     pub const fn new() -> Self {
         Self {
             preempted: AtomicU64::new(Self::RUNNING),
-            reserved: [const { AtomicU8::new(0) }; 56],
+            lock_count: AtomicU32::new(0),
+            reserved: [const { AtomicU8::new(0) }; 52],
         }
     }
 
@@ -101,11 +174,33 @@ impl VcpuState64 {
         self.load_preempted(Ordering::Acquire) != Self::RUNNING
     }
 
-    /// Zeroes the whole structure (host, before handing out the IPA).
+    /// Host side: the guest's `lock_count` extension (locks the vCPU holds;
+    /// module documentation), a single-copy-atomic little-endian `Relaxed`
+    /// load. An untrusted hint: any value may be read, including garbage
+    /// from a guest that does not maintain it correctly.
+    pub fn lock_count_hint(&self) -> u32 {
+        u32::from_le(self.lock_count.load(Ordering::Relaxed))
+    }
+
+    /// Guest side: the owning vCPU took a lock (`lock_count` + 1,
+    /// saturating).
+    pub fn lock_acquired(&self) {
+        lock_count_add(&self.lock_count, true);
+    }
+
+    /// Guest side: the owning vCPU dropped a lock (`lock_count` - 1,
+    /// saturating at 0, so an unbalanced release never leaves a huge count).
+    pub fn lock_released(&self) {
+        lock_count_add(&self.lock_count, false);
+    }
+
+    /// Zeroes the whole structure (host, before handing out the IPA),
+    /// `lock_count` included.
     pub fn reset(&self) {
         for b in &self.reserved {
             b.store(0, Ordering::Relaxed);
         }
+        self.lock_count.store(0, Ordering::Relaxed);
         self.store_preempted(Self::RUNNING, Ordering::Release);
     }
 }
@@ -120,6 +215,7 @@ impl fmt::Debug for VcpuState64 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("VcpuState64")
             .field("preempted", &self.load_preempted(Ordering::Relaxed))
+            .field("lock_count", &self.lock_count_hint())
             .finish_non_exhaustive()
     }
 }
@@ -134,19 +230,28 @@ impl fmt::Debug for VcpuState64 {
 /// Compatibility note: the host writes only bytes 0..4. A guest that reads
 /// the field as 64 bits (one Anolis tree declares `le64 preempted; u8
 /// pad[56]` for the same calls) still sees 0/1 as long as bytes 4..8 stay
-/// zero — so keep any future extension field out of bytes 4..8.
+/// zero — which is why the `lock_count` extension sits at
+/// [`LOCK_COUNT_OFFSET`] (8), as in [`VcpuState64`], and bytes 4..8 stay
+/// reserved.
 #[repr(C, align(64))]
 pub struct VcpuState32 {
     /// `le32 preempted` at offset 0: non-zero while the vCPU is not running.
     preempted: AtomicU32,
-    /// `u8 pad[60]` at offset 4: reserved, zero.
-    reserved: [AtomicU8; 60],
+    /// `u8 pad[4]` at offset 4: reserved, zero (see the compatibility note).
+    reserved_low: [AtomicU8; 4],
+    /// `le32 lock_count` at offset 8 (extension): locks the vCPU holds,
+    /// written by the guest.
+    lock_count: AtomicU32,
+    /// `u8 pad[52]` at offset 12: reserved, zero.
+    reserved: [AtomicU8; 52],
 }
 
 const _: () = assert!(core::mem::size_of::<VcpuState32>() == STATE_SIZE);
 const _: () = assert!(core::mem::align_of::<VcpuState32>() == STATE_SIZE);
 const _: () = assert!(core::mem::offset_of!(VcpuState32, preempted) == 0);
-const _: () = assert!(core::mem::offset_of!(VcpuState32, reserved) == 4);
+const _: () = assert!(core::mem::offset_of!(VcpuState32, reserved_low) == 4);
+const _: () = assert!(core::mem::offset_of!(VcpuState32, lock_count) == LOCK_COUNT_OFFSET);
+const _: () = assert!(core::mem::offset_of!(VcpuState32, reserved) == 12);
 
 impl VcpuState32 {
     /// Value of `preempted` while the vCPU runs. ABI.md §3.
@@ -159,7 +264,9 @@ impl VcpuState32 {
     pub const fn new() -> Self {
         Self {
             preempted: AtomicU32::new(Self::RUNNING),
-            reserved: [const { AtomicU8::new(0) }; 60],
+            reserved_low: [const { AtomicU8::new(0) }; 4],
+            lock_count: AtomicU32::new(0),
+            reserved: [const { AtomicU8::new(0) }; 52],
         }
     }
 
@@ -189,11 +296,31 @@ impl VcpuState32 {
         self.load_preempted(Ordering::Acquire) != Self::RUNNING
     }
 
-    /// Zeroes the whole structure (guest, before IPA_INIT / after release).
+    /// Host side: the guest's `lock_count` extension; see
+    /// [`VcpuState64::lock_count_hint`].
+    pub fn lock_count_hint(&self) -> u32 {
+        u32::from_le(self.lock_count.load(Ordering::Relaxed))
+    }
+
+    /// Guest side: the owning vCPU took a lock; see
+    /// [`VcpuState64::lock_acquired`].
+    pub fn lock_acquired(&self) {
+        lock_count_add(&self.lock_count, true);
+    }
+
+    /// Guest side: the owning vCPU dropped a lock; see
+    /// [`VcpuState64::lock_released`].
+    pub fn lock_released(&self) {
+        lock_count_add(&self.lock_count, false);
+    }
+
+    /// Zeroes the whole structure (guest, before IPA_INIT / after release),
+    /// `lock_count` included.
     pub fn reset(&self) {
-        for b in &self.reserved {
+        for b in self.reserved_low.iter().chain(&self.reserved) {
             b.store(0, Ordering::Relaxed);
         }
+        self.lock_count.store(0, Ordering::Relaxed);
         self.store_preempted(Self::RUNNING, Ordering::Release);
     }
 }
@@ -208,6 +335,7 @@ impl fmt::Debug for VcpuState32 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("VcpuState32")
             .field("preempted", &self.load_preempted(Ordering::Relaxed))
+            .field("lock_count", &self.lock_count_hint())
             .finish_non_exhaustive()
     }
 }
@@ -283,16 +411,95 @@ mod tests {
         assert_eq!(size_of::<VcpuState64>(), 64);
         assert_eq!(align_of::<VcpuState64>(), 64);
         assert_eq!(offset_of!(VcpuState64, preempted), 0);
-        assert_eq!(offset_of!(VcpuState64, reserved), 8);
+        assert_eq!(offset_of!(VcpuState64, lock_count), 8);
+        assert_eq!(offset_of!(VcpuState64, reserved), 12);
         assert_eq!(size_of::<VcpuState32>(), 64);
         assert_eq!(align_of::<VcpuState32>(), 64);
         assert_eq!(offset_of!(VcpuState32, preempted), 0);
-        assert_eq!(offset_of!(VcpuState32, reserved), 4);
+        assert_eq!(offset_of!(VcpuState32, reserved_low), 4);
+        assert_eq!(offset_of!(VcpuState32, lock_count), 8);
+        assert_eq!(offset_of!(VcpuState32, reserved), 12);
         // Atomics have the layout of the plain integers.
         assert_eq!(size_of::<AtomicU64>(), 8);
         assert_eq!(align_of::<AtomicU64>(), 8);
         assert_eq!(size_of::<AtomicU32>(), 4);
-        assert_eq!(size_of::<[AtomicU8; 56]>(), 56);
+        assert_eq!(size_of::<[AtomicU8; 52]>(), 52);
+    }
+
+    /// The lock-count extension: offset 8 in both records, clear of every
+    /// variant's `preempted` field (bytes 0..8 for le64, 0..4 for le32, with
+    /// 4..8 kept zero for Anolis guests that read le64).
+    #[test]
+    fn lock_count_offset_is_pinned() {
+        assert_eq!(LOCK_COUNT_OFFSET, 8);
+        assert_eq!(LOCK_COUNT_WIDTH, 4);
+        assert_eq!(offset_of!(VcpuState64, lock_count), LOCK_COUNT_OFFSET);
+        assert_eq!(offset_of!(VcpuState32, lock_count), LOCK_COUNT_OFFSET);
+        for v in Variant::ALL {
+            assert!(
+                v.preempted_width() <= LOCK_COUNT_OFFSET,
+                "{} overlaps the lock count",
+                v.name()
+            );
+        }
+    }
+
+    #[test]
+    fn lock_count_is_le32_at_offset_8() {
+        let s = VcpuState64::new();
+        assert_eq!(s.lock_count_hint(), 0);
+        s.lock_acquired();
+        s.lock_acquired();
+        assert_eq!(s.lock_count_hint(), 2);
+        let b = bytes_of(&s);
+        assert_eq!(&b[8..12], &[2, 0, 0, 0]);
+        assert!(b[..8].iter().chain(&b[12..]).all(|&x| x == 0));
+        // Independent of `preempted`.
+        s.set_preempted(true);
+        assert_eq!(s.lock_count_hint(), 2);
+        assert_eq!(s.load_preempted(Ordering::Relaxed), 1);
+        s.lock_released();
+        assert_eq!(s.lock_count_hint(), 1);
+        assert!(s.is_preempted());
+        s.reset();
+        assert_eq!(bytes_of(&s), &[0u8; 64]);
+
+        let t = VcpuState32::new();
+        t.lock_acquired();
+        t.set_preempted(true);
+        let b = bytes_of(&t);
+        assert_eq!(&b[..4], &[1, 0, 0, 0]);
+        assert_eq!(&b[4..8], &[0, 0, 0, 0], "bytes 4..8 stay zero");
+        assert_eq!(&b[8..12], &[1, 0, 0, 0]);
+        assert!(b[12..].iter().all(|&x| x == 0));
+        assert_eq!(t.lock_count_hint(), 1);
+        t.reset();
+        assert_eq!(bytes_of(&t), &[0u8; 64]);
+    }
+
+    #[test]
+    fn lock_count_saturates() {
+        let s = VcpuState32::new();
+        // An unbalanced release leaves 0, not u32::MAX.
+        s.lock_released();
+        assert_eq!(s.lock_count_hint(), 0);
+        // Whatever the guest stored, the host reads it back as written
+        // (little-endian) and the guest side never wraps.
+        let raw = |s: &VcpuState32| {
+            let b = bytes_of(s);
+            u32::from_le_bytes([b[8], b[9], b[10], b[11]])
+        };
+        s.lock_count.store(u32::MAX.to_le(), Ordering::Relaxed);
+        assert_eq!(s.lock_count_hint(), u32::MAX);
+        s.lock_acquired();
+        assert_eq!(s.lock_count_hint(), u32::MAX);
+        s.lock_released();
+        assert_eq!(raw(&s), u32::MAX - 1);
+        let t = VcpuState64::new();
+        t.lock_count
+            .store(0x0102_0304u32.to_le(), Ordering::Relaxed);
+        assert_eq!(&bytes_of(&t)[8..12], &[4, 3, 2, 1]);
+        assert_eq!(t.lock_count_hint(), 0x0102_0304);
     }
 
     #[test]

@@ -1,0 +1,76 @@
+//! The directed-yield hypercall PV_SCHED_YIELD_TO (this project's vendor
+//! call `0xC6000022`; `pvlock_abi::directed_yield`, ABI.md §6).
+
+use pvlock_abi::directed_yield::{
+    IDS, KVM_FEATURES_BIT, NOT_YIELDED, PV_SCHED_YIELD_TO, TO_SELF, UNKNOWN_VCPU,
+};
+use pvlock_abi::kvm::KvmFeatures;
+use pvlock_abi::smccc::{self, FunctionId};
+
+use super::{Action, Call, Reply, Service};
+use crate::vcpu::VcpuId;
+
+/// PV_SCHED_YIELD_TO for one VM; registered by
+/// [`super::Dispatcher::for_vm`] on every VM with a PV-lock variant (the
+/// guests that can tell a preempted lock holder from a running one).
+///
+/// | call | answer |
+/// |---|---|
+/// | `0xC6000022` PV_SCHED_YIELD_TO(X1 = target vCPU index) | X0 = 1 ([`NOT_YIELDED`]) and [`Action::YieldTo`]; the arch layer rewrites X0 to 0 ([`pvlock_abi::directed_yield::YIELDED`]) if the yield happens |
+/// | ... X1 = the caller's own index | -3 ([`TO_SELF`], INVALID_PARAMETER), no action |
+/// | ... X1 not a vCPU of the VM (all 64 bits count: SMC64) | -1 ([`UNKNOWN_VCPU`], NOT_SUPPORTED), no action |
+///
+/// X1..X3 are zeroed. SMCCC_ARCH_FEATURES(`0xC6000022`) answers 0 and the
+/// service sets KVM_FEATURES bit 34 ([`KVM_FEATURES_BIT`]).
+///
+/// X0 is "not yielded" until the yield has really happened, so whatever
+/// the arch layer does not get to do, the guest is never told it yielded
+/// when it did not.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PvYieldService;
+
+impl PvYieldService {
+    /// The service (it has no per-VM state).
+    pub const fn new() -> Self {
+        Self
+    }
+}
+
+impl Service for PvYieldService {
+    fn name(&self) -> &'static str {
+        "pv-yield"
+    }
+
+    fn ids(&self) -> &[FunctionId] {
+        IDS
+    }
+
+    fn call(&self, call: &Call<'_>) -> Reply {
+        if call.fid() != PV_SCHED_YIELD_TO {
+            return Reply::not_supported();
+        }
+        let caller = call.caller();
+        // SMC64: the whole of X1 is the index.
+        let index = match u16::try_from(call.arg(1)) {
+            Ok(index) if index < call.vm().vcpu_count() => index,
+            _ => return Reply::code(UNKNOWN_VCPU),
+        };
+        if index == caller.index {
+            return Reply::code(TO_SELF);
+        }
+        Reply::code(NOT_YIELDED).with_action(Action::YieldTo {
+            target: VcpuId {
+                vm: caller.vm,
+                index,
+            },
+        })
+    }
+
+    fn arch_features(&self, fid: FunctionId) -> Option<i64> {
+        (fid == PV_SCHED_YIELD_TO).then_some(smccc::SUCCESS)
+    }
+
+    fn kvm_features(&self) -> KvmFeatures {
+        KvmFeatures::EMPTY.with(KVM_FEATURES_BIT)
+    }
+}
