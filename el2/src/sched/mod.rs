@@ -732,29 +732,8 @@ impl Scheduler {
         pcpu: usize,
         now: u64,
     ) -> Result<(), YieldError> {
-        let from_slot = self.slot(from).map_err(|_| YieldError::UnknownVcpu(from))?;
-        let target_slot = self
-            .slot(target)
-            .map_err(|_| YieldError::UnknownVcpu(target))?;
-        self.running_slot(from, pcpu)
-            .map_err(|_| YieldError::NotRunningHere)?;
-        if target == from {
-            return Err(YieldError::ToSelf);
-        }
-        if target.vm != from.vm {
-            return Err(YieldError::OtherVm);
-        }
-        let t = &self.vcpus[target_slot];
-        if !matches!(t.place, Place::Queue(_)) {
-            return Err(YieldError::NotRunnable(t.state));
-        }
-        if !t.allowed.contains(pcpu) {
-            return Err(YieldError::NotAllowedHere);
-        }
+        let (from_slot, target_slot) = self.yield_slots(from, target, pcpu, now)?;
         let inherited_end = self.vcpus[from_slot].slice_end;
-        if inherited_end <= now {
-            return Err(YieldError::NoSliceLeft);
-        }
         self.unlink(target_slot);
         let t = &mut self.vcpus[target_slot];
         t.place = Place::Handoff(pcpu);
@@ -779,6 +758,18 @@ impl Scheduler {
         pcpu: usize,
         now: u64,
     ) -> Result<(), YieldError> {
+        self.yield_slots(from, target, pcpu, now).map(|_| ())
+    }
+
+    /// The checks of [`Self::yield_to`], in order; the slots of the
+    /// yielder and the target when it would be accepted.
+    fn yield_slots(
+        &self,
+        from: VcpuId,
+        target: VcpuId,
+        pcpu: usize,
+        now: u64,
+    ) -> Result<(usize, usize), YieldError> {
         let from_slot = self.slot(from).map_err(|_| YieldError::UnknownVcpu(from))?;
         let target_slot = self
             .slot(target)
@@ -801,7 +792,7 @@ impl Scheduler {
         if self.vcpus[from_slot].slice_end <= now {
             return Err(YieldError::NoSliceLeft);
         }
-        Ok(())
+        Ok((from_slot, target_slot))
     }
 
     /// Wakes every vCPU that blocked on `pcpu` and whose WFI deadline is at
