@@ -163,6 +163,17 @@ impl Exit {
     }
 }
 
+/// When a vCPU that executed WFI/WFIT must wake at the latest, in
+/// physical counter ticks: the earlier of its virtual timer's deadline (if
+/// armed) and the WFIT timeout (if the instruction had one); `None` means
+/// only an interrupt or a kick wakes it.
+pub fn wfi_deadline(vtimer: Option<u64>, wfit_timeout: Option<u64>) -> Option<u64> {
+    match (vtimer, wfit_timeout) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -266,6 +277,15 @@ mod tests {
             Exit::Other { class: 0x15 },
             "SVC"
         );
+    }
+
+    #[test]
+    fn wfi_wakes_at_the_earlier_deadline() {
+        assert_eq!(wfi_deadline(None, None), None);
+        assert_eq!(wfi_deadline(Some(500), None), Some(500));
+        assert_eq!(wfi_deadline(None, Some(700)), Some(700));
+        assert_eq!(wfi_deadline(Some(500), Some(700)), Some(500));
+        assert_eq!(wfi_deadline(Some(900), Some(700)), Some(700));
     }
 
     #[test]

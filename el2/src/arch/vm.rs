@@ -745,13 +745,22 @@ fn handle_exit(
             ctx.regs.pc += 4;
             hypercall(pcpu, vm, vcpu, ctx, imm, sched)
         }
-        Exit::Wfx { kind, .. } => {
+        Exit::Wfx {
+            kind,
+            deadline_register,
+        } => {
             ctx.regs.pc += 4;
             vm.spin.lock().stats_mut().record_wfx(&exit);
             match kind {
-                WfxKind::Wfi => Next::Put(PutReason::Wfi {
-                    deadline: live_vtimer_deadline(),
-                }),
+                // WFI blocks until the virtual timer fires or a wake-up;
+                // WFIT also until its own deadline (Rt, in virtual counter
+                // ticks; Arm ARM C6.2.397 "WFIT").
+                WfxKind::Wfi => {
+                    let own = deadline_register.map(|r| ctx.regs.reg(r).wrapping_add(vm.cntvoff));
+                    Next::Put(PutReason::Wfi {
+                        deadline: el2::exit::wfi_deadline(live_vtimer_deadline(), own),
+                    })
+                }
                 WfxKind::Wfe => on_spin(pcpu, vm, vcpu, ctx, sched),
             }
         }
