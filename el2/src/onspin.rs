@@ -61,15 +61,26 @@
 //! (KVM stops at its first successful yield), so a spinning sibling's
 //! `dy_eligible` toggles once per [`on_spin`] that reaches it.
 //!
-//! # WFE trap policy ([`TrapPolicy`], [`trap_wfe`])
+//! # WFx trap policy ([`TrapPolicy`], [`trap_wfe`], [`WfxPolicies`])
 //!
 //! KVM clears HCR_EL2.TWE while the pCPU runs a single task (no overcommit:
 //! a spinning vCPU wastes nobody's time and wakes fastest by itself) and
-//! sets it otherwise; `kvm-arm.wfe_trap_policy=trap|notrap` overrides
-//! (seed 002 is the per-vCPU equivalent on x86). Under QEMU TCG a WFE never
-//! traps whatever TWE says (ABI.md §6, "QEMU caveat"), so on QEMU this path
-//! is only reached by unit tests and the guest-visible way in is the
-//! directed-yield hypercall ([`pvlock_abi::directed_yield`]).
+//! sets it otherwise; `kvm-arm.wfe_trap_policy=trap|notrap` overrides.
+//! Here the policy is per vCPU, as seed 002 makes x86's exit control: each
+//! VM's description gives a policy for the VM (`wfe-trap`) and exceptions
+//! for single vCPUs (`wfe-trap-vcpus`), and a control VM (`control = "on"`)
+//! changes any vCPU's policy at run time with PVLOCK_SET_WFX_POLICY
+//! ([`pvlock_abi::control`]). Whether WFI traps (HCR_EL2.TWI) is fixed per
+//! VM (`wfi-trap`). [`WfxPolicies`] holds one VM's settings and computes
+//! HCR_EL2 from them ([`hcr_traps`]). The enum itself lives in `platform`
+//! ([`platform::TrapPolicy`], re-exported here), since the VM binding
+//! parses it.
+//!
+//! Under QEMU TCG a WFE never traps whatever TWE says (ABI.md §6, "QEMU
+//! caveat"), so on QEMU the WFE path is only reached by unit tests and the
+//! guest-visible way in is the directed-yield hypercall
+//! ([`pvlock_abi::directed_yield`]); WFI traps normally, so `wfi-trap` has
+//! a visible effect there.
 //!
 //! # What the arch layer does
 //!
@@ -79,9 +90,14 @@
 //! locked while holding it). Decisions and snapshots are made with the
 //! scheduler lock held too, so that they describe the scheduler state they
 //! were made on. Then:
-//! - **Every guest entry**: HCR_EL2 = [`hcr_el2_with_wfe_trap`]`(guest_hcr,
-//!   trap_wfe(policy, scheduler.runnable_on(pcpu)))`, read under the lock
-//!   the run loop already takes for `slice_end`.
+//! - **Every guest entry**: HCR_EL2 = the VM's
+//!   [`WfxPolicies::hcr_for`]`(guest_hcr, vcpu, runnable)`, with `runnable`
+//!   = `scheduler.runnable_on(pcpu)` read under the lock the run loop
+//!   already takes for `slice_end`. The [`WfxPolicies`] sit behind their
+//!   own leaf lock (nothing is locked while holding it), so that a control
+//!   VM's [`crate::smccc::Action::SetWfxPolicy`] can update them from
+//!   another pCPU; each affected vCPU picks the change up at its next
+//!   entry.
 //! - **vcpu_load**: [`VmSpin::resumed`] (the vCPU is back from its spin,
 //!   if it was in one).
 //! - **Every `put`** (still under the scheduler lock it ran under):
@@ -119,6 +135,9 @@ use core::ops::AddAssign;
 
 use aarch64_cpu::registers::{HCR_EL2, SPSR_EL2};
 use tock_registers::LocalRegisterCopy;
+
+pub use platform::TrapPolicy;
+use platform::VmConfig;
 
 use crate::exit::{Exit, WfxKind};
 use crate::sched::PutOutcome;
@@ -522,48 +541,6 @@ pub fn on_spin(
     boosted
 }
 
-/// When to trap WFE (HCR_EL2.TWE): KVM's `kvm-arm.wfe_trap_policy`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum TrapPolicy {
-    /// KVM's default: trap only while the pCPU has more than one runnable
-    /// vCPU (`kvm_vcpu_should_clear_twe`: clear while
-    /// `single_task_running()`).
-    #[default]
-    Auto,
-    /// Always trap (`wfe_trap_policy=trap`).
-    Trap,
-    /// Never trap (`wfe_trap_policy=notrap`): spinning guests spin.
-    NoTrap,
-}
-
-impl TrapPolicy {
-    /// From KVM's option spelling: `trap`, `notrap`, or `auto` (this
-    /// hypervisor's name for KVM's unset default).
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "auto" => Some(Self::Auto),
-            "trap" => Some(Self::Trap),
-            "notrap" => Some(Self::NoTrap),
-            _ => None,
-        }
-    }
-
-    /// The spelling [`Self::parse`] accepts.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Self::Auto => "auto",
-            Self::Trap => "trap",
-            Self::NoTrap => "notrap",
-        }
-    }
-}
-
-impl fmt::Display for TrapPolicy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
 /// Whether a vCPU about to enter the guest on a pCPU with
 /// `runnable_on_this_pcpu` vCPUs wanting it (itself included:
 /// `Scheduler::runnable_on`) should trap WFE. Auto traps only when more
@@ -588,6 +565,120 @@ pub fn hcr_el2_with_wfe_trap(hcr: u64, trap: bool) -> u64 {
         HCR_EL2::TWE::CLEAR
     });
     value.get()
+}
+
+/// `hcr` with HCR_EL2.TWE (bit 14, WFE) set iff `wfe_trap` and HCR_EL2.TWI
+/// (bit 13, "Traps EL0 and EL1 execution of WFI instructions to EL2") set
+/// iff `wfi_trap`; every other bit as given. WFET and WFIT follow TWE and
+/// TWI (Arm ARM "HCR_EL2").
+pub fn hcr_traps(hcr: u64, wfe_trap: bool, wfi_trap: bool) -> u64 {
+    let mut value = LocalRegisterCopy::<u64, HCR_EL2::Register>::new(hcr);
+    value.modify(
+        if wfe_trap {
+            HCR_EL2::TWE::SET
+        } else {
+            HCR_EL2::TWE::CLEAR
+        } + if wfi_trap {
+            HCR_EL2::TWI::SET
+        } else {
+            HCR_EL2::TWI::CLEAR
+        },
+    );
+    value.get()
+}
+
+/// One VM's WFx trap policies: a WFE [`TrapPolicy`] per vCPU and whether
+/// WFI traps — seed 002's per-vCPU exit control.
+///
+/// Built from the VM description ([`Self::from_config`]: `wfe-trap`, its
+/// per-vCPU exceptions `wfe-trap-vcpus`, `wfi-trap`); a control VM changes
+/// the WFE policies at run time with PVLOCK_SET_WFX_POLICY
+/// ([`crate::smccc::Action::SetWfxPolicy`] -> [`Self::set`]). WFI's
+/// setting is fixed for the VM's life. Nothing resets the table, not even
+/// the VM's SYSTEM_RESET: the settings are the host's, not the guest's.
+///
+/// The arch layer keeps one per VM behind a leaf lock and reads it at every
+/// guest entry ([`Self::hcr_for`]), so a change takes effect at each
+/// affected vCPU's next entry into the guest.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WfxPolicies {
+    per_vcpu: Vec<TrapPolicy>,
+    wfi_trap: bool,
+}
+
+impl WfxPolicies {
+    /// `vcpus` vCPUs, each with the WFE policy `wfe`; WFI traps if
+    /// `wfi_trap`.
+    pub fn new(vcpus: u16, wfe: TrapPolicy, wfi_trap: bool) -> Self {
+        Self {
+            per_vcpu: vec![wfe; usize::from(vcpus)],
+            wfi_trap,
+        }
+    }
+
+    /// The policies `config` describes: vCPU i gets
+    /// [`VmConfig::wfe_trap_of`]`(i)` (its `wfe-trap-vcpus` entry, else the
+    /// VM's `wfe-trap`), and WFI traps as `wfi-trap` says. A config with
+    /// more than `u16::MAX` vCPUs (never a parsed one, which has at most
+    /// 64) is cut to `u16::MAX`.
+    pub fn from_config(config: &VmConfig) -> Self {
+        let vcpus = u16::try_from(config.vcpus).unwrap_or(u16::MAX);
+        Self {
+            per_vcpu: (0..vcpus)
+                .map(|i| config.wfe_trap_of(u32::from(i)))
+                .collect(),
+            wfi_trap: config.wfi_trap,
+        }
+    }
+
+    /// Number of vCPUs in the table.
+    pub fn vcpus(&self) -> u16 {
+        // `new` and `from_config` never make more than u16::MAX entries.
+        u16::try_from(self.per_vcpu.len()).unwrap_or(u16::MAX)
+    }
+
+    /// Sets the WFE policy of `vcpu`, or of every vCPU with `None`. Returns
+    /// false, changing nothing, for a vCPU outside the table.
+    pub fn set(&mut self, vcpu: Option<u16>, policy: TrapPolicy) -> bool {
+        match vcpu {
+            None => {
+                self.per_vcpu.fill(policy);
+                true
+            }
+            Some(index) => match self.per_vcpu.get_mut(usize::from(index)) {
+                Some(slot) => {
+                    *slot = policy;
+                    true
+                }
+                None => false,
+            },
+        }
+    }
+
+    /// The WFE policy of `vcpu`; [`TrapPolicy::Auto`] (KVM's default) for a
+    /// vCPU outside the table.
+    pub fn wfe_for(&self, vcpu: u16) -> TrapPolicy {
+        self.per_vcpu
+            .get(usize::from(vcpu))
+            .copied()
+            .unwrap_or_default()
+    }
+
+    /// Whether WFI traps (`wfi-trap`).
+    pub fn wfi_trap(&self) -> bool {
+        self.wfi_trap
+    }
+
+    /// HCR_EL2 for entering `vcpu` on a pCPU with `runnable_on_this_pcpu`
+    /// vCPUs wanting it (itself included; `Scheduler::runnable_on`):
+    /// [`hcr_traps`]`(hcr, `[`trap_wfe`]`(self.wfe_for(vcpu), runnable), self.wfi_trap())`.
+    pub fn hcr_for(&self, hcr: u64, vcpu: u16, runnable_on_this_pcpu: usize) -> u64 {
+        hcr_traps(
+            hcr,
+            trap_wfe(self.wfe_for(vcpu), runnable_on_this_pcpu),
+            self.wfi_trap,
+        )
+    }
 }
 
 /// Counters of the wait traps and the directed-yield policy, for one VM
@@ -1266,6 +1357,123 @@ mod tests {
         assert_eq!(hcr_el2_with_wfe_trap(hcr, false), hcr);
         assert_eq!(hcr_el2_with_wfe_trap(u64::MAX, false), !(1 << 14));
         assert_eq!(hcr_el2_with_wfe_trap(0, true), 1 << 14);
+    }
+
+    #[test]
+    fn hcr_traps_sets_twe_bit_14_and_twi_bit_13_only() {
+        // VM | SWIO | FMO | IMO | AMO | FB | BSU=IS | TSC | RW, no TWE/TWI.
+        let hcr: u64 = 1 | 1 << 1 | 1 << 3 | 1 << 4 | 1 << 5 | 1 << 9 | 1 << 10 | 1 << 19 | 1 << 31;
+        const TWE: u64 = 1 << 14;
+        const TWI: u64 = 1 << 13;
+        for base in [hcr, hcr | TWE, hcr | TWI, hcr | TWE | TWI] {
+            assert_eq!(hcr_traps(base, false, false), hcr);
+            assert_eq!(hcr_traps(base, true, false), hcr | TWE);
+            assert_eq!(hcr_traps(base, false, true), hcr | TWI);
+            assert_eq!(hcr_traps(base, true, true), hcr | TWE | TWI);
+        }
+        assert_eq!(hcr_traps(u64::MAX, false, false), !(TWE | TWI));
+        assert_eq!(hcr_traps(0, true, true), TWE | TWI);
+        // The same bits as aarch64-cpu's fields, and as the WFE-only helper.
+        assert_eq!(TWE, HCR_EL2::TWE::SET.value);
+        assert_eq!(TWI, HCR_EL2::TWI::SET.value);
+        for wfe in [false, true] {
+            assert_eq!(
+                hcr_traps(hcr | TWI, wfe, true),
+                hcr_el2_with_wfe_trap(hcr | TWI, wfe)
+            );
+        }
+    }
+
+    fn config(vcpus: u32) -> VmConfig {
+        VmConfig::new(
+            "/chosen/vm@0",
+            "vm0",
+            vcpus,
+            2 << 20,
+            platform::MemRange::new(0x4800_0000, 0x1000),
+        )
+    }
+
+    #[test]
+    fn wfx_policies_start_from_the_vm_description() {
+        use TrapPolicy::{Auto, NoTrap, Trap};
+        // Defaults: auto everywhere, WFI traps.
+        let p = WfxPolicies::from_config(&config(3));
+        assert_eq!(p, WfxPolicies::new(3, Auto, true));
+        assert_eq!(p.vcpus(), 3);
+        assert!((0..3).all(|v| p.wfe_for(v) == Auto));
+        assert!(p.wfi_trap());
+        // wfe-trap for the VM, wfe-trap-vcpus for single vCPUs, wfi-trap.
+        let mut c = config(4);
+        c.wfe_trap = NoTrap;
+        c.wfe_trap_vcpus = alloc::vec![(2, Trap), (0, Auto)];
+        c.wfi_trap = false;
+        let p = WfxPolicies::from_config(&c);
+        let each: Vec<TrapPolicy> = (0..4).map(|v| p.wfe_for(v)).collect();
+        assert_eq!(each, [Auto, NoTrap, Trap, NoTrap]);
+        assert!(!p.wfi_trap());
+        // Outside the table: KVM's default.
+        assert_eq!(p.wfe_for(4), Auto);
+        assert_eq!(p.wfe_for(u16::MAX), Auto);
+        // An absurd unparsed config is cut, not a panic.
+        assert_eq!(
+            WfxPolicies::from_config(&config(u32::MAX)).vcpus(),
+            u16::MAX
+        );
+    }
+
+    #[test]
+    fn wfx_policies_change_per_vcpu_or_for_all() {
+        use TrapPolicy::{Auto, NoTrap, Trap};
+        let mut p = WfxPolicies::new(4, Auto, true);
+        assert!(p.set(Some(1), NoTrap));
+        assert!(p.set(Some(3), Trap));
+        let each: Vec<TrapPolicy> = (0..4).map(|v| p.wfe_for(v)).collect();
+        assert_eq!(each, [Auto, NoTrap, Auto, Trap]);
+        // A vCPU outside the table: refused, nothing changed.
+        let before = p.clone();
+        assert!(!p.set(Some(4), Trap));
+        assert!(!p.set(Some(u16::MAX), Trap));
+        assert_eq!(p, before);
+        // Every vCPU; WFI untouched.
+        assert!(p.set(None, NoTrap));
+        assert!((0..4).all(|v| p.wfe_for(v) == NoTrap));
+        assert!(p.wfi_trap());
+        // An empty table accepts "all" and refuses any vCPU.
+        let mut empty = WfxPolicies::new(0, Trap, false);
+        assert!(empty.set(None, Auto));
+        assert!(!empty.set(Some(0), Auto));
+    }
+
+    #[test]
+    fn wfx_policies_give_hcr_el2_per_vcpu() {
+        use TrapPolicy::{Auto, NoTrap, Trap};
+        const TWE: u64 = 1 << 14;
+        const TWI: u64 = 1 << 13;
+        let hcr = 1 | 1 << 31;
+        let mut p = WfxPolicies::new(3, Auto, true);
+        p.set(Some(1), Trap);
+        p.set(Some(2), NoTrap);
+        // Alone on the pCPU: only the trap vCPU traps WFE; WFI always.
+        assert_eq!(p.hcr_for(hcr, 0, 1), hcr | TWI);
+        assert_eq!(p.hcr_for(hcr, 1, 1), hcr | TWE | TWI);
+        assert_eq!(p.hcr_for(hcr, 2, 1), hcr | TWI);
+        // Overcommitted: auto traps too, notrap still does not.
+        assert_eq!(p.hcr_for(hcr, 0, 2), hcr | TWE | TWI);
+        assert_eq!(p.hcr_for(hcr, 1, 2), hcr | TWE | TWI);
+        assert_eq!(p.hcr_for(hcr, 2, 2), hcr | TWI);
+        // wfi-trap = "notrap": TWI cleared even if the base value has it.
+        let p = WfxPolicies::new(1, Trap, false);
+        assert_eq!(p.hcr_for(hcr | TWI, 0, 1), hcr | TWE);
+        for vcpu in [0, 1, 7] {
+            for runnable in [0, 1, 2, 5] {
+                let q = WfxPolicies::new(8, Auto, true);
+                assert_eq!(
+                    q.hcr_for(hcr, vcpu, runnable),
+                    hcr_traps(hcr, trap_wfe(Auto, runnable), true)
+                );
+            }
+        }
     }
 
     /// Real ESR_EL2 values of trapped WF* from AArch64, as QEMU builds them

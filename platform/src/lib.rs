@@ -21,7 +21,7 @@ mod fdt;
 mod parse;
 pub mod vm;
 
-pub use vm::VmConfig;
+pub use vm::{TrapPolicy, VmConfig};
 
 use alloc::string::String;
 use alloc::vec::Vec;

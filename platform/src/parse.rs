@@ -190,7 +190,11 @@ impl Tree<'_, '_> {
     }
 
     /// A `<string-list>` property (DT spec 2.2.4); `None` when absent.
-    fn strings(&self, node: NodeId, property: &str) -> Result<Option<Vec<&str>>, PlatformError> {
+    pub(crate) fn strings(
+        &self,
+        node: NodeId,
+        property: &str,
+    ) -> Result<Option<Vec<&str>>, PlatformError> {
         let Some(value) = self.fdt.prop(node, property) else {
             return Ok(None);
         };

@@ -17,7 +17,9 @@
 use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
+use core::fmt;
 
+use pvlock_abi::control;
 use pvlock_abi::pvlock::Variant;
 
 use crate::fdt::NodeId;
@@ -68,6 +70,19 @@ pub mod property {
     /// `kvm-ptp`: whether the VM gets KVM's PTP call, `0x86000001`
     /// (string: [`value::ON`](super::value::ON) or [`value::OFF`](super::value::OFF)).
     pub const KVM_PTP: &str = "kvm-ptp";
+    /// `wfe-trap`: the VM's WFE trap policy (string: a
+    /// [`TrapPolicy::name`](super::TrapPolicy::name)).
+    pub const WFE_TRAP: &str = "wfe-trap";
+    /// `wfe-trap-vcpus`: per-vCPU exceptions to `wfe-trap` (string list,
+    /// each `"<vcpu>:<policy>"`, e.g. `"3:notrap"`).
+    pub const WFE_TRAP_VCPUS: &str = "wfe-trap-vcpus";
+    /// `wfi-trap`: whether WFI traps (string:
+    /// [`TrapPolicy::Trap`](super::TrapPolicy::Trap) or
+    /// [`TrapPolicy::NoTrap`](super::TrapPolicy::NoTrap) by name).
+    pub const WFI_TRAP: &str = "wfi-trap";
+    /// `control`: whether the VM may change other VMs' WFE trap policies
+    /// (string: [`value::ON`](super::value::ON) or [`value::OFF`](super::value::OFF)).
+    pub const CONTROL: &str = "control";
 }
 
 /// The words the binding's string-valued switches take, besides the
@@ -79,6 +94,9 @@ pub mod value {
     pub const OFF: &str = "off";
     /// `pv-lock = "none"`: no PV-lock interface at all.
     pub const NONE: &str = "none";
+    /// Between the vCPU index and the policy in a `wfe-trap-vcpus` entry
+    /// (`"3:notrap"`).
+    pub const VCPU_POLICY_SEPARATOR: char = ':';
 }
 
 /// `pv-lock` when the node does not say: seed v2, whose two SMC64 calls
@@ -93,6 +111,86 @@ pub const DEFAULT_PV_TIME: bool = true;
 /// `kvm-ptp` when the node does not say: off, so that a VM switched to
 /// `pv-lock = "seed-v3"` needs no second change to avoid the clash.
 pub const DEFAULT_KVM_PTP: bool = false;
+
+/// `wfe-trap` when the node does not say: [`TrapPolicy::Auto`], KVM's
+/// default.
+pub const DEFAULT_WFE_TRAP: TrapPolicy = TrapPolicy::Auto;
+
+/// `wfi-trap` when the node does not say: trap (`"trap"`), so that an idle
+/// vCPU gives its physical CPU back.
+pub const DEFAULT_WFI_TRAP: bool = true;
+
+/// `control` when the node does not say: off.
+pub const DEFAULT_CONTROL: bool = false;
+
+/// When a vCPU's WFE traps to the hypervisor (HCR_EL2.TWE): KVM's
+/// `kvm-arm.wfe_trap_policy`, per VM (`wfe-trap`) and per vCPU
+/// (`wfe-trap-vcpus`, and the control VMs' PVLOCK_SET_WFX_POLICY,
+/// [`pvlock_abi::control`]).
+///
+/// Plain data, here so that both the binding and the hypervisor (el2
+/// `onspin`, which decides TWE from it) can name it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum TrapPolicy {
+    /// KVM's default: trap only while the physical CPU has more than one
+    /// runnable vCPU (`kvm_vcpu_should_clear_twe`: clear while
+    /// `single_task_running()`).
+    #[default]
+    Auto,
+    /// Always trap (`wfe_trap_policy=trap`).
+    Trap,
+    /// Never trap (`wfe_trap_policy=notrap`): spinning guests spin.
+    NoTrap,
+}
+
+impl TrapPolicy {
+    /// Every policy, in [`Self::abi_code`] order.
+    pub const ALL: [Self; 3] = [Self::Auto, Self::Trap, Self::NoTrap];
+
+    /// From KVM's option spelling, which is also the binding's: `trap`,
+    /// `notrap`, or `auto` (this hypervisor's name for KVM's unset
+    /// default). Exact, lower case.
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|p| p.name() == s)
+    }
+
+    /// The spelling [`Self::parse`] accepts.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Trap => "trap",
+            Self::NoTrap => "notrap",
+        }
+    }
+
+    /// The policy code of PVLOCK_SET_WFX_POLICY's X3
+    /// ([`control::WFE_AUTO`], [`control::WFE_TRAP`],
+    /// [`control::WFE_NOTRAP`]).
+    pub const fn abi_code(self) -> u64 {
+        match self {
+            Self::Auto => control::WFE_AUTO,
+            Self::Trap => control::WFE_TRAP,
+            Self::NoTrap => control::WFE_NOTRAP,
+        }
+    }
+
+    /// The policy a PVLOCK_SET_WFX_POLICY code names (all 64 bits count),
+    /// `None` for an unknown code.
+    pub const fn from_abi(code: u64) -> Option<Self> {
+        match code {
+            control::WFE_AUTO => Some(Self::Auto),
+            control::WFE_TRAP => Some(Self::Trap),
+            control::WFE_NOTRAP => Some(Self::NoTrap),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for TrapPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
 
 /// The binding's spelling of a `pv-lock` choice: the variant's
 /// [`Variant::name`], or [`value::NONE`].
@@ -141,13 +239,31 @@ pub struct VmConfig {
     /// when absent. Never true together with a `pv_lock` whose
     /// [`Variant::clashes_with_kvm_ptp`].
     pub kvm_ptp: bool,
+    /// `wfe-trap`: when the VM's vCPUs trap WFE, unless
+    /// [`Self::wfe_trap_vcpus`] says otherwise for a vCPU;
+    /// [`DEFAULT_WFE_TRAP`] when absent.
+    pub wfe_trap: TrapPolicy,
+    /// `wfe-trap-vcpus`: `(vCPU index, policy)` exceptions to
+    /// [`Self::wfe_trap`], in DT order; each index below [`Self::vcpus`],
+    /// none twice. Empty when absent. [`Self::wfe_trap_of`] combines the
+    /// two.
+    pub wfe_trap_vcpus: Vec<(u32, TrapPolicy)>,
+    /// `wfi-trap`: whether WFI traps (HCR_EL2.TWI); with `false` a vCPU's
+    /// WFI runs natively and the vCPU keeps its physical CPU while it
+    /// idles. [`DEFAULT_WFI_TRAP`] when absent.
+    pub wfi_trap: bool,
+    /// `control`: the VM is a control VM, offered PVLOCK_SET_WFX_POLICY
+    /// ([`pvlock_abi::control`]) to change any VM's WFE trap policy at run
+    /// time; [`DEFAULT_CONTROL`] when absent.
+    pub control: bool,
 }
 
 impl VmConfig {
     /// A VM with the required properties set and every optional one at its
     /// default (no initrd, empty bootargs, any CPU, [`DEFAULT_PV_LOCK`],
-    /// [`DEFAULT_PV_TIME`], [`DEFAULT_KVM_PTP`]). Does not check the
-    /// values: that is the parser's job.
+    /// [`DEFAULT_PV_TIME`], [`DEFAULT_KVM_PTP`], [`DEFAULT_WFE_TRAP`] with
+    /// no per-vCPU exception, [`DEFAULT_WFI_TRAP`], [`DEFAULT_CONTROL`]).
+    /// Does not check the values: that is the parser's job.
     pub fn new(node: &str, name: &str, vcpus: u32, memory_size: u64, kernel: MemRange) -> Self {
         VmConfig {
             node: node.to_string(),
@@ -161,7 +277,20 @@ impl VmConfig {
             pv_lock: DEFAULT_PV_LOCK,
             pv_time: DEFAULT_PV_TIME,
             kvm_ptp: DEFAULT_KVM_PTP,
+            wfe_trap: DEFAULT_WFE_TRAP,
+            wfe_trap_vcpus: Vec::new(),
+            wfi_trap: DEFAULT_WFI_TRAP,
+            control: DEFAULT_CONTROL,
         }
+    }
+
+    /// The WFE trap policy vCPU `vcpu` starts with: its `wfe-trap-vcpus`
+    /// entry if it has one, else the VM's `wfe-trap`.
+    pub fn wfe_trap_of(&self, vcpu: u32) -> TrapPolicy {
+        self.wfe_trap_vcpus
+            .iter()
+            .find(|&&(index, _)| index == vcpu)
+            .map_or(self.wfe_trap, |&(_, policy)| policy)
     }
 }
 
@@ -238,9 +367,27 @@ impl VmNode<'_, '_, '_> {
             pv_lock: self.pv_lock()?,
             pv_time: self.switch(property::PV_TIME)?.unwrap_or(DEFAULT_PV_TIME),
             kvm_ptp: DEFAULT_KVM_PTP,
+            wfe_trap: DEFAULT_WFE_TRAP,
+            wfe_trap_vcpus: Vec::new(),
+            wfi_trap: DEFAULT_WFI_TRAP,
+            control: DEFAULT_CONTROL,
         };
-        // Read last: whether it may be on depends on `pv-lock`.
+        // After `pv-lock`: whether it may be on depends on it.
         config.kvm_ptp = self.kvm_ptp(config.pv_lock)?;
+        config.wfe_trap = self
+            .choice(property::WFE_TRAP, &trap_policies())?
+            .unwrap_or(DEFAULT_WFE_TRAP);
+        config.wfe_trap_vcpus = self.wfe_trap_vcpus(config.vcpus)?;
+        config.wfi_trap = self
+            .choice(
+                property::WFI_TRAP,
+                &[
+                    (TrapPolicy::Trap.name(), true),
+                    (TrapPolicy::NoTrap.name(), false),
+                ],
+            )?
+            .unwrap_or(DEFAULT_WFI_TRAP);
+        config.control = self.switch(property::CONTROL)?.unwrap_or(DEFAULT_CONTROL);
         Ok(config)
     }
 
@@ -406,6 +553,59 @@ impl VmNode<'_, '_, '_> {
         Ok(kvm_ptp)
     }
 
+    /// `wfe-trap-vcpus`: a string list of `"<vcpu>:<policy>"` entries, the
+    /// vCPU a decimal index below `vcpus`, the policy a
+    /// [`TrapPolicy::name`]; no vCPU twice. Empty when absent.
+    fn wfe_trap_vcpus(&self, vcpus: u32) -> Result<Vec<(u32, TrapPolicy)>, PlatformError> {
+        const PROPERTY: &str = property::WFE_TRAP_VCPUS;
+        let bad = |why: String| self.tree.bad(self.node, PROPERTY, why);
+        if self
+            .tree
+            .fdt
+            .prop(self.node, PROPERTY)
+            .is_some_and(<[u8]>::is_empty)
+        {
+            return Err(bad(String::from(
+                "empty (leave the property out for no per-vCPU policies)",
+            )));
+        }
+        let Some(entries) = self.tree.strings(self.node, PROPERTY)? else {
+            return Ok(Vec::new());
+        };
+        let policies = one_of(TrapPolicy::ALL.iter().map(|p| p.name()));
+        let mut overrides: Vec<(u32, TrapPolicy)> = Vec::with_capacity(entries.len());
+        for entry in entries {
+            let Some((index, policy)) = entry.split_once(value::VCPU_POLICY_SEPARATOR) else {
+                return Err(bad(format!(
+                    "\"{entry}\" is not <vcpu>{sep}<policy>, e.g. \"1{sep}{example}\"",
+                    sep = value::VCPU_POLICY_SEPARATOR,
+                    example = TrapPolicy::NoTrap.name(),
+                )));
+            };
+            if index.is_empty() || !index.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(bad(format!(
+                    "\"{entry}\": \"{index}\" is not a vCPU index (a decimal number)"
+                )));
+            }
+            let Some(policy) = TrapPolicy::parse(policy) else {
+                return Err(bad(format!(
+                    "\"{entry}\": policy \"{policy}\", expected {policies}"
+                )));
+            };
+            let Some(vcpu) = index.parse::<u32>().ok().filter(|&v| v < vcpus) else {
+                return Err(bad(format!(
+                    "\"{entry}\": vCPU {index} does not exist: the VM has {vcpus} vCPUs, \
+                     numbered from 0"
+                )));
+            };
+            if overrides.iter().any(|&(earlier, _)| earlier == vcpu) {
+                return Err(bad(format!("vCPU {vcpu} is listed twice")));
+            }
+            overrides.push((vcpu, policy));
+        }
+        Ok(overrides)
+    }
+
     /// An on/off switch ([`value::ON`], [`value::OFF`]); `None` when absent.
     fn switch(&self, property: &str) -> Result<Option<bool>, PlatformError> {
         self.choice(property, &[(value::ON, true), (value::OFF, false)])
@@ -446,6 +646,11 @@ impl VmNode<'_, '_, '_> {
             )),
         }
     }
+}
+
+/// Every [`TrapPolicy`] with its binding spelling, for [`VmNode::choice`].
+fn trap_policies() -> [(&'static str, TrapPolicy); 3] {
+    TrapPolicy::ALL.map(|p| (p.name(), p))
 }
 
 /// `"a", "b" or "c"`.

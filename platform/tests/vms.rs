@@ -9,9 +9,10 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use common::{Node, cells, string, strings, virt};
 use platform::vm::{
-    DEFAULT_KVM_PTP, DEFAULT_PV_LOCK, DEFAULT_PV_TIME, MAX_VCPUS, VM_COMPATIBLE, pv_lock_name,
+    DEFAULT_CONTROL, DEFAULT_KVM_PTP, DEFAULT_PV_LOCK, DEFAULT_PV_TIME, DEFAULT_WFE_TRAP,
+    DEFAULT_WFI_TRAP, MAX_VCPUS, VM_COMPATIBLE, pv_lock_name,
 };
-use platform::{ErrorKind, MemRange, Platform, PlatformError, VmConfig};
+use platform::{ErrorKind, MemRange, Platform, PlatformError, TrapPolicy, VmConfig};
 use pvlock_abi::pvlock::Variant;
 
 const MIB: u64 = 1 << 20;
@@ -93,7 +94,14 @@ fn a_vm_with_every_property() {
         .prop("cpu-affinity", cells(&[1, 0]))
         .prop("pv-lock", string("openeuler"))
         .prop("pv-time", string("off"))
-        .prop("kvm-ptp", string("on"));
+        .prop("kvm-ptp", string("on"))
+        .prop("wfe-trap", string("trap"))
+        .prop(
+            "wfe-trap-vcpus",
+            strings(&["3:notrap", "0:auto", "63:trap"]),
+        )
+        .prop("wfi-trap", string("notrap"))
+        .prop("control", string("on"));
     let vms = parse_vms(vec![node]);
     let mut expected = VmConfig::new(
         "/chosen/vm@0",
@@ -108,7 +116,19 @@ fn a_vm_with_every_property() {
     expected.pv_lock = Some(Variant::OpenEuler);
     expected.pv_time = false;
     expected.kvm_ptp = true;
-    assert_eq!(vms, [Ok(expected)]);
+    expected.wfe_trap = TrapPolicy::Trap;
+    expected.wfe_trap_vcpus = vec![
+        (3, TrapPolicy::NoTrap),
+        (0, TrapPolicy::Auto),
+        (63, TrapPolicy::Trap),
+    ];
+    expected.wfi_trap = false;
+    expected.control = true;
+    assert_eq!(vms, [Ok(expected.clone())]);
+    assert_eq!(expected.wfe_trap_of(3), TrapPolicy::NoTrap);
+    assert_eq!(expected.wfe_trap_of(0), TrapPolicy::Auto);
+    assert_eq!(expected.wfe_trap_of(1), TrapPolicy::Trap, "the VM's policy");
+    assert_eq!(expected.wfe_trap_of(63), TrapPolicy::Trap);
 }
 
 #[test]
@@ -126,6 +146,11 @@ fn optional_properties_default() {
     assert_eq!(config.pv_lock, Some(Variant::SeedV2));
     assert!(config.pv_time);
     assert!(!config.kvm_ptp);
+    assert_eq!(config.wfe_trap, TrapPolicy::Auto);
+    assert!(config.wfe_trap_vcpus.is_empty());
+    assert!(config.wfi_trap);
+    assert!(!config.control);
+    assert_eq!(config.wfe_trap_of(1), TrapPolicy::Auto);
     // VmConfig::new gives the same defaults as the parser.
     let new = VmConfig::new("/chosen/vm@0", "vm0", 2, 256 * MIB, config.kernel);
     assert_eq!(config, &new);
@@ -133,6 +158,93 @@ fn optional_properties_default() {
         (DEFAULT_PV_LOCK, DEFAULT_PV_TIME, DEFAULT_KVM_PTP),
         (Some(Variant::SeedV2), true, false)
     );
+    assert_eq!(
+        (DEFAULT_WFE_TRAP, DEFAULT_WFI_TRAP, DEFAULT_CONTROL),
+        (TrapPolicy::Auto, true, false)
+    );
+}
+
+#[test]
+fn trap_policies_by_name_and_code() {
+    // The binding's spellings are KVM's wfe_trap_policy words (plus auto).
+    let names: Vec<&str> = TrapPolicy::ALL.iter().map(|p| p.name()).collect();
+    assert_eq!(names, ["auto", "trap", "notrap"]);
+    assert_eq!(TrapPolicy::default(), TrapPolicy::Auto);
+    for (code, policy) in TrapPolicy::ALL.into_iter().enumerate() {
+        assert_eq!(TrapPolicy::parse(policy.name()), Some(policy));
+        assert_eq!(policy.to_string(), policy.name());
+        // PVLOCK_SET_WFX_POLICY's X3 codes: 0 auto, 1 trap, 2 notrap.
+        assert_eq!(policy.abi_code(), code as u64);
+        assert_eq!(TrapPolicy::from_abi(code as u64), Some(policy));
+    }
+    assert_eq!(TrapPolicy::from_abi(3), None);
+    assert_eq!(TrapPolicy::from_abi(1 << 32 | 1), None, "all 64 bits count");
+    assert_eq!(TrapPolicy::from_abi(u64::MAX), None);
+    for bad in ["", "Trap", "no-trap", "notrap ", "on"] {
+        assert_eq!(TrapPolicy::parse(bad), None, "{bad:?}");
+    }
+    use pvlock_abi::control::{WFE_AUTO, WFE_NOTRAP, WFE_TRAP};
+    assert_eq!(
+        [WFE_AUTO, WFE_TRAP, WFE_NOTRAP],
+        TrapPolicy::ALL.map(TrapPolicy::abi_code)
+    );
+}
+
+#[test]
+fn every_wfe_trap_policy() {
+    for policy in TrapPolicy::ALL {
+        let vms = parse_vms(vec![vm(0).prop("wfe-trap", string(policy.name()))]);
+        let config = vms[0].as_ref().unwrap();
+        assert_eq!(config.wfe_trap, policy);
+        assert_eq!(
+            (config.wfe_trap_of(0), config.wfe_trap_of(1)),
+            (policy, policy)
+        );
+    }
+}
+
+#[test]
+fn wfe_trap_vcpus_override_the_vm_policy() {
+    let node = vm(0)
+        .prop("vcpus", cells(&[4]))
+        .prop("wfe-trap", string("notrap"))
+        .prop("wfe-trap-vcpus", strings(&["2:trap", "0:auto"]));
+    let vms = parse_vms(vec![node]);
+    let config = vms[0].as_ref().unwrap();
+    assert_eq!(
+        config.wfe_trap_vcpus,
+        [(2, TrapPolicy::Trap), (0, TrapPolicy::Auto)],
+        "DT order kept"
+    );
+    let each: Vec<TrapPolicy> = (0..4).map(|v| config.wfe_trap_of(v)).collect();
+    assert_eq!(
+        each,
+        [
+            TrapPolicy::Auto,
+            TrapPolicy::NoTrap,
+            TrapPolicy::Trap,
+            TrapPolicy::NoTrap
+        ]
+    );
+    // One entry is a one-string list; leading zeros are still decimal.
+    let node = vm(0).prop("wfe-trap-vcpus", string("01:trap"));
+    let vms = parse_vms(vec![node]);
+    assert_eq!(
+        vms[0].as_ref().unwrap().wfe_trap_vcpus,
+        [(1, TrapPolicy::Trap)]
+    );
+}
+
+#[test]
+fn wfi_trap_and_control() {
+    for (word, trap) in [("trap", true), ("notrap", false)] {
+        let vms = parse_vms(vec![vm(0).prop("wfi-trap", string(word))]);
+        assert_eq!(vms[0].as_ref().unwrap().wfi_trap, trap, "{word}");
+    }
+    for (word, on) in [("on", true), ("off", false)] {
+        let vms = parse_vms(vec![vm(0).prop("control", string(word))]);
+        assert_eq!(vms[0].as_ref().unwrap().control, on, "{word}");
+    }
 }
 
 #[test]
@@ -235,7 +347,7 @@ fn smallest_and_largest_values() {
 fn unknown_properties_and_other_chosen_children_are_ignored() {
     let node = vm(0)
         .prop("pvlock,abi", string("v2"))
-        .prop("wfe-trap", vec![]);
+        .prop("pvlock,future-option", vec![]);
     let other = Node::new("module@0")
         .prop("compatible", strings(&["multiboot,module"]))
         .prop("reg", cells(&[0, 0x4400_0000, 0, 0x1000]));
@@ -481,7 +593,7 @@ fn pv_lock_must_name_a_variant_or_none() {
 
 #[test]
 fn switches_must_be_on_or_off() {
-    for property in ["pv-time", "kvm-ptp"] {
+    for property in ["pv-time", "kvm-ptp", "control"] {
         for bad in ["yes", "ON", "1", "true", ""] {
             let why = bad_value(vm(0).prop(property, string(bad)), property);
             assert_eq!(why, format!("\"{bad}\", expected \"on\" or \"off\""));
@@ -496,6 +608,112 @@ fn switches_must_be_on_or_off() {
 }
 
 #[test]
+fn wfe_trap_must_name_a_policy() {
+    let expected = "expected \"auto\", \"trap\" or \"notrap\"";
+    for bad in ["", "Trap", "no-trap", "on", "trap "] {
+        let why = bad_value(vm(0).prop("wfe-trap", string(bad)), "wfe-trap");
+        assert_eq!(why, format!("\"{bad}\", {expected}"), "{bad:?}");
+    }
+    let why = bad_value(vm(0).prop("wfe-trap", vec![]), "wfe-trap");
+    assert_eq!(why, format!("empty, {expected}"));
+    let why = bad_value(
+        vm(0).prop("wfe-trap", strings(&["trap", "notrap"])),
+        "wfe-trap",
+    );
+    assert_eq!(why, format!("not a single string, {expected}"));
+    bad_value(vm(0).prop("wfe-trap", cells(&[1])), "wfe-trap");
+}
+
+#[test]
+fn wfi_trap_must_be_trap_or_notrap() {
+    let expected = "expected \"trap\" or \"notrap\"";
+    for bad in ["auto", "on", "off", "TRAP", ""] {
+        let why = bad_value(vm(0).prop("wfi-trap", string(bad)), "wfi-trap");
+        assert_eq!(why, format!("\"{bad}\", {expected}"), "{bad:?}");
+    }
+    let why = bad_value(vm(0).prop("wfi-trap", vec![]), "wfi-trap");
+    assert_eq!(why, format!("empty, {expected}"));
+}
+
+#[test]
+fn wfe_trap_vcpus_entries_must_be_vcpu_colon_policy() {
+    // vm(0) has 2 vCPUs.
+    let bad = |entries: &[&str]| {
+        bad_value(
+            vm(0).prop("wfe-trap-vcpus", strings(entries)),
+            "wfe-trap-vcpus",
+        )
+    };
+    assert_eq!(
+        bad(&["1"]),
+        "\"1\" is not <vcpu>:<policy>, e.g. \"1:notrap\""
+    );
+    assert_eq!(
+        bad(&["0:trap", "1=notrap"]),
+        "\"1=notrap\" is not <vcpu>:<policy>, e.g. \"1:notrap\""
+    );
+    assert_eq!(bad(&[""]), "\"\" is not <vcpu>:<policy>, e.g. \"1:notrap\"");
+    for index in ["", "-1", "+1", "x", "0x1", " 1", "1 "] {
+        let entry = format!("{index}:trap");
+        assert_eq!(
+            bad(&[&entry]),
+            format!("\"{entry}\": \"{index}\" is not a vCPU index (a decimal number)")
+        );
+    }
+    assert_eq!(
+        bad(&["1:never"]),
+        "\"1:never\": policy \"never\", expected \"auto\", \"trap\" or \"notrap\""
+    );
+    assert_eq!(
+        bad(&["1:trap:trap"]),
+        "\"1:trap:trap\": policy \"trap:trap\", expected \"auto\", \"trap\" or \"notrap\""
+    );
+    assert_eq!(
+        bad(&["1:"]),
+        "\"1:\": policy \"\", expected \"auto\", \"trap\" or \"notrap\""
+    );
+}
+
+#[test]
+fn wfe_trap_vcpus_must_name_existing_vcpus_once() {
+    let bad = |node: Node| bad_value(node, "wfe-trap-vcpus");
+    assert_eq!(
+        bad(vm(0).prop("wfe-trap-vcpus", strings(&["0:trap", "2:notrap"]))),
+        "\"2:notrap\": vCPU 2 does not exist: the VM has 2 vCPUs, numbered from 0"
+    );
+    assert_eq!(
+        bad(vm(0)
+            .prop("vcpus", cells(&[MAX_VCPUS]))
+            .prop("wfe-trap-vcpus", string("64:trap"))),
+        "\"64:trap\": vCPU 64 does not exist: the VM has 64 vCPUs, numbered from 0"
+    );
+    // Too big for any integer: still "does not exist", not a panic.
+    let huge = "99999999999999999999999:auto";
+    assert_eq!(
+        bad(vm(0).prop("wfe-trap-vcpus", string(huge))),
+        format!(
+            "\"{huge}\": vCPU 99999999999999999999999 does not exist: the VM has 2 vCPUs, \
+             numbered from 0"
+        )
+    );
+    assert_eq!(
+        bad(vm(0).prop("wfe-trap-vcpus", strings(&["1:trap", "0:trap", "1:notrap"]))),
+        "vCPU 1 is listed twice"
+    );
+    assert_eq!(
+        bad(vm(0).prop("wfe-trap-vcpus", strings(&["1:trap", "01:trap"]))),
+        "vCPU 1 is listed twice"
+    );
+    // Not a string list.
+    let why = bad(vm(0).prop("wfe-trap-vcpus", vec![]));
+    assert!(why.starts_with("empty"), "{why}");
+    let why = bad(vm(0).prop("wfe-trap-vcpus", b"0:trap".to_vec()));
+    assert_eq!(why, "string not NUL-terminated");
+    bad(vm(0).prop("wfe-trap-vcpus", cells(&[0, 1])));
+    bad(vm(0).prop("wfe-trap-vcpus", b"0:trap\0\xff:auto\0".to_vec()));
+}
+
+#[test]
 fn errors_come_in_binding_order() {
     let node = vm(0)
         .prop("pv-lock", string("seed-v4"))
@@ -506,6 +724,26 @@ fn errors_come_in_binding_order() {
         .prop("vcpus", cells(&[0]))
         .prop("pv-lock", string("seed-v4"));
     bad_value(node, "vcpus");
+    // The trap properties come after the PV services, in table order.
+    let node = vm(0)
+        .prop("kvm-ptp", string("maybe"))
+        .prop("wfe-trap", string("never"));
+    bad_value(node, "kvm-ptp");
+    let node = vm(0)
+        .prop("wfe-trap", string("never"))
+        .prop("wfe-trap-vcpus", string("9:trap"))
+        .prop("wfi-trap", string("auto"))
+        .prop("control", string("yes"));
+    bad_value(node, "wfe-trap");
+    let node = vm(0)
+        .prop("wfe-trap-vcpus", string("9:trap"))
+        .prop("wfi-trap", string("auto"))
+        .prop("control", string("yes"));
+    bad_value(node, "wfe-trap-vcpus");
+    let node = vm(0)
+        .prop("wfi-trap", string("auto"))
+        .prop("control", string("yes"));
+    bad_value(node, "wfi-trap");
 }
 
 // ---- isolation -------------------------------------------------------------
@@ -546,7 +784,11 @@ fn corrupted_vm_nodes_never_panic() {
         .prop("cpu-affinity", cells(&[1]))
         .prop("pv-lock", string("anolis"))
         .prop("pv-time", string("off"))
-        .prop("kvm-ptp", string("on"));
+        .prop("kvm-ptp", string("on"))
+        .prop("wfe-trap", string("notrap"))
+        .prop("wfe-trap-vcpus", strings(&["0:trap", "1:auto"]))
+        .prop("wfi-trap", string("notrap"))
+        .prop("control", string("on"));
     let blob = tree_with(vec![vm(0), full, vm(2)]).to_dtb(&[]);
     let structure = {
         let word = |at: usize| u32::from_be_bytes(blob[at..at + 4].try_into().unwrap()) as usize;

@@ -7,7 +7,7 @@
 //! seed-v3 PV-lock call, ABI.md §3), is listed once under both names.
 
 use crate::smccc::FunctionId;
-use crate::{arch, directed_yield, kvm, psci, pvlock, pvtime};
+use crate::{arch, control, directed_yield, kvm, psci, pvlock, pvtime};
 
 /// A named function ID.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,6 +35,7 @@ pub const GROUPS: &[&[Entry]] = &[
     pvlock::openeuler::CALLS,
     pvlock::anolis::CALLS,
     directed_yield::CALLS,
+    control::CALLS,
     pvtime::CALLS,
     psci::CALLS,
 ];
@@ -158,6 +159,10 @@ mod tests {
                 directed_yield::PV_SCHED_YIELD_TO,
                 "directed_yield::PV_SCHED_YIELD_TO"
             ),
+            (
+                control::PVLOCK_SET_WFX_POLICY,
+                "control::PVLOCK_SET_WFX_POLICY"
+            ),
             (pvtime::PV_TIME_FEATURES, "pvtime::PV_TIME_FEATURES"),
             (pvtime::PV_TIME_ST, "pvtime::PV_TIME_ST"),
             (psci::PSCI_VERSION, "psci::PSCI_VERSION"),
@@ -263,6 +268,10 @@ mod tests {
         assert_eq!(
             describe(FunctionId::from_raw(0xC6000022)),
             Some("PV_SCHED_YIELD_TO")
+        );
+        assert_eq!(
+            describe(FunctionId::from_raw(0xC6000023)),
+            Some("PVLOCK_SET_WFX_POLICY")
         );
         assert_eq!(describe(FunctionId::from_raw(0x84000050)), None);
         assert_eq!(describe(FunctionId::from_raw(0xC6000002)), None);

@@ -96,6 +96,12 @@ pub mod func {
     /// [`crate::directed_yield`]), by the same "bit N = vendor function N"
     /// rule and with the same pKVM-range caution as [`PV_LOCK_FEATURES`].
     pub const PV_SCHED_YIELD_TO: u16 = crate::directed_yield::PV_SCHED_YIELD_TO.number();
+
+    /// Bit 35: this project's advertisement of the control-VM call
+    /// PVLOCK_SET_WFX_POLICY (`0xC6000023`, vendor function 0x23;
+    /// [`crate::control`]), set only for control VMs; same rule and
+    /// pKVM-range caution as [`PV_LOCK_FEATURES`].
+    pub const PVLOCK_SET_WFX_POLICY: u16 = crate::control::PVLOCK_SET_WFX_POLICY.number();
 }
 
 /// KVM_FEATURES, `0x86000000` (HVC32): answers a 128-bit bitmap in W0..W3,
@@ -280,6 +286,8 @@ mod tests {
         assert_eq!(func::PV_LOCK_PREEMPTED, 33);
         // ...and the directed-yield call's bit mirrors its number 0x22.
         assert_eq!(func::PV_SCHED_YIELD_TO, 34);
+        // ...and the control-VM call's bit its number 0x23.
+        assert_eq!(func::PVLOCK_SET_WFX_POLICY, 35);
         // The feature bit number is the function number of the call.
         assert_eq!(FEATURES.number(), func::FEATURES);
         assert_eq!(PTP.number(), func::PTP);

@@ -14,6 +14,7 @@
 //! | [`kvm`] | vendor Call UID, KVM_FEATURES, KVM_PTP, feature bits, [`KvmFeatures`](kvm::KvmFeatures) | Linux KVM hypercalls.rst |
 //! | [`pvlock`] | the PV-lock variants and their per-vCPU structures (with the project's `lock_count` extension) | seed series, openEuler, Anolis (ABI.md §3) |
 //! | [`directed_yield`] | the project's PV_SCHED_YIELD_TO call | ABI.md §6 (`kvm_vcpu_on_spin`); x86 KVM_HC_SCHED_YIELD |
+//! | [`control`] | the project's control-VM call PVLOCK_SET_WFX_POLICY (per-vCPU WFE trap policy) | ABI.md §6 (`wfe_trap_policy`); x86 per-vCPU KVM_CAP_X86_DISABLE_EXITS |
 //! | [`pvtime`] | PV_TIME_FEATURES, PV_TIME_ST, [`StolenTime`](pvtime::StolenTime) | Arm DEN0057A |
 //! | [`psci`] | PSCI function IDs, errors, answers | Arm DEN0022 |
 //! | [`catalog`] | [`describe`]: the name of every id above | — |
@@ -28,6 +29,7 @@
 
 pub mod arch;
 pub mod catalog;
+pub mod control;
 pub mod directed_yield;
 pub mod dt;
 pub mod kvm;

@@ -32,11 +32,11 @@ use el2::guest::placement::{self, HostMemory, OwnedRange, VmPlacement};
 use el2::guest::{VmError, dt};
 use el2::layout::{MapKind, page_cover};
 use el2::mmio::MmioAccess;
-use el2::onspin::{self, Spinner, TrapPolicy, VmSpin};
+use el2::onspin::{self, Spinner, VmSpin, WfxPolicies};
 use el2::ownership::{Owner, OwnershipMap};
-use el2::pv::{self, PvConfig, PvRegistry};
+use el2::pv::{self, PvRegistry};
 use el2::sched::{CpuSet, InitialState, PutOutcome, PutReason, Scheduler, Wakeup};
-use el2::smccc::{Action, Dispatcher, PowerState, VmView};
+use el2::smccc::{Action, Dispatcher, PowerState, VmServices, VmView};
 use el2::vcpu::{VcpuId, VmId};
 use platform::{MemRange, Mpidr, Platform, VmConfig};
 use spin::{Mutex, Once};
@@ -75,6 +75,10 @@ pub struct Vm {
     /// Directed-yield state (`el2::onspin`): a leaf lock, taken under
     /// `SCHED` for every decision.
     spin: Mutex<VmSpin>,
+    /// WFE policy per vCPU and the WFI switch (`el2::onspin::WfxPolicies`),
+    /// from the VM's description; a control VM's PVLOCK_SET_WFX_POLICY
+    /// changes it. A leaf lock, read at every guest entry.
+    wfx: Mutex<WfxPolicies>,
     state: AtomicU8,
     resets: AtomicU32,
 }
@@ -96,9 +100,6 @@ pub fn set_wall_clock(epoch_secs: u64, counter: u64, hz: u64) {
 
 /// Set when the last VM has powered off.
 static ALL_OFF: AtomicBool = AtomicBool::new(false);
-
-/// WFE trapping (KVM's `kvm-arm.wfe_trap_policy`; a boot argument later).
-const WFE_TRAP_POLICY: TrapPolicy = TrapPolicy::Auto;
 
 /// Default vCPU time slice.
 const SLICE_MS: u64 = 4;
@@ -277,17 +278,14 @@ fn build_vm(
         .map_ram(layout.ram, ram.base)
         .map_err(|e| fail("memory", alloc::format!("stage 2: {e}")))?;
     let vttbr = stage2.vttbr();
-    let pv_config = PvConfig {
-        lock: config.pv_lock,
-        steal_time: config.pv_time,
-        ptp: config.kvm_ptp,
-    };
+    let services = VmServices::from_config(config);
+    let pv_config = services.pv;
     let vcpu_count =
         u16::try_from(layout.vcpus).map_err(|_| fail("vcpus", "too many vCPUs".into()))?;
     let registry = PvRegistry::new(vcpu_count, pv_config, layout.pv_area)
         .map_err(|e| fail("pv-lock", alloc::format!("{e}")))?;
     let pv = Arc::new(registry);
-    let dispatcher = el2::smccc::dispatcher_for(&pv_config, pv.clone(), cpu_vulnerabilities())
+    let dispatcher = el2::smccc::dispatcher_for(services, pv.clone(), cpu_vulnerabilities())
         .map_err(|e| fail("pv-lock", alloc::format!("{e}")))?;
     let name = config.name.clone();
     let vm = Vm {
@@ -307,6 +305,7 @@ fn build_vm(
         pv,
         exits: [const { AtomicU64::new(0) }; EXIT_CLASSES.len()],
         spin: Mutex::new(VmSpin::new(vcpu_count)),
+        wfx: Mutex::new(WfxPolicies::from_config(config)),
         state: AtomicU8::new(VM_RUNNING),
         resets: AtomicU32::new(0),
     };
@@ -628,10 +627,7 @@ fn run_vcpu(pcpu: usize, vm: &Vm, vcpu: VcpuId, sched: &Mutex<Scheduler>) {
         let Some(slice_end) = slice_end else {
             break PutReason::Yield;
         };
-        HCR_EL2.set(onspin::hcr_el2_with_wfe_trap(
-            guest_hcr(),
-            onspin::trap_wfe(WFE_TRAP_POLICY, runnable),
-        ));
+        HCR_EL2.set(vm.wfx.lock().hcr_for(guest_hcr(), vcpu.index, runnable));
         timer::arm_at(slice_end);
         // SAFETY: the context is loaded and stage 2 active (vcpu_load), and
         // `ctx.regs` outlives the call.
@@ -964,6 +960,12 @@ impl VmView for View<'_> {
         WALL_CLOCK.get().map(|clock| clock.ns_at(cpu::counter()))
     }
 
+    fn vm_vcpu_count(&self, vm: VmId) -> Option<u16> {
+        VMS.get()?
+            .get(usize::from(vm.0))
+            .map(|vm| vm.vcpus.len() as u16)
+    }
+
     fn ram_contains(&self, ipa: u64, len: u64) -> bool {
         let ram = self.vm.layout.ram;
         ipa >= ram.base && ipa.checked_add(len).is_some_and(|end| end <= ram.end())
@@ -1044,6 +1046,23 @@ fn hypercall(
         Action::Kick { target } => {
             vm.spin.lock().stats_mut().record_kick();
             kick(pcpu, vm, vcpu, ctx, target, &mut s)
+        }
+        Action::SetWfxPolicy {
+            vm: target,
+            vcpu: which,
+            wfe,
+        } => {
+            // X0 already says SET (0); the target VM and vCPU exist (checked
+            // through `vm_vcpu_count`, and VMS never changes). A leaf lock:
+            // the target picks the policy up at its next guest entry.
+            if let Some(t) = VMS.get().and_then(|vms| vms.get(usize::from(target.0))) {
+                t.wfx.lock().set(which, wfe);
+                match which {
+                    Some(index) => log::info!("{vcpu}: vm {} vCPU {index}: wfe-trap {wfe}", t.name),
+                    None => log::info!("{vcpu}: vm {} every vCPU: wfe-trap {wfe}", t.name),
+                }
+            }
+            Next::Resume
         }
         Action::YieldTo { target } => {
             // X0 already says "not yielded" (1); only a real yield changes it.

@@ -20,7 +20,7 @@
 //!    SMCCC ≥ 1.1);
 //! 4. returns the reply's [`Action`], which the caller carries out (start a
 //!    vCPU, stop this one, block it, stop the VM, kick a sibling, yield to
-//!    a sibling).
+//!    a sibling, change a VM's WFE trap policy).
 //!
 //! For a trapped SMC the caller also advances ELR by 4 (the trap leaves it
 //! at the SMC, unlike HVC; ABI.md §1). Nothing is ever forwarded to EL3.
@@ -52,14 +52,17 @@
 //! workarounds) and [`PsciService`] (PSCI 1.1 as KVM offers it, ABI.md §5).
 //!
 //! [`dispatcher_for`] ([`Dispatcher::for_vm`]) builds a VM's table from its
-//! [`PvConfig`]: the standard services, [`KvmService`] (vendor Call UID,
-//! KVM_FEATURES, and KVM_PTP if enabled; ABI.md §2) for every VM, then the
-//! enabled paravirtual services — [`PvLockService`] for the VM's PV-lock
-//! variant (ABI.md §3) together with [`PvYieldService`] (the project's
-//! directed-yield call, `pvlock_abi::directed_yield`), and
-//! [`PvTimeService`] (DEN0057A; ABI.md §4). They share the VM's
-//! [`PvRegistry`] of record addresses with the arch layer, which keeps the
-//! records up to date ([`crate::pv`]).
+//! [`VmServices`] (its [`PvConfig`] and whether it is a control VM; a bare
+//! `&PvConfig` still works and means "not a control VM"): the standard
+//! services, [`KvmService`] (vendor Call UID, KVM_FEATURES, and KVM_PTP if
+//! enabled; ABI.md §2) for every VM, then the enabled paravirtual services
+//! — [`PvLockService`] for the VM's PV-lock variant (ABI.md §3) together
+//! with [`PvYieldService`] (the project's directed-yield call,
+//! `pvlock_abi::directed_yield`), and [`PvTimeService`] (DEN0057A; ABI.md
+//! §4) — and, for a control VM only, [`ControlService`]
+//! (PVLOCK_SET_WFX_POLICY, `pvlock_abi::control`). The PV services share
+//! the VM's [`PvRegistry`] of record addresses with the arch layer, which
+//! keeps the records up to date ([`crate::pv`]).
 //!
 //! | VM enables | ids answered | KVM_FEATURES bits | SMCCC_ARCH_FEATURES = 0 for |
 //! |---|---|---|---|
@@ -71,10 +74,14 @@
 //! | `pv-lock` Anolis | `0xC60000B0..=0xC60000B2`, `0xC50000B3` | — | `0xC60000B0`, `0xC60000B2` |
 //! | `pv-lock` (any variant) | `0xC6000022` (PV_SCHED_YIELD_TO) | 34 | `0xC6000022` |
 //! | `pv-time` | `0xC5000020`, `0xC5000021` | — | `0xC5000020` |
+//! | `control = "on"` | `0xC6000023` (PVLOCK_SET_WFX_POLICY) | 35 | `0xC6000023` |
 //!
-//! Everything else a VM did not enable answers NOT_SUPPORTED.
+//! Everything else a VM did not enable answers NOT_SUPPORTED — on a VM
+//! that is not a control VM, PVLOCK_SET_WFX_POLICY looks exactly like an
+//! id nobody implements.
 
 pub mod arch;
+pub mod control;
 pub mod counters;
 pub mod kvm;
 pub mod psci;
@@ -87,6 +94,7 @@ pub mod pvyield;
 mod tests;
 
 pub use arch::{ArchService, CpuVulnerabilities, Exposure};
+pub use control::ControlService;
 pub use counters::CallCounters;
 pub use kvm::KvmService;
 pub use psci::PsciService;
@@ -99,12 +107,12 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::fmt;
 
-use platform::Mpidr;
+use platform::{Mpidr, TrapPolicy, VmConfig};
 use pvlock_abi::kvm::KvmFeatures;
 use pvlock_abi::smccc::{self, FunctionId, PRESERVED_FIRST, RESULT_REGS};
 
 use crate::pv::{ConfigError, PvConfig, PvRegistry};
-use crate::vcpu::{GuestRegs, VcpuId};
+use crate::vcpu::{GuestRegs, VcpuId, VmId};
 
 /// A vCPU's power state as PSCI reports it (DEN0022 "AFFINITY_INFO",
 /// "CPU_ON").
@@ -179,16 +187,71 @@ pub trait VmView {
     fn wall_clock_ns(&self) -> Option<u64> {
         None
     }
+
+    /// The number of vCPUs of VM `vm` of the hypervisor's VM table (any
+    /// VM, the caller's own included), `None` if there is no such VM. Used
+    /// by calls that name another VM (a control VM's
+    /// PVLOCK_SET_WFX_POLICY, [`ControlService`]). The arch layer answers
+    /// from its VM table, which never changes once the VMs are created.
+    /// The default, `None` for every VM, makes those calls answer
+    /// INVALID_PARAMETER.
+    fn vm_vcpu_count(&self, vm: VmId) -> Option<u16> {
+        let _ = vm;
+        None
+    }
 }
 
-/// The service table of a VM with the paravirtual services of `config`
-/// (see [`Dispatcher::for_vm`]).
+/// Which services a VM's table gets: its paravirtual services and whether
+/// it is a control VM. What [`dispatcher_for`] / [`Dispatcher::for_vm`]
+/// take, by value; a `&PvConfig` converts into one with `control` false,
+/// so callers that know nothing about control VMs keep passing their
+/// `&PvConfig`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct VmServices {
+    /// The paravirtual services (`pv-lock`, `pv-time`, `kvm-ptp`); the
+    /// VM's [`PvRegistry`] must be built for exactly this.
+    pub pv: PvConfig,
+    /// The VM is a control VM (`control = "on"`): it gets
+    /// [`ControlService`] (PVLOCK_SET_WFX_POLICY).
+    pub control: bool,
+}
+
+impl VmServices {
+    /// What a VM description asks for: `pv-lock`, `pv-time`, `kvm-ptp`
+    /// and `control`.
+    pub fn from_config(config: &VmConfig) -> Self {
+        Self {
+            pv: PvConfig {
+                lock: config.pv_lock,
+                steal_time: config.pv_time,
+                ptp: config.kvm_ptp,
+            },
+            control: config.control,
+        }
+    }
+}
+
+/// A VM that is not a control VM. Only by reference, so that the callers
+/// of [`dispatcher_for`] that pass `&PvConfig` keep compiling unchanged
+/// (and clippy-clean); pass a `VmServices` by value.
+impl From<&PvConfig> for VmServices {
+    fn from(pv: &PvConfig) -> Self {
+        Self {
+            pv: *pv,
+            control: false,
+        }
+    }
+}
+
+/// The service table of a VM with `services` (see [`Dispatcher::for_vm`]):
+/// a [`VmServices`] (by value), or a `&PvConfig` for a VM that is not a
+/// control VM.
 pub fn dispatcher_for(
-    config: &PvConfig,
+    services: impl Into<VmServices>,
     registry: Arc<PvRegistry>,
     vulnerabilities: CpuVulnerabilities,
 ) -> Result<Dispatcher, ConfigError> {
-    Dispatcher::for_vm(config, registry, vulnerabilities)
+    Dispatcher::for_vm(services, registry, vulnerabilities)
 }
 
 /// What the caller of [`Dispatcher::dispatch`] must do after the results
@@ -265,6 +328,27 @@ pub enum Action {
     YieldTo {
         /// The vCPU to yield to.
         target: VcpuId,
+    },
+    /// PVLOCK_SET_WFX_POLICY (`pvlock_abi::control`), from a control VM:
+    /// from now on, vCPU `vcpu` of VM `vm` — every vCPU of it with `None` —
+    /// traps WFE by policy `wfe`. X0 already holds 0
+    /// (`pvlock_abi::control::SET`). The caller looks the target VM up in
+    /// its VM table (it exists and the vCPU is one of its own: checked
+    /// through [`VmView::vm_vcpu_count`], and the table never changes),
+    /// locks that VM's [`crate::onspin::WfxPolicies`] (a leaf lock; the
+    /// target may be the caller's own VM), calls
+    /// [`WfxPolicies::set`](crate::onspin::WfxPolicies::set)`(vcpu, wfe)`
+    /// and resumes the caller. Each affected vCPU picks the policy up at
+    /// its next guest entry ([`crate::onspin::WfxPolicies::hcr_for`]); a
+    /// running one needs no IPI, since it exits at the latest when its
+    /// slice ends. WFI's setting is not changed.
+    SetWfxPolicy {
+        /// The target VM (index in the hypervisor's VM table).
+        vm: VmId,
+        /// The target vCPU of that VM, `None` for all of them.
+        vcpu: Option<u16>,
+        /// The WFE trap policy to apply.
+        wfe: TrapPolicy,
     },
 }
 
@@ -469,23 +553,27 @@ impl Dispatcher {
         table
     }
 
-    /// The table of a VM with the paravirtual services of `config`: the
+    /// The table of a VM with `services` (a [`VmServices`] by value, or a
+    /// `&PvConfig` for a VM that is not a control VM): the
     /// [standard](Self::standard) services, the KVM vendor discovery calls
-    /// ([`KvmService`], every VM, with KVM_PTP if `config.ptp`), the
-    /// PV-lock variant ([`PvLockService`]) with the directed-yield call
-    /// ([`PvYieldService`]), and PV time ([`PvTimeService`]), if enabled.
-    /// `registry` must have been built for the same `config`
-    /// ([`PvRegistry::new`]); the services and the arch layer share it.
+    /// ([`KvmService`], every VM, with KVM_PTP if `pv.ptp`), the PV-lock
+    /// variant ([`PvLockService`]) with the directed-yield call
+    /// ([`PvYieldService`]), and PV time ([`PvTimeService`]), if enabled;
+    /// and [`ControlService`] if `control`. `registry` must have been built
+    /// for the same `pv` ([`PvRegistry::new`]); the services and the arch
+    /// layer share it.
     ///
     /// Refused with [`ConfigError::PtpClash`] for KVM_PTP with seed-v3
     /// (both are `0x86000001`, ABI.md §3), checked before anything is
     /// registered; `register` would refuse the second claimant anyway
     /// ([`ConfigError::Register`]).
     pub fn for_vm(
-        config: &PvConfig,
+        services: impl Into<VmServices>,
         registry: Arc<PvRegistry>,
         vulnerabilities: CpuVulnerabilities,
     ) -> Result<Self, ConfigError> {
+        let services = services.into();
+        let config = &services.pv;
         config.validate()?;
         if registry.config() != *config {
             return Err(ConfigError::RegistryMismatch {
@@ -501,6 +589,9 @@ impl Dispatcher {
         }
         if config.steal_time {
             table.register(Box::new(PvTimeService::new(registry)))?;
+        }
+        if services.control {
+            table.register(Box::new(ControlService::new()))?;
         }
         Ok(table)
     }
