@@ -4,12 +4,14 @@
 //! KVM detection, PV-lock and stolen-time set-up, `vcpu_is_preempted`),
 //! usable by any Rust guest kernel; the bare-metal runtime the project's
 //! own test guests are built on (feature `runtime`, module `rt`) and the
-//! portable pieces of it that the host tests check; and the test guests,
-//! `src/bin/smp-demo.rs` and `src/bin/pv-check.rs`.
+//! portable pieces of it that the host tests check; a PV-aware lock
+//! ([`lock`]); and the test guests, `src/bin/smp-demo.rs`,
+//! `src/bin/pv-check.rs` and `src/bin/lock-check.rs`.
 //!
 //! | module | what | where it runs |
 //! |---|---|---|
-//! | [`pv`] | the paravirtual driver: probe, per-CPU records, preempted flag, stolen time, kick | any guest (`rt::pv` on the runtime), host tests with a fake hypervisor |
+//! | [`pv`] | the paravirtual driver: probe, per-CPU records, preempted flag, stolen time, kick, directed yield | any guest (`rt::pv` on the runtime), host tests with a fake hypervisor |
+//! | [`lock`] | a fair ticket lock whose waiters yield to a preempted holder (PV), and the plain one | any guest (`rt::pv::RtParavirt` on the runtime), host tests with threads and a fake backend |
 //! | `rt` | entry code, stacks, MMU, console, PSCI, exceptions, panics | guests (`runtime` feature, `target_os = "none"`) |
 //! | `devicetree` | what a guest reads from its device tree | guests (`runtime`), host tests |
 //! | [`pagetable`] | the stage-1 identity map the runtime turns on | guests, host tests |
@@ -18,6 +20,7 @@
 //! | [`mpidr`] | CPU identities | everywhere |
 //! | [`demo`] | smp-demo's workload and console lines (xtask judges by them) | guests, host (xtask) |
 //! | [`pvcheck`] | pv-check's expectations, documented answers and console lines (xtask judges by them) | guests, host (xtask) |
+//! | [`lockcheck`] | lock-check's settings, workload and console lines (xtask judges by them) | guests, host (xtask) |
 #![cfg_attr(not(test), no_std)]
 
 pub mod bootargs;
@@ -25,6 +28,8 @@ pub mod demo;
 #[cfg(any(test, feature = "runtime"))]
 pub mod devicetree;
 pub mod fault;
+pub mod lock;
+pub mod lockcheck;
 pub mod mpidr;
 pub mod pagetable;
 pub mod pv;

@@ -9,6 +9,7 @@
 use std::time::Duration;
 
 use guest_driver::demo::{Progress, PsciCheck, PsciResult, Summary};
+use guest_driver::lockcheck::{self, DataLine, LockKind, YieldLine};
 use guest_driver::pvcheck::{self, Expect, Steal, TruthCounts};
 use pvlock_abi::pvlock::Variant;
 
@@ -89,6 +90,20 @@ pub enum Check {
     /// least one window with B preempted), and the run ended with
     /// `pv-check: all checks passed`.
     PvServices { expect: Expect, vcpus: usize },
+    /// lock-check with `vcpus` vCPUs, each taking `lock` `iterations`
+    /// times: no failed check; `lock-check: data ok: N acquisitions, 0 lost
+    /// updates` with N = vcpus x iterations; `lock-check: yields: M calls,
+    /// K yielded`; `lock-check: all checks passed`. Under el2
+    /// (`under_el2`), el2's `summary:   wait/yield: ... pv-yield K/M ...`
+    /// agrees exactly, with K > 0 for the PV lock (its waiters did hand
+    /// their slice to a preempted vCPU, and el2 did switch to it) and M = 0
+    /// for the plain ticket lock; without a hypervisor M = 0.
+    LockContention {
+        lock: LockKind,
+        vcpus: usize,
+        iterations: u64,
+        under_el2: bool,
+    },
 }
 
 /// How close a CPU's tick count must be to what its period promises.
@@ -456,6 +471,149 @@ fn pv_check_vm_tests() -> Vec<BootTest> {
     tests
 }
 
+/// The lock-contention test guest.
+const LOCK_CHECK: &str = "lock-check";
+
+/// lock-check's command line: `lock` taken `iterations` times per vCPU;
+/// for the PV lock every vCPU's first critical section lasts
+/// [`LOCK_CHECK_FIRST_HOLD_MS`]; every other setting spelled out at its
+/// default.
+fn lock_check_settings(lock: LockKind, iterations: u64) -> lockcheck::Settings {
+    lockcheck::Settings {
+        lock,
+        iterations,
+        first_hold_ms: match lock {
+            LockKind::Pv => LOCK_CHECK_FIRST_HOLD_MS,
+            LockKind::Ticket => 0,
+        },
+        ..lockcheck::Settings::default()
+    }
+}
+
+/// How long each vCPU holds the lock in its first critical section in the
+/// PV tests: two of el2's 4 ms time slices. With more vCPUs than pCPUs,
+/// others always wait for a pCPU, so the holder is certainly preempted
+/// inside, and its waiters on the other pCPU find it so and yield to it:
+/// K > 0 by construction rather than by the chance that some slice expires
+/// while a vCPU holds a ticket. (Without it, 1 run in about 180 of the
+/// 4-vCPU test finished its 40000 acquisitions in 27 ms, before any
+/// vCPU was preempted holding a ticket, and made no yield at all.)
+const LOCK_CHECK_FIRST_HOLD_MS: u64 = 10;
+
+/// lock-check in one VM of `vcpus` vCPUs on `smp` pCPUs (el2's default
+/// services: seed-v2 PV-lock, hence directed yield, and PV time).
+fn lock_check_vm(vcpus: u32, smp: u32, lock: LockKind, iterations: u64) -> BootTest {
+    let machine = Machine {
+        smp,
+        ..Machine::default()
+    };
+    let settings = lock_check_settings(lock, iterations);
+    let vm = VmConfig {
+        guest: LOCK_CHECK.into(),
+        ..VmConfig::smp_demo(vcpus, &settings.to_string(), 1)
+    };
+    BootTest {
+        name: format!(
+            "vm {LOCK_CHECK} lock={} vcpus={vcpus} {}",
+            lock.name(),
+            machine.describe()
+        ),
+        timeout: VM_TIMEOUT,
+        outcome: Outcome::CleanExit,
+        checks: vec![
+            Check::Banner,
+            Check::SmpOnline(smp),
+            Check::LockContention {
+                lock,
+                vcpus: vcpus as usize,
+                iterations,
+                under_el2: true,
+            },
+            // The plain lock's short run may end inside the first time
+            // slices, before every vCPU has been preempted (see
+            // LOCK_CHECK_TICKET_ITERATIONS): only the PV runs must show
+            // time slicing.
+            Check::HypervisorSummary {
+                vcpus_per_vm: vec![vcpus as usize],
+                time_sliced: vcpus > smp && lock == LockKind::Pv,
+            },
+        ],
+        dt_edit: None,
+        kernel: Kernel::El2,
+        vms: vec![vm],
+        machine,
+    }
+}
+
+/// Acquisitions per vCPU of the PV-lock tests: 40000 in all with 4 or 8
+/// vCPUs. Without preemption that is ~40 ms of work on 2 pCPUs under TCG,
+/// ten 4 ms time slices, so vCPUs are preempted holding a ticket many times
+/// over; with the PV lock's directed yields the runs take 2-3 s.
+const LOCK_CHECK_PV_ACQUISITIONS: u64 = 40_000;
+/// Acquisitions per vCPU of the plain ticket lock's test. Few: once the
+/// lock is passed to a preempted vCPU, the plain lock only moves on at the
+/// next slice expiry (330-450 acquisitions per second measured), so a
+/// run as long as the PV ones would take minutes. 2000 in all take from a
+/// few ms (no vCPU preempted while it holds a ticket) to 6.4 s (the
+/// collapse from the start, forced with `first-hold-ms=10`). The test
+/// proves the lock and the data check, not the speed.
+const LOCK_CHECK_TICKET_ITERATIONS: u64 = 500;
+
+/// lock-check under el2, 2 pCPUs: the PV lock with 4 and 8 vCPUs (directed
+/// yields must happen), the plain ticket lock with 4 (none may).
+fn lock_check_vm_tests() -> Vec<BootTest> {
+    let mut tests: Vec<BootTest> = [4, 8]
+        .into_iter()
+        .map(|vcpus| {
+            lock_check_vm(
+                vcpus,
+                2,
+                LockKind::Pv,
+                LOCK_CHECK_PV_ACQUISITIONS / u64::from(vcpus),
+            )
+        })
+        .collect();
+    tests.push(lock_check_vm(
+        4,
+        2,
+        LockKind::Ticket,
+        LOCK_CHECK_TICKET_ITERATIONS,
+    ));
+    tests
+}
+
+/// lock-check's PV lock directly on QEMU (SMCCC 1.0, no PV services): it
+/// must say it waits like the plain lock, make no yield and keep the data
+/// exact. Two CPUs on the 2-core CI machine, so that the host does not
+/// time-slice the vCPU threads (which would make the plain wait collapse).
+fn bare_lock_check() -> BootTest {
+    let iterations = 2_000;
+    let machine = Machine {
+        virtualization: false,
+        smp: 2,
+        append: Some(lock_check_settings(LockKind::Pv, iterations).to_string()),
+        ..Machine::default()
+    };
+    BootTest {
+        name: format!("guest {LOCK_CHECK} bare lock=pv {}", machine.describe()),
+        timeout: timeout_for(&machine),
+        outcome: Outcome::CleanExit,
+        checks: vec![
+            Check::Line(lockcheck::PV_UNAVAILABLE),
+            Check::LockContention {
+                lock: LockKind::Pv,
+                vcpus: machine.smp as usize,
+                iterations,
+                under_el2: false,
+            },
+        ],
+        dt_edit: None,
+        kernel: Kernel::Guest(LOCK_CHECK),
+        vms: Vec::new(),
+        machine,
+    }
+}
+
 /// pv-check directly on QEMU: SMCCC 1.0, nothing offered, every call
 /// answers NOT_SUPPORTED.
 fn bare_pv_check() -> BootTest {
@@ -622,6 +780,7 @@ pub fn vm_tests() -> Vec<BootTest> {
         machine,
     });
     tests.extend(pv_check_vm_tests());
+    tests.extend(lock_check_vm_tests());
     tests
 }
 
@@ -683,6 +842,7 @@ pub fn boot_tests() -> Vec<BootTest> {
     tests.push(bare_fault("abort", past_ram(ram)));
     tests.push(bare_fault("undef", "undefined instruction".into()));
     tests.push(bare_pv_check());
+    tests.push(bare_lock_check());
     tests
 }
 
@@ -800,6 +960,12 @@ impl Check {
             }
             Check::SmpOnline(n) => check_smp(lines, *n),
             Check::PvServices { expect, vcpus } => check_pv_check(lines, expect, *vcpus),
+            Check::LockContention {
+                lock,
+                vcpus,
+                iterations,
+                under_el2,
+            } => check_lock_check(lines, *lock, *vcpus, *iterations, *under_el2),
             Check::Ticks(n, tolerance) => check_ticks(lines, *n, *tolerance),
             Check::DtError { node, property } => {
                 let wanted = format!("device tree node {node}, property \"{property}\"");
@@ -899,6 +1065,116 @@ fn check_pv_check(lines: &[&str], expect: &Expect, vcpus: usize) -> Result<(), S
     } else {
         Err(problems.join("; "))
     }
+}
+
+/// lock-check's console and el2's directed-yield counters: see
+/// [`Check::LockContention`].
+fn check_lock_check(
+    lines: &[&str],
+    lock: LockKind,
+    vcpus: usize,
+    iterations: u64,
+    under_el2: bool,
+) -> Result<(), String> {
+    let mut problems = Vec::new();
+    let failed: Vec<&&str> = lines
+        .iter()
+        .filter(|l| l.contains(lockcheck::PREFIX) && l.contains(": FAILED"))
+        .collect();
+    if let Some(first) = failed.first() {
+        problems.push(format!("{} failed check(s), first {first:?}", failed.len()));
+    }
+    let expected = vcpus as u64 * iterations;
+    let data: Vec<DataLine> = lines.iter().filter_map(|l| DataLine::parse(l)).collect();
+    match data.as_slice() {
+        [d] if d.acquisitions == expected && d.lost_updates == 0 => {}
+        [d] => problems.push(format!(
+            "{d}: expected {expected} acquisitions ({vcpus} vCPUs x {iterations}) and 0 lost \
+             updates"
+        )),
+        other => problems.push(format!(
+            "{} \"lock-check: data ok\" lines, expected 1",
+            other.len()
+        )),
+    }
+    let guest: Vec<YieldLine> = lines.iter().filter_map(|l| YieldLine::parse(l)).collect();
+    let el2: Vec<WaitYield> = lines.iter().filter_map(|l| parse_wait_yield(l)).collect();
+    match (guest.as_slice(), el2.as_slice()) {
+        ([g], []) if !under_el2 => {
+            if g.calls != 0 || g.yielded != 0 {
+                problems.push(format!("directed yields without a hypervisor: {g}"));
+            }
+        }
+        ([g], [h]) if under_el2 => {
+            if (g.yielded, g.calls) != (h.pv_yields, h.pv_yield_calls) {
+                problems.push(format!(
+                    "the guest counted {} directed-yield calls and {} yields, el2 {} and {} \
+                     (pv-yield {}/{})",
+                    g.calls,
+                    g.yielded,
+                    h.pv_yield_calls,
+                    h.pv_yields,
+                    h.pv_yields,
+                    h.pv_yield_calls
+                ));
+            }
+            match lock {
+                LockKind::Pv if h.pv_yields == 0 => problems.push(format!(
+                    "no successful directed yield (el2: pv-yield {}/{}): the waiters never \
+                     handed a preempted vCPU their slice",
+                    h.pv_yields, h.pv_yield_calls
+                )),
+                LockKind::Ticket if g.calls != 0 || h.pv_yield_calls != 0 => problems.push(
+                    format!("the plain ticket lock made directed-yield calls: {g}"),
+                ),
+                _ => {}
+            }
+        }
+        (g, h) => problems.push(format!(
+            "{} \"lock-check: yields\" lines and {} el2 \"wait/yield\" lines, expected 1 and {}",
+            g.len(),
+            h.len(),
+            u8::from(under_el2)
+        )),
+    }
+    if !lines.iter().any(|l| l.contains(lockcheck::ALL_PASSED)) {
+        problems.push(format!("no {:?} line", lockcheck::ALL_PASSED));
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("; "))
+    }
+}
+
+/// el2's per-VM directed-yield counters: the `pv-yield Y/C kicks K` part of
+/// its `summary:   wait/yield:` line (`el2::onspin::SpinStats`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WaitYield {
+    /// PV_SCHED_YIELD_TO calls the target took the caller's slice in.
+    pub pv_yields: u64,
+    /// PV_SCHED_YIELD_TO calls that asked for a yield (a valid sibling).
+    pub pv_yield_calls: u64,
+    /// KICK_CPU calls carried out.
+    pub kicks: u64,
+}
+
+/// Parses `summary:   wait/yield: wfi 3 ... pv-yield 5/7 kicks 9` (one
+/// line per VM, after the VM's `summary: vm NAME:` line).
+pub fn parse_wait_yield(line: &str) -> Option<WaitYield> {
+    let rest = line[line.find("summary:")? + 8..].trim_start();
+    let rest = rest.strip_prefix("wait/yield:")?;
+    let words: Vec<&str> = rest.split_whitespace().collect();
+    let after = |key: &str| -> Option<&str> {
+        let at = words.iter().position(|w| *w == key)?;
+        words.get(at + 1).copied()
+    };
+    let (yields, calls) = after("pv-yield")?.split_once('/')?;
+    Some(WaitYield {
+        pv_yields: yields.parse().ok()?,
+        pv_yield_calls: calls.parse().ok()?,
+        kicks: after("kicks")?.parse().ok()?,
+    })
 }
 
 /// Parses `smp: N CPUs online` anywhere in a line.
@@ -1220,7 +1496,7 @@ mod tests {
     #[test]
     fn vm_tests_are_separate_and_describe_their_vms() {
         let vm = vm_tests();
-        assert_eq!(vm.len(), 14);
+        assert_eq!(vm.len(), 17);
         assert!(vm.iter().all(|t| t.kernel == Kernel::El2));
         assert!(
             vm.iter()
@@ -1244,7 +1520,8 @@ mod tests {
     #[test]
     fn matrix_has_the_required_tests() {
         let names: Vec<String> = boot_tests().into_iter().map(|t| t.name).collect();
-        assert_eq!(names.len(), 23, "{names:?}");
+        assert_eq!(names.len(), 24, "{names:?}");
+        assert!(names.contains(&"guest lock-check bare lock=pv max,pauth=off smp=2".to_string()));
         assert!(names.contains(&"guest pv-check bare max,pauth=off smp=4".to_string()));
         assert!(names.contains(&"guest smp-demo bare max,pauth=off smp=4".to_string()));
         assert!(names.contains(&"guest smp-demo bare neoverse-n1 smp=2 icount".to_string()));
@@ -1489,6 +1766,225 @@ mod tests {
             el2_summary(&[2])
         );
         assert_eq!(judge(&t, &run(&good, 0)), Ok(()));
+    }
+
+    /// What a passing lock-check run prints, with el2's summary (its
+    /// wait/yield line saying `el2_yields`/`el2_calls`).
+    fn lock_console(
+        vcpus: usize,
+        acquisitions: u64,
+        (calls, yielded): (u64, u64),
+        (el2_yields, el2_calls): (u64, u64),
+    ) -> String {
+        let mut s = String::from("el2: pvlock hypervisor v0.1\r\nsmp: 2 CPUs online\r\n");
+        s += "lock-check: 4 vCPUs, 64 MiB of RAM at 0x40000000, counter 62500000 Hz\r\n";
+        let data = DataLine {
+            acquisitions,
+            lost_updates: 0,
+        };
+        s += &format!("{data}\r\n{}\r\n", YieldLine { calls, yielded });
+        s += &format!("{}\r\n", lockcheck::ALL_PASSED);
+        let summary = el2_summary(&[vcpus]);
+        let (first, rest) = summary.split_once("\r\n").unwrap();
+        s += &format!(
+            "{first}\r\nsummary: vm vm0: {vcpus} vCPUs, resets 0, exits: hvc=9\r\nsummary:   \
+             wait/yield: wfi 0 wfit 0 wfe 0 wfet 0 on-spin 0 attempts 0 yields 0 (round-robin 0 \
+             irqs-masked 0 lock-holder 0 pending-irq 0) pv-yield {el2_yields}/{el2_calls} kicks \
+             0\r\n{rest}"
+        );
+        s
+    }
+
+    #[test]
+    fn wait_yield_line_parses() {
+        let line = "summary:   wait/yield: wfi 3 wfit 0 wfe 40 wfet 2 on-spin 42 attempts 30 \
+                    yields 25 (round-robin 20 irqs-masked 1 lock-holder 4 pending-irq 0) \
+                    pv-yield 5/7 kicks 9";
+        assert_eq!(
+            parse_wait_yield(line),
+            Some(WaitYield {
+                pv_yields: 5,
+                pv_yield_calls: 7,
+                kicks: 9
+            })
+        );
+        // Prefixed, as a console may show it, with CR LF.
+        assert_eq!(
+            parse_wait_yield(&format!("[0.5] {line}\r")).map(|w| w.pv_yields),
+            Some(5)
+        );
+        // Not the per-vCPU lines, nor a damaged one.
+        assert_eq!(
+            parse_wait_yield(
+                "summary:   vm0/vcpu0: run 9.0 ms steal 3.0 ms blocked 0.0 ms in 2 preempted 1"
+            ),
+            None
+        );
+        assert_eq!(parse_wait_yield(&line.replace("5/7", "5")), None);
+        assert_eq!(parse_wait_yield(&line.replace("5/7", "x/7")), None);
+        assert_eq!(parse_wait_yield(&line.replace(" kicks 9", "")), None);
+        // The real format, from el2's SpinStats Display of zero counters.
+        let zero = "summary:   wait/yield: wfi 0 wfit 0 wfe 0 wfet 0 on-spin 0 attempts 0 yields \
+                    0 (round-robin 0 irqs-masked 0 lock-holder 0 pending-irq 0) pv-yield 0/0 \
+                    kicks 0";
+        assert_eq!(
+            parse_wait_yield(zero),
+            Some(WaitYield {
+                pv_yields: 0,
+                pv_yield_calls: 0,
+                kicks: 0
+            })
+        );
+    }
+
+    #[test]
+    fn lock_check_tests_and_their_command_lines() {
+        let tests: Vec<BootTest> = vm_tests()
+            .into_iter()
+            .filter(|t| t.name.starts_with("vm lock-check"))
+            .collect();
+        let names: Vec<&str> = tests.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "vm lock-check lock=pv vcpus=4 max,pauth=off smp=2",
+                "vm lock-check lock=pv vcpus=8 max,pauth=off smp=2",
+                "vm lock-check lock=ticket vcpus=4 max,pauth=off smp=2",
+            ]
+        );
+        for t in &tests {
+            assert_eq!(t.vms[0].guest, "lock-check");
+            assert_eq!(t.machine.smp, 2);
+            assert_eq!((t.vms[0].pv_lock, t.vms[0].pv_time), (None, None));
+            let Some(Check::LockContention {
+                lock,
+                vcpus,
+                iterations,
+                under_el2: true,
+            }) = t
+                .checks
+                .iter()
+                .find(|c| matches!(c, Check::LockContention { .. }))
+                .cloned()
+            else {
+                panic!("{}: no lock-check check", t.name);
+            };
+            assert_eq!(vcpus, t.vms[0].vcpus as usize);
+            // The guest is told exactly what the check expects.
+            let args = guest_driver::bootargs::BootArgs::new(&t.vms[0].bootargs);
+            let told = lockcheck::Settings::from_bootargs(&args).unwrap();
+            assert_eq!((told.lock, told.iterations), (lock, iterations));
+            assert!(t.checks.contains(&Check::HypervisorSummary {
+                vcpus_per_vm: vec![vcpus],
+                time_sliced: lock == LockKind::Pv
+            }));
+        }
+        assert_eq!(
+            tests[0].vms[0].bootargs,
+            "lock=pv iterations=10000 cs-work=40 private-work=40 spin-limit=128 first-hold-ms=10 \
+             timeout=60"
+        );
+        assert!(
+            tests[1].vms[0]
+                .bootargs
+                .starts_with("lock=pv iterations=5000 ")
+        );
+        let ticket = &tests[2].vms[0].bootargs;
+        assert!(
+            ticket.starts_with("lock=ticket iterations=500 "),
+            "{ticket}"
+        );
+        assert!(ticket.contains(" first-hold-ms=0 "), "{ticket}");
+    }
+
+    #[test]
+    fn lock_check_judge() {
+        let find = |name: &str| {
+            vm_tests()
+                .into_iter()
+                .find(|t| t.name.starts_with(name))
+                .unwrap()
+        };
+        let pv = find("vm lock-check lock=pv vcpus=4");
+        let good = lock_console(4, 40_000, (120, 97), (97, 120));
+        assert_eq!(judge(&pv, &run(&good, 0)), Ok(()));
+
+        let none = lock_console(4, 40_000, (0, 0), (0, 0));
+        let err = judge(&pv, &run(&none, 0)).unwrap_err();
+        assert!(err.contains("no successful directed yield"), "{err}");
+
+        let disagree = lock_console(4, 40_000, (120, 97), (96, 120));
+        let err = judge(&pv, &run(&disagree, 0)).unwrap_err();
+        assert!(err.contains("el2 120 and 96"), "{err}");
+
+        let short = lock_console(4, 39_999, (120, 97), (97, 120));
+        let err = judge(&pv, &run(&short, 0)).unwrap_err();
+        assert!(err.contains("expected 40000 acquisitions"), "{err}");
+
+        let lost = good.replace("0 lost updates", "2 lost updates");
+        assert!(judge(&pv, &run(&lost, 0)).is_err());
+
+        let failed = good.replace(
+            lockcheck::ALL_PASSED,
+            "lock-check: lock count: FAILED: vcpu 1: lock_count 0 inside",
+        );
+        let err = judge(&pv, &run(&failed, 0)).unwrap_err();
+        assert!(err.contains("1 failed check(s)"), "{err}");
+        assert!(err.contains("all checks passed"), "{err}");
+
+        let no_el2 = good.replace("summary:   wait/yield:", "summary:   wait:");
+        let err = judge(&pv, &run(&no_el2, 0)).unwrap_err();
+        assert!(err.contains("0 el2 \"wait/yield\" lines"), "{err}");
+
+        // Eight vCPUs: eight summary lines, 5000 acquisitions each.
+        let eight = find("vm lock-check lock=pv vcpus=8");
+        let good8 = lock_console(8, 40_000, (10, 3), (3, 10));
+        assert_eq!(judge(&eight, &run(&good8, 0)), Ok(()));
+        assert!(judge(&eight, &run(&good, 0)).is_err(), "4 summary lines");
+
+        // The plain lock must not yield at all.
+        let ticket = find("vm lock-check lock=ticket");
+        let plain = lock_console(4, 2_000, (0, 0), (0, 0));
+        assert_eq!(judge(&ticket, &run(&plain, 0)), Ok(()));
+        let yielding = lock_console(4, 2_000, (2, 1), (1, 2));
+        let err = judge(&ticket, &run(&yielding, 0)).unwrap_err();
+        assert!(err.contains("made directed-yield calls"), "{err}");
+    }
+
+    #[test]
+    fn bare_lock_check_needs_no_hypervisor_and_no_yield() {
+        let t = boot_tests()
+            .into_iter()
+            .find(|t| t.name.starts_with("guest lock-check bare"))
+            .unwrap();
+        assert_eq!(t.kernel, Kernel::Guest("lock-check"));
+        assert!(!t.machine.virtualization);
+        let args = t.machine.append.clone().unwrap();
+        assert!(args.starts_with("lock=pv iterations=2000 "), "{args}");
+        let good = format!(
+            "{}: its waiters spin like the plain ticket lock's\r\n{}\r\n{}\r\n{}\r\n",
+            lockcheck::PV_UNAVAILABLE,
+            DataLine {
+                acquisitions: 4000,
+                lost_updates: 0
+            },
+            YieldLine {
+                calls: 0,
+                yielded: 0
+            },
+            lockcheck::ALL_PASSED
+        );
+        assert_eq!(judge(&t, &run(&good, 0)), Ok(()));
+        let yielded = good.replace("0 calls, 0 yielded", "1 calls, 0 yielded");
+        let err = judge(&t, &run(&yielded, 0)).unwrap_err();
+        assert!(err.contains("without a hypervisor"), "{err}");
+        let el2 = format!(
+            "{}\r\n{}",
+            lockcheck::PV_UNAVAILABLE,
+            lock_console(2, 4000, (0, 0), (0, 0))
+        );
+        let err = judge(&t, &run(&el2, 0)).unwrap_err();
+        assert!(err.contains("expected 1 and 0"), "{err}");
     }
 
     fn pvcheck_expect(t: &BootTest) -> Expect {

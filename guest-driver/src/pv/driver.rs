@@ -1,10 +1,12 @@
 //! Per-CPU set-up and use of the shared records: the PV-lock "preempted"
-//! record and the stolen-time record of every CPU.
+//! record and the stolen-time record of every CPU; and the scheduling
+//! hints (kick, directed yield).
 
 use core::fmt;
 use core::ptr::{self, NonNull};
 use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
+use pvlock_abi::directed_yield::{self, PV_SCHED_YIELD_TO};
 use pvlock_abi::pvlock::{
     self, Variant, VcpuState32, VcpuState64, anolis, openeuler, seed_v2, seed_v3,
 };
@@ -91,6 +93,45 @@ pub enum Kick {
     Unavailable,
     /// The hypervisor answered with this error code (-1: no such vCPU).
     Refused(i64),
+}
+
+/// The answer of [`PvDriver::yield_to`] (`pvlock_abi::directed_yield`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum YieldResult {
+    /// X0 = 0 (YIELDED): the rest of the caller's time slice went to the
+    /// target; the call returned once the caller was scheduled again.
+    Yielded,
+    /// X0 = 1 (NOT_YIELDED): the target exists but could not take the
+    /// slice (it was running, blocked, off, already handed a slice, not
+    /// allowed on the caller's pCPU, or the slice was used up).
+    NotYielded,
+    /// X0 = -1 (UNKNOWN_VCPU): no vCPU with that index in the VM.
+    UnknownVcpu,
+    /// X0 = -3 (TO_SELF): the target is the caller.
+    ToSelf,
+    /// No directed-yield call is offered: nothing was sent.
+    Unavailable,
+    /// Any other answer (no documented meaning).
+    Refused(i64),
+}
+
+impl YieldResult {
+    /// The result for the call's X0 (`pvlock_abi::directed_yield`).
+    pub fn from_code(code: i64) -> Self {
+        match code {
+            directed_yield::YIELDED => YieldResult::Yielded,
+            directed_yield::NOT_YIELDED => YieldResult::NotYielded,
+            directed_yield::UNKNOWN_VCPU => YieldResult::UnknownVcpu,
+            directed_yield::TO_SELF => YieldResult::ToSelf,
+            other => YieldResult::Refused(other),
+        }
+    }
+
+    /// Whether a call went to the hypervisor (anything but
+    /// [`Unavailable`](Self::Unavailable)).
+    pub const fn was_sent(self) -> bool {
+        !matches!(self, YieldResult::Unavailable)
+    }
 }
 
 /// One CPU's records, published by the CPU itself in `init_cpu` (release)
@@ -291,22 +332,8 @@ impl<P: Conduit + SharedMemory> PvDriver<P> {
     /// (one acquire load of the 64-bit or 32-bit field, by variant). False
     /// without PV-lock, and for a CPU whose record is not set up.
     pub fn vcpu_is_preempted(&self, cpu: usize) -> bool {
-        let Some(slot) = self.slots.get(cpu) else {
-            return false;
-        };
-        let record = slot.lock.load(Ordering::Acquire);
-        if record.is_null() {
-            return false;
-        }
-        match self.info.lock.map(Variant::preempted_width) {
-            // SAFETY: a non-null pointer was published by init_cpu after
-            // mapping (or owning) a 64-byte aligned record of the variant's
-            // type; records are never unmapped, and hold only atomics.
-            Some(8) => unsafe { &*record.cast::<VcpuState64>() }.is_preempted(),
-            // SAFETY: as above, for the 32-bit variants' record.
-            Some(_) => unsafe { &*record.cast::<VcpuState32>() }.is_preempted(),
-            None => false,
-        }
+        self.with_lock_record(cpu, |r| r.is_preempted(), |r| r.is_preempted())
+            .unwrap_or(false)
     }
 
     /// The time `cpu` was runnable but not running, in nanoseconds, as the
@@ -340,6 +367,50 @@ impl<P: Conduit + SharedMemory> PvDriver<P> {
         )
     }
 
+    /// The calling CPU `cpu` took a lock: its PV-lock record's `lock_count`
+    /// goes up by one (`pvlock_abi::pvlock`, "Extension: the lock
+    /// count"), a hint the hypervisor may use to prefer a preempted lock
+    /// holder. Only the CPU that owns the record may call this. Nothing
+    /// happens without a PV-lock record for `cpu`.
+    pub fn lock_acquired(&self, cpu: usize) {
+        self.with_lock_record(cpu, |r| r.lock_acquired(), |r| r.lock_acquired());
+    }
+
+    /// The calling CPU `cpu` dropped a lock: `lock_count` goes down by one
+    /// (saturating at 0). See [`lock_acquired`](Self::lock_acquired).
+    pub fn lock_released(&self, cpu: usize) {
+        self.with_lock_record(cpu, |r| r.lock_released(), |r| r.lock_released());
+    }
+
+    /// The `lock_count` in `cpu`'s PV-lock record (locks it holds, as the
+    /// guest maintains it); 0 without a record. For diagnostics and tests.
+    pub fn lock_count(&self, cpu: usize) -> u32 {
+        self.with_lock_record(cpu, |r| r.lock_count_hint(), |r| r.lock_count_hint())
+            .unwrap_or(0)
+    }
+
+    /// Runs `wide` or `narrow` on `cpu`'s PV-lock record, by the variant's
+    /// record type; `None` when `cpu` has none.
+    fn with_lock_record<R>(
+        &self,
+        cpu: usize,
+        wide: impl FnOnce(&VcpuState64) -> R,
+        narrow: impl FnOnce(&VcpuState32) -> R,
+    ) -> Option<R> {
+        let record = self.slots.get(cpu)?.lock.load(Ordering::Acquire);
+        if record.is_null() {
+            return None;
+        }
+        match self.info.lock?.preempted_width() {
+            // SAFETY: a non-null pointer was published by init_cpu after
+            // mapping (or owning) a 64-byte aligned record of the variant's
+            // type; records are never unmapped, and hold only atomics.
+            8 => Some(wide(unsafe { &*record.cast::<VcpuState64>() })),
+            // SAFETY: as above, for the 32-bit variants' record.
+            _ => Some(narrow(unsafe { &*record.cast::<VcpuState32>() })),
+        }
+    }
+
     /// The record the driver allocated for `cpu` under openEuler or Anolis
     /// (the hypervisor writes it once registered); `None` for the other
     /// variants. For diagnostics and tests.
@@ -363,5 +434,18 @@ impl<P: Conduit + SharedMemory> PvDriver<P> {
             smccc::SUCCESS => Kick::Kicked,
             code => Kick::Refused(code),
         }
+    }
+
+    /// Asks the hypervisor to give the rest of the caller's time slice to
+    /// vCPU `vcpu` (the hypervisor's vCPU index), with PV_SCHED_YIELD_TO
+    /// (`pvlock_abi::directed_yield`): what a lock waiter does when the
+    /// vCPU it waits for is preempted. Sends nothing, and answers
+    /// [`YieldResult::Unavailable`], when the call is not offered.
+    pub fn yield_to(&self, vcpu: u64) -> YieldResult {
+        if !self.info.directed_yield {
+            return YieldResult::Unavailable;
+        }
+        let x0 = self.platform.call(PV_SCHED_YIELD_TO, [vcpu, 0, 0])[0];
+        YieldResult::from_code(return_code(PV_SCHED_YIELD_TO, x0))
     }
 }

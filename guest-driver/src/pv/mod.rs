@@ -32,13 +32,21 @@
 //! | KVM | vendor Call UID, all four words; KVM_FEATURES (§2) |
 //! | PV-lock, best first | seed-v2, seed-v3, openEuler, Anolis (§3; [`probe`]) |
 //! | stolen time | SMCCC_ARCH_FEATURES(PV_TIME_FEATURES), PV_TIME_FEATURES(PV_TIME_ST) (§4) |
+//! | directed yield | KVM_FEATURES bit 34 and SMCCC_ARCH_FEATURES(PV_SCHED_YIELD_TO) (`pvlock_abi::directed_yield`) |
 //! | per CPU | the variant's PREEMPTED / IPA_INIT, PV_TIME_ST ([`PvDriver::init_cpu`]) |
+//!
+//! Besides reading the records, the driver sends the two scheduling hints
+//! a lock waiter needs: [`PvDriver::kick`] (openEuler / Anolis KICK_CPU)
+//! and [`PvDriver::yield_to`] (PV_SCHED_YIELD_TO, the project's directed
+//! yield), and keeps the calling vCPU's `lock_count` in its PV-lock record
+//! ([`PvDriver::lock_acquired`] / [`PvDriver::lock_released`]). The
+//! PV-aware lock built on them is [`crate::lock`].
 
 mod driver;
 #[cfg(test)]
 mod tests;
 
-pub use driver::{CpuInit, InitError, Kick, PvDriver};
+pub use driver::{CpuInit, InitError, Kick, PvDriver, YieldResult};
 
 use core::fmt;
 use core::marker::PhantomData;
@@ -47,7 +55,7 @@ use core::ptr::NonNull;
 use pvlock_abi::kvm::{self, KvmFeatures};
 use pvlock_abi::pvlock::{Variant, anolis, openeuler, seed_v2, seed_v3};
 use pvlock_abi::smccc::{self, FunctionId, Version};
-use pvlock_abi::{arch, psci, pvtime};
+use pvlock_abi::{arch, directed_yield, psci, pvtime};
 
 /// Most CPUs the driver keeps records for (the runtime's
 /// `devicetree::MAX_CPUS`, and the VM binding's largest `vcpus`).
@@ -106,9 +114,10 @@ pub type SmcConduit = Smccc<::smccc::Smc>;
 /// The guest's view of memory it shares with the hypervisor.
 pub trait SharedMemory {
     /// Makes the `size` bytes at `ipa`, memory the hypervisor owns and
-    /// writes, readable as normal write-back cacheable memory (mapping them
-    /// if they are not yet) and returns their address. `ipa` is 64-byte
-    /// aligned.
+    /// writes, readable and writable as normal write-back cacheable memory
+    /// (mapping them if they are not yet) and returns their address. `ipa`
+    /// is 64-byte aligned. The guest only writes the PV-lock record's
+    /// `lock_count` extension (`pvlock_abi::pvlock`).
     fn map_shared(&self, ipa: u64, size: usize) -> Result<NonNull<u8>, &'static str>;
 
     /// The IPA of guest memory at `address` (`virt_to_phys`).
@@ -152,6 +161,9 @@ pub struct PvInfo {
     pub steal_time: bool,
     /// The lock variant's KICK_CPU is offered (openEuler, Anolis).
     pub kick: bool,
+    /// The project's directed-yield call PV_SCHED_YIELD_TO is offered
+    /// (`pvlock_abi::directed_yield`).
+    pub directed_yield: bool,
 }
 
 impl PvInfo {
@@ -164,6 +176,7 @@ impl PvInfo {
         lock: None,
         steal_time: false,
         kick: false,
+        directed_yield: false,
     };
 
     /// Whether any paravirtual service is offered.
@@ -174,8 +187,8 @@ impl PvInfo {
 
 impl fmt::Display for PvInfo {
     /// `SMCCC 1.1, KVM (features 0x00000000 0x00000000 0x00000000
-    /// 0x00000003), PV-lock seed-v3, stolen time, no kick` — the features
-    /// printed w3 first, as Linux does.
+    /// 0x00000003), PV-lock seed-v3, stolen time, no kick, no directed
+    /// yield` — the features printed w3 first, as Linux does.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let v = self.smccc_version;
         write!(f, "SMCCC {}.{}, ", v.major(), v.minor())?;
@@ -195,13 +208,18 @@ impl fmt::Display for PvInfo {
         }
         write!(
             f,
-            ", {}, {}",
+            ", {}, {}, {}",
             if self.steal_time {
                 "stolen time"
             } else {
                 "no stolen time"
             },
-            if self.kick { "kick" } else { "no kick" }
+            if self.kick { "kick" } else { "no kick" },
+            if self.directed_yield {
+                "directed yield"
+            } else {
+                "no directed yield"
+            }
         )
     }
 }
@@ -232,6 +250,11 @@ impl fmt::Display for PvInfo {
 ///    PV_TIME_FEATURES(PV_TIME_ST) = 0.
 /// 5. Kick: openEuler PV_SCHED_FEATURES(KICK_CPU) = 0; Anolis
 ///    SMCCC_ARCH_FEATURES(PV_QSPINLOCK_FEATURES) = 0.
+/// 6. Directed yield: the vendor is KVM, KVM_FEATURES has bit 34 and
+///    SMCCC_ARCH_FEATURES(PV_SCHED_YIELD_TO) = 0. Both are asked because
+///    mainline reserves bit 34 for pKVM (`pvlock_abi::directed_yield`): a
+///    hypervisor that sets it for another reason does not also answer 0
+///    for this project's function id.
 pub fn probe(conduit: &impl Conduit) -> PvInfo {
     let smccc_version = smccc_version(conduit);
     if smccc_version < arch::MIN_VERSION_FOR_VENDOR_PROBE {
@@ -292,6 +315,9 @@ pub fn probe(conduit: &impl Conduit) -> PvInfo {
         Some(Variant::Anolis) => arch_features(anolis::PV_QSPINLOCK_FEATURES),
         _ => false,
     };
+    let directed_yield = kvm
+        && features.contains(directed_yield::KVM_FEATURES_BIT)
+        && arch_features(directed_yield::PV_SCHED_YIELD_TO);
     PvInfo {
         smccc_version,
         kvm,
@@ -299,6 +325,7 @@ pub fn probe(conduit: &impl Conduit) -> PvInfo {
         lock,
         steal_time,
         kick,
+        directed_yield,
     }
 }
 

@@ -119,6 +119,19 @@ impl Fake {
         self
     }
 
+    /// The project's directed yield (bit 34 and SMCCC_ARCH_FEATURES), with
+    /// X0 = `answer` for every target.
+    fn directed_yield(mut self, answer: i64) -> Self {
+        self.feature_bit(directed_yield::KVM_FEATURES_BIT);
+        self.arch_features(directed_yield::PV_SCHED_YIELD_TO);
+        self.set(
+            directed_yield::PV_SCHED_YIELD_TO,
+            None,
+            &[smccc::ret_to_x0(answer)],
+        );
+        self
+    }
+
     fn pv_time(mut self) -> Self {
         self.arch_features(pvtime::PV_TIME_FEATURES);
         for f in [pvtime::PV_TIME_FEATURES, pvtime::PV_TIME_ST] {
@@ -571,10 +584,109 @@ fn info_is_printed_like_linux() {
     assert_eq!(
         info.to_string(),
         "SMCCC 1.1, KVM (features 0x00000000 0x00000000 0x00000000 0x00000003), PV-lock \
-         seed-v3, stolen time, no kick"
+         seed-v3, stolen time, no kick, no directed yield"
     );
     assert_eq!(
         PvInfo::NOTHING.to_string(),
-        "SMCCC 1.0, not KVM, no PV-lock, no stolen time, no kick"
+        "SMCCC 1.0, not KVM, no PV-lock, no stolen time, no kick, no directed yield"
     );
+    let info = probe(&Fake::kvm().seed_v2().directed_yield(0));
+    assert_eq!(
+        info.to_string(),
+        "SMCCC 1.1, KVM (features 0x00000000 0x00000000 0x00000004 0x00000001), PV-lock \
+         seed-v2, no stolen time, no kick, directed yield"
+    );
+}
+
+#[test]
+fn directed_yield_needs_kvm_bit_34_and_arch_features() {
+    let info = probe(&Fake::kvm().seed_v2().directed_yield(0));
+    assert!(info.directed_yield);
+    assert!(info.features.contains(34));
+
+    // The bit alone may be pKVM's reserved bit 34: not trusted.
+    let mut f = Fake::kvm();
+    f.feature_bit(directed_yield::KVM_FEATURES_BIT);
+    assert!(!probe(&f).directed_yield);
+    // SMCCC_ARCH_FEATURES alone: no bit, no call.
+    let mut f = Fake::kvm();
+    f.arch_features(directed_yield::PV_SCHED_YIELD_TO);
+    assert!(!probe(&f).directed_yield);
+    // A vendor other than KVM: its function 0x22 means something else.
+    let mut f = Fake::kvm().directed_yield(0);
+    f.set(kvm::CALL_UID, None, &[0x1234_5678, 1, 2, 3]);
+    assert!(!probe(&f).directed_yield);
+    // Nothing under SMCCC 1.0.
+    assert!(!probe(&Fake::bare()).directed_yield);
+}
+
+#[test]
+fn yield_to_sends_the_call_and_names_the_answer() {
+    for (code, expected) in [
+        (0, YieldResult::Yielded),
+        (1, YieldResult::NotYielded),
+        (-1, YieldResult::UnknownVcpu),
+        (-3, YieldResult::ToSelf),
+        (-2, YieldResult::Refused(-2)),
+        (7, YieldResult::Refused(7)),
+    ] {
+        let fake = Fake::kvm().seed_v2().directed_yield(code);
+        let pv = PvDriver::new(&fake);
+        assert_eq!(pv.yield_to(3), expected, "X0 = {code}");
+        assert_eq!(
+            fake.calls().last(),
+            Some(&(directed_yield::PV_SCHED_YIELD_TO.raw(), 3))
+        );
+        assert!(expected.was_sent());
+    }
+    // Not offered: nothing is sent.
+    let fake = Fake::kvm().seed_v2();
+    let pv = PvDriver::new(&fake);
+    assert_eq!(pv.yield_to(1), YieldResult::Unavailable);
+    assert!(!fake.called(directed_yield::PV_SCHED_YIELD_TO));
+    assert!(!YieldResult::Unavailable.was_sent());
+}
+
+#[test]
+fn lock_count_goes_to_the_callers_record() {
+    // The hypervisor's 64-bit records (seed-v2).
+    let fake = Fake::kvm().seed_v2();
+    let pv = PvDriver::new(&fake);
+    // No record yet: nothing happens.
+    pv.lock_acquired(1);
+    assert_eq!(fake.lock_records[1].lock_count_hint(), 0);
+    init_all(&pv, &fake);
+    pv.lock_acquired(1);
+    pv.lock_acquired(1);
+    pv.lock_released(1);
+    assert_eq!(fake.lock_records[1].lock_count_hint(), 1);
+    assert_eq!(pv.lock_count(1), 1);
+    assert_eq!(pv.lock_count(0), 0);
+    // The count does not disturb the flag, nor the flag the count.
+    assert!(!pv.vcpu_is_preempted(1));
+    fake.lock_records[1].set_preempted(true);
+    assert!(pv.vcpu_is_preempted(1));
+    assert_eq!(pv.lock_count(1), 1);
+    pv.lock_released(1);
+    pv.lock_released(1);
+    assert_eq!(pv.lock_count(1), 0, "saturates at 0");
+    pv.lock_acquired(MAX_CPUS);
+    assert_eq!(pv.lock_count(MAX_CPUS), 0);
+
+    // The driver's own 32-bit records (openEuler).
+    let fake = Fake::kvm().openeuler();
+    let pv = PvDriver::new(&fake);
+    init_all(&pv, &fake);
+    pv.lock_acquired(2);
+    assert_eq!(pv.guest_record(2).unwrap().lock_count_hint(), 1);
+    assert_eq!(pv.guest_record(3).unwrap().lock_count_hint(), 0);
+    pv.lock_released(2);
+    assert_eq!(pv.lock_count(2), 0);
+
+    // No PV-lock at all.
+    let fake = Fake::kvm().pv_time();
+    let pv = PvDriver::new(&fake);
+    init_all(&pv, &fake);
+    pv.lock_acquired(0);
+    assert_eq!(pv.lock_count(0), 0);
 }

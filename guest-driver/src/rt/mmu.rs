@@ -192,12 +192,14 @@ pub fn map_device(start: u64, size: u64) -> Result<(), MapError> {
     result
 }
 
-/// Makes `[start, start + size)` (rounded out to pages) readable as normal
-/// write-back memory while the MMU is on, for memory the hypervisor shares
-/// with the guest (its paravirtual records): pages already mapped as normal
-/// memory (RAM, the image) stay as they are, unmapped pages are mapped
-/// read-only. A page mapped as a device is refused, since changing a live
-/// mapping would need break-before-make.
+/// Makes `[start, start + size)` (rounded out to pages) readable and
+/// writable as normal write-back memory while the MMU is on, for memory the
+/// hypervisor shares with the guest (its paravirtual records, whose
+/// `lock_count` the guest writes: `pvlock_abi::pvlock`): pages already
+/// mapped as writable normal memory (RAM) stay as they are, unmapped pages
+/// are mapped read-write, never executable. A page mapped as a device or
+/// read-only (the image's code and constants) is refused, since changing a
+/// live mapping would need break-before-make.
 pub fn map_shared(start: u64, size: u64) -> Result<(), MapError> {
     let mut used = TABLES_USED.lock();
     // SAFETY: as in map_device: TABLES_USED's lock serialises changes to the
@@ -209,9 +211,9 @@ pub fn map_shared(start: u64, size: u64) -> Result<(), MapError> {
     let end = page_up(start.saturating_add(size.max(1)));
     while page < end {
         result = match map.lookup(page) {
-            Some(a) if a.kind == MemoryKind::Normal => Ok(()),
+            Some(a) if a.kind == MemoryKind::Normal && a.writable => Ok(()),
             Some(_) => Err(MapError::LiveEntryChange { address: page }),
-            None => map.map(page, page + PAGE_SIZE, Attributes::READ_ONLY),
+            None => map.map(page, page + PAGE_SIZE, Attributes::DATA),
         };
         if result.is_err() {
             break;

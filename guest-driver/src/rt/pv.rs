@@ -7,7 +7,11 @@
 //! let info = rt::pv::init();          // boot CPU, once: probes
 //! let records = rt::pv::init_cpu();   // every CPU, for itself
 //! rt::pv::vcpu_is_preempted(cpu);     // anywhere
+//! rt::pv::yield_to(cpu);              // a waiter, for a preempted sibling
 //! ```
+//!
+//! [`RtParavirt`] is the runtime's backend for the PV-aware lock
+//! ([`crate::lock`]).
 
 use core::ptr::NonNull;
 
@@ -16,8 +20,10 @@ use spin::Once;
 
 use super::{machine, mmu, psci, smp};
 use crate::devicetree::{Conduit as Method, MAX_CPUS};
+use crate::lock::Paravirt;
 use crate::pv::{
     self, Conduit, CpuInit, HvcConduit, Kick, PvDriver, PvInfo, SharedMemory, SmcConduit,
+    YieldResult,
 };
 
 const _: () = assert!(
@@ -41,7 +47,9 @@ impl Conduit for RtPlatform {
 impl SharedMemory for RtPlatform {
     fn map_shared(&self, ipa: u64, size: usize) -> Result<NonNull<u8>, &'static str> {
         mmu::map_shared(ipa, size as u64).map_err(|e| match e {
-            crate::pagetable::MapError::LiveEntryChange { .. } => "it is mapped as a device",
+            crate::pagetable::MapError::LiveEntryChange { .. } => {
+                "it is mapped as a device or read-only"
+            }
             crate::pagetable::MapError::OutOfTables => "out of translation tables",
             crate::pagetable::MapError::BadRange { .. } => "beyond 48-bit addresses",
         })?;
@@ -94,5 +102,76 @@ pub fn kick(cpu: usize) -> Kick {
         Some(vcpu) => driver.kick(vcpu),
         // No vCPU has that MPIDR: as the hypervisor would answer.
         None => Kick::Refused(pvlock_abi::smccc::NOT_SUPPORTED),
+    }
+}
+
+/// The hypervisor's vCPU index of logical CPU `cpu` (from its MPIDR).
+fn vcpu_index(cpu: usize) -> Option<u64> {
+    machine().cpus().get(cpu).and_then(|m| m.vcpu_index())
+}
+
+/// Gives the rest of this vCPU's time slice to logical CPU `cpu` with the
+/// directed-yield call ([`PvDriver::yield_to`]); the hypervisor's vCPU
+/// index comes from the CPU's MPIDR. [`YieldResult::Unavailable`] when the
+/// call is not offered (or [`init`] has not run).
+pub fn yield_to(cpu: usize) -> YieldResult {
+    let Some(driver) = driver() else {
+        return YieldResult::Unavailable;
+    };
+    match vcpu_index(cpu) {
+        Some(vcpu) => driver.yield_to(vcpu),
+        // No vCPU has that MPIDR: as the hypervisor would answer.
+        None if driver.info().directed_yield => YieldResult::UnknownVcpu,
+        None => YieldResult::Unavailable,
+    }
+}
+
+/// The calling CPU took a lock: one more in its PV-lock record's
+/// `lock_count` ([`PvDriver::lock_acquired`]); nothing without a record.
+pub fn lock_acquired() {
+    if let Some(driver) = driver() {
+        driver.lock_acquired(smp::current());
+    }
+}
+
+/// The calling CPU dropped a lock ([`PvDriver::lock_released`]).
+pub fn lock_released() {
+    if let Some(driver) = driver() {
+        driver.lock_released(smp::current());
+    }
+}
+
+/// The runtime's [`Paravirt`] backend for [`crate::lock::TicketLock`]:
+/// CPUs are the runtime's logical CPU numbers, the preempted flag and the
+/// lock count are the driver's records, directed yield is
+/// PV_SCHED_YIELD_TO. Without [`init`] (or without the services) it is a
+/// plain ticket lock's: never preempted, no yield, no count.
+///
+/// ```ignore
+/// static COUNTER: TicketLock<u64, RtParavirt> = TicketLock::with_paravirt(0, RtParavirt);
+/// *COUNTER.lock() += 1;
+/// ```
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RtParavirt;
+
+impl Paravirt for RtParavirt {
+    fn this_cpu(&self) -> usize {
+        smp::current()
+    }
+
+    fn vcpu_is_preempted(&self, cpu: usize) -> bool {
+        vcpu_is_preempted(cpu)
+    }
+
+    fn yield_to(&self, cpu: usize) -> YieldResult {
+        yield_to(cpu)
+    }
+
+    fn lock_acquired(&self) {
+        lock_acquired();
+    }
+
+    fn lock_released(&self) {
+        lock_released();
     }
 }
