@@ -6,7 +6,7 @@
 //! own test guests are built on (feature `runtime`, module `rt`) and the
 //! portable pieces of it that the host tests check; a PV-aware lock
 //! ([`lock`]); and the test guests, `src/bin/smp-demo.rs`,
-//! `src/bin/pv-check.rs` and `src/bin/lock-check.rs`.
+//! `src/bin/pv-check.rs` and `src/bin/lockbench.rs`.
 //!
 //! | module | what | where it runs |
 //! |---|---|---|
@@ -20,7 +20,7 @@
 //! | [`mpidr`] | CPU identities | everywhere |
 //! | [`demo`] | smp-demo's workload and console lines (xtask judges by them) | guests, host (xtask) |
 //! | [`pvcheck`] | pv-check's expectations, documented answers and console lines (xtask judges by them) | guests, host (xtask) |
-//! | [`lockcheck`] | lock-check's settings, workload and console lines (xtask judges by them) | guests, host (xtask) |
+//! | [`lockbench`] | lockbench's settings, workload and console lines (xtask judges by them) | guests, host (xtask) |
 #![cfg_attr(not(test), no_std)]
 
 pub mod bootargs;
@@ -29,7 +29,7 @@ pub mod demo;
 pub mod devicetree;
 pub mod fault;
 pub mod lock;
-pub mod lockcheck;
+pub mod lockbench;
 pub mod mpidr;
 pub mod pagetable;
 pub mod pv;

@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use guest_driver::demo::{Progress, PsciCheck, PsciResult, Summary};
-use guest_driver::lockcheck::{self, DataLine, LockKind, YieldLine};
+use guest_driver::lockbench::{self, DataLine, LockKind, YieldLine};
 use guest_driver::pvcheck::{self, Expect, Steal, TruthCounts};
 use pvlock_abi::pvlock::Variant;
 
@@ -90,10 +90,10 @@ pub enum Check {
     /// least one window with B preempted), and the run ended with
     /// `pv-check: all checks passed`.
     PvServices { expect: Expect, vcpus: usize },
-    /// lock-check with `vcpus` vCPUs, each taking `lock` `iterations`
-    /// times: no failed check; `lock-check: data ok: N acquisitions, 0 lost
-    /// updates` with N = vcpus x iterations; `lock-check: yields: M calls,
-    /// K yielded`; `lock-check: all checks passed`. Under el2
+    /// lockbench with `vcpus` vCPUs, each taking `lock` `iterations`
+    /// times: no failed check; `lockbench: data ok: N acquisitions, 0 lost
+    /// updates` with N = vcpus x iterations; `lockbench: yields: M calls,
+    /// K yielded`; `lockbench: all checks passed`. Under el2
     /// (`under_el2`), el2's `summary:   wait/yield: ... pv-yield K/M ...`
     /// agrees exactly, with K > 0 for the PV lock (its waiters did hand
     /// their slice to a preempted vCPU, and el2 did switch to it) and M = 0
@@ -472,21 +472,32 @@ fn pv_check_vm_tests() -> Vec<BootTest> {
 }
 
 /// The lock-contention test guest.
-const LOCK_CHECK: &str = "lock-check";
+const LOCK_CHECK: &str = "lockbench";
 
-/// lock-check's command line: `lock` taken `iterations` times per vCPU;
-/// for the PV lock every vCPU's first critical section lasts
+/// lockbench's command line: `lock` taken `iterations` times per vCPU;
+/// for the PV locks every vCPU's first critical section lasts
 /// [`LOCK_CHECK_FIRST_HOLD_MS`]; every other setting spelled out at its
 /// default.
-fn lock_check_settings(lock: LockKind, iterations: u64) -> lockcheck::Settings {
-    lockcheck::Settings {
+fn lockbench_settings(lock: LockKind, iterations: u64) -> lockbench::Settings {
+    lockbench::Settings {
         lock,
         iterations,
-        first_hold_ms: match lock {
-            LockKind::Pv => LOCK_CHECK_FIRST_HOLD_MS,
-            LockKind::Ticket => 0,
+        first_hold_ms: if lock.is_paravirt() {
+            LOCK_CHECK_FIRST_HOLD_MS
+        } else {
+            0
         },
-        ..lockcheck::Settings::default()
+        // The queued lock's head then only waits by spinning and yielding
+        // to a preempted holder; with its default (sleep after 16 looks)
+        // every waiter soon sleeps, the holder has a pCPU to itself and
+        // is hardly ever preempted: fast, but no yield to show. Waiters
+        // behind a preempted predecessor still sleep and are kicked.
+        halt_after: if lock == LockKind::Pv {
+            u32::MAX
+        } else {
+            lockbench::Settings::default().halt_after
+        },
+        ..lockbench::Settings::default()
     }
 }
 
@@ -495,27 +506,41 @@ fn lock_check_settings(lock: LockKind, iterations: u64) -> lockcheck::Settings {
 /// others always wait for a pCPU, so the holder is certainly preempted
 /// inside, and its waiters on the other pCPU find it so and yield to it:
 /// K > 0 by construction rather than by the chance that some slice expires
-/// while a vCPU holds a ticket. (Without it, 1 run in about 180 of the
+/// while a vCPU holds the lock. (Without it, 1 run in about 180 of the
 /// 4-vCPU test finished its 40000 acquisitions in 27 ms, before any
 /// vCPU was preempted holding a ticket, and made no yield at all.)
 const LOCK_CHECK_FIRST_HOLD_MS: u64 = 10;
 
-/// lock-check in one VM of `vcpus` vCPUs on `smp` pCPUs (el2's default
-/// services: seed-v2 PV-lock, hence directed yield, and PV time).
-fn lock_check_vm(vcpus: u32, smp: u32, lock: LockKind, iterations: u64) -> BootTest {
+/// The PV-lock variant each lock's boot test runs with: the queued lock
+/// sleeps until kicked, so it needs a variant with KICK_CPU (openEuler);
+/// the PV ticket lock only yields, so el2's default (seed-v2) serves it;
+/// the plain lock asks for nothing.
+fn lockbench_pv_lock(lock: LockKind) -> Option<PvLock> {
+    match lock {
+        LockKind::Pv => Some(PvLock::Variant(Variant::OpenEuler)),
+        LockKind::PvTicket | LockKind::Ticket => None,
+    }
+}
+
+/// lockbench in one VM of `vcpus` vCPUs on `smp` pCPUs, with
+/// [`lockbench_pv_lock`]'s services.
+fn lockbench_vm(vcpus: u32, smp: u32, lock: LockKind, iterations: u64) -> BootTest {
     let machine = Machine {
         smp,
         ..Machine::default()
     };
-    let settings = lock_check_settings(lock, iterations);
+    let settings = lockbench_settings(lock, iterations);
+    let pv_lock = lockbench_pv_lock(lock);
     let vm = VmConfig {
         guest: LOCK_CHECK.into(),
+        pv_lock,
         ..VmConfig::smp_demo(vcpus, &settings.to_string(), 1)
     };
     BootTest {
         name: format!(
-            "vm {LOCK_CHECK} lock={} vcpus={vcpus} {}",
+            "vm {LOCK_CHECK} lock={} pv-lock={} vcpus={vcpus} {}",
             lock.name(),
+            pv_lock.map_or("default", PvLock::name),
             machine.describe()
         ),
         timeout: VM_TIMEOUT,
@@ -535,7 +560,7 @@ fn lock_check_vm(vcpus: u32, smp: u32, lock: LockKind, iterations: u64) -> BootT
             // time slicing.
             Check::HypervisorSummary {
                 vcpus_per_vm: vec![vcpus as usize],
-                time_sliced: vcpus > smp && lock == LockKind::Pv,
+                time_sliced: vcpus > smp && lock.is_paravirt(),
             },
         ],
         dt_edit: None,
@@ -547,8 +572,8 @@ fn lock_check_vm(vcpus: u32, smp: u32, lock: LockKind, iterations: u64) -> BootT
 
 /// Acquisitions per vCPU of the PV-lock tests: 40000 in all with 4 or 8
 /// vCPUs. Without preemption that is ~40 ms of work on 2 pCPUs under TCG,
-/// ten 4 ms time slices, so vCPUs are preempted holding a ticket many times
-/// over; with the PV lock's directed yields the runs take 2-3 s.
+/// ten 4 ms time slices, so vCPUs are preempted holding the lock many
+/// times over; with the PV locks' directed yields the runs take 2-3 s.
 const LOCK_CHECK_PV_ACQUISITIONS: u64 = 40_000;
 /// Acquisitions per vCPU of the plain ticket lock's test. Few: once the
 /// lock is passed to a preempted vCPU, the plain lock only moves on at the
@@ -559,13 +584,14 @@ const LOCK_CHECK_PV_ACQUISITIONS: u64 = 40_000;
 /// proves the lock and the data check, not the speed.
 const LOCK_CHECK_TICKET_ITERATIONS: u64 = 500;
 
-/// lock-check under el2, 2 pCPUs: the PV lock with 4 and 8 vCPUs (directed
-/// yields must happen), the plain ticket lock with 4 (none may).
-fn lock_check_vm_tests() -> Vec<BootTest> {
+/// lockbench under el2, 2 pCPUs: the PV queued lock with 4 and 8 vCPUs
+/// (directed yields and kicks must happen), the PV ticket lock with 4
+/// (yields must happen), the plain ticket lock with 4 (none may).
+fn lockbench_vm_tests() -> Vec<BootTest> {
     let mut tests: Vec<BootTest> = [4, 8]
         .into_iter()
         .map(|vcpus| {
-            lock_check_vm(
+            lockbench_vm(
                 vcpus,
                 2,
                 LockKind::Pv,
@@ -573,7 +599,13 @@ fn lock_check_vm_tests() -> Vec<BootTest> {
             )
         })
         .collect();
-    tests.push(lock_check_vm(
+    tests.push(lockbench_vm(
+        4,
+        2,
+        LockKind::PvTicket,
+        LOCK_CHECK_PV_ACQUISITIONS / 4,
+    ));
+    tests.push(lockbench_vm(
         4,
         2,
         LockKind::Ticket,
@@ -582,16 +614,16 @@ fn lock_check_vm_tests() -> Vec<BootTest> {
     tests
 }
 
-/// lock-check's PV lock directly on QEMU (SMCCC 1.0, no PV services): it
+/// lockbench's PV lock directly on QEMU (SMCCC 1.0, no PV services): it
 /// must say it waits like the plain lock, make no yield and keep the data
 /// exact. Two CPUs on the 2-core CI machine, so that the host does not
 /// time-slice the vCPU threads (which would make the plain wait collapse).
-fn bare_lock_check() -> BootTest {
+fn bare_lockbench() -> BootTest {
     let iterations = 2_000;
     let machine = Machine {
         virtualization: false,
         smp: 2,
-        append: Some(lock_check_settings(LockKind::Pv, iterations).to_string()),
+        append: Some(lockbench_settings(LockKind::Pv, iterations).to_string()),
         ..Machine::default()
     };
     BootTest {
@@ -599,7 +631,7 @@ fn bare_lock_check() -> BootTest {
         timeout: timeout_for(&machine),
         outcome: Outcome::CleanExit,
         checks: vec![
-            Check::Line(lockcheck::PV_UNAVAILABLE),
+            Check::Line(lockbench::PV_UNAVAILABLE),
             Check::LockContention {
                 lock: LockKind::Pv,
                 vcpus: machine.smp as usize,
@@ -780,7 +812,7 @@ pub fn vm_tests() -> Vec<BootTest> {
         machine,
     });
     tests.extend(pv_check_vm_tests());
-    tests.extend(lock_check_vm_tests());
+    tests.extend(lockbench_vm_tests());
     tests
 }
 
@@ -842,7 +874,7 @@ pub fn boot_tests() -> Vec<BootTest> {
     tests.push(bare_fault("abort", past_ram(ram)));
     tests.push(bare_fault("undef", "undefined instruction".into()));
     tests.push(bare_pv_check());
-    tests.push(bare_lock_check());
+    tests.push(bare_lockbench());
     tests
 }
 
@@ -965,7 +997,7 @@ impl Check {
                 vcpus,
                 iterations,
                 under_el2,
-            } => check_lock_check(lines, *lock, *vcpus, *iterations, *under_el2),
+            } => check_lockbench(lines, *lock, *vcpus, *iterations, *under_el2),
             Check::Ticks(n, tolerance) => check_ticks(lines, *n, *tolerance),
             Check::DtError { node, property } => {
                 let wanted = format!("device tree node {node}, property \"{property}\"");
@@ -1067,9 +1099,9 @@ fn check_pv_check(lines: &[&str], expect: &Expect, vcpus: usize) -> Result<(), S
     }
 }
 
-/// lock-check's console and el2's directed-yield counters: see
+/// lockbench's console and el2's directed-yield counters: see
 /// [`Check::LockContention`].
-fn check_lock_check(
+fn check_lockbench(
     lines: &[&str],
     lock: LockKind,
     vcpus: usize,
@@ -1079,7 +1111,7 @@ fn check_lock_check(
     let mut problems = Vec::new();
     let failed: Vec<&&str> = lines
         .iter()
-        .filter(|l| l.contains(lockcheck::PREFIX) && l.contains(": FAILED"))
+        .filter(|l| l.contains(lockbench::PREFIX) && l.contains(": FAILED"))
         .collect();
     if let Some(first) = failed.first() {
         problems.push(format!("{} failed check(s), first {first:?}", failed.len()));
@@ -1093,7 +1125,7 @@ fn check_lock_check(
              updates"
         )),
         other => problems.push(format!(
-            "{} \"lock-check: data ok\" lines, expected 1",
+            "{} \"lockbench: data ok\" lines, expected 1",
             other.len()
         )),
     }
@@ -1101,8 +1133,10 @@ fn check_lock_check(
     let el2: Vec<WaitYield> = lines.iter().filter_map(|l| parse_wait_yield(l)).collect();
     match (guest.as_slice(), el2.as_slice()) {
         ([g], []) if !under_el2 => {
-            if g.calls != 0 || g.yielded != 0 {
-                problems.push(format!("directed yields without a hypervisor: {g}"));
+            if g.calls != 0 || g.yielded != 0 || g.halts != 0 || g.kicks != 0 {
+                problems.push(format!(
+                    "directed yields or kicks without a hypervisor: {g}"
+                ));
             }
         }
         ([g], [h]) if under_el2 => {
@@ -1118,12 +1152,26 @@ fn check_lock_check(
                     h.pv_yield_calls
                 ));
             }
+            if g.kicks != h.kicks {
+                problems.push(format!(
+                    "the guest's unlockers sent {} kicks, el2 carried out {}",
+                    g.kicks, h.kicks
+                ));
+            }
             match lock {
-                LockKind::Pv if h.pv_yields == 0 => problems.push(format!(
+                LockKind::Pv | LockKind::PvTicket if h.pv_yields == 0 => problems.push(format!(
                     "no successful directed yield (el2: pv-yield {}/{}): the waiters never \
                      handed a preempted vCPU their slice",
                     h.pv_yields, h.pv_yield_calls
                 )),
+                LockKind::Pv if g.halts == 0 || h.kicks == 0 => problems.push(format!(
+                    "the queued lock's waiters never slept and were kicked ({} halts, el2: \
+                     {} kicks)",
+                    g.halts, h.kicks
+                )),
+                LockKind::PvTicket | LockKind::Ticket if g.halts != 0 || h.kicks != 0 => {
+                    problems.push(format!("a ticket lock slept or kicked: {g}"))
+                }
                 LockKind::Ticket if g.calls != 0 || h.pv_yield_calls != 0 => problems.push(
                     format!("the plain ticket lock made directed-yield calls: {g}"),
                 ),
@@ -1131,14 +1179,14 @@ fn check_lock_check(
             }
         }
         (g, h) => problems.push(format!(
-            "{} \"lock-check: yields\" lines and {} el2 \"wait/yield\" lines, expected 1 and {}",
+            "{} \"lockbench: yields\" lines and {} el2 \"wait/yield\" lines, expected 1 and {}",
             g.len(),
             h.len(),
             u8::from(under_el2)
         )),
     }
-    if !lines.iter().any(|l| l.contains(lockcheck::ALL_PASSED)) {
-        problems.push(format!("no {:?} line", lockcheck::ALL_PASSED));
+    if !lines.iter().any(|l| l.contains(lockbench::ALL_PASSED)) {
+        problems.push(format!("no {:?} line", lockbench::ALL_PASSED));
     }
     if problems.is_empty() {
         Ok(())
@@ -1496,7 +1544,7 @@ mod tests {
     #[test]
     fn vm_tests_are_separate_and_describe_their_vms() {
         let vm = vm_tests();
-        assert_eq!(vm.len(), 17);
+        assert_eq!(vm.len(), 18);
         assert!(vm.iter().all(|t| t.kernel == Kernel::El2));
         assert!(
             vm.iter()
@@ -1521,7 +1569,7 @@ mod tests {
     fn matrix_has_the_required_tests() {
         let names: Vec<String> = boot_tests().into_iter().map(|t| t.name).collect();
         assert_eq!(names.len(), 24, "{names:?}");
-        assert!(names.contains(&"guest lock-check bare lock=pv max,pauth=off smp=2".to_string()));
+        assert!(names.contains(&"guest lockbench bare lock=pv max,pauth=off smp=2".to_string()));
         assert!(names.contains(&"guest pv-check bare max,pauth=off smp=4".to_string()));
         assert!(names.contains(&"guest smp-demo bare max,pauth=off smp=4".to_string()));
         assert!(names.contains(&"guest smp-demo bare neoverse-n1 smp=2 icount".to_string()));
@@ -1768,31 +1816,46 @@ mod tests {
         assert_eq!(judge(&t, &run(&good, 0)), Ok(()));
     }
 
-    /// What a passing lock-check run prints, with el2's summary (its
-    /// wait/yield line saying `el2_yields`/`el2_calls`).
-    fn lock_console(
+    /// What a passing lockbench run prints, with el2's summary (its
+    /// wait/yield line saying `el2_yields`/`el2_calls`); the guest's halts
+    /// and kicks and el2's kicks are `(halts, kicks, el2_kicks)`.
+    fn lock_console_kicks(
         vcpus: usize,
         acquisitions: u64,
         (calls, yielded): (u64, u64),
         (el2_yields, el2_calls): (u64, u64),
+        (halts, kicks, el2_kicks): (u64, u64, u64),
     ) -> String {
         let mut s = String::from("el2: pvlock hypervisor v0.1\r\nsmp: 2 CPUs online\r\n");
-        s += "lock-check: 4 vCPUs, 64 MiB of RAM at 0x40000000, counter 62500000 Hz\r\n";
+        s += "lockbench: 4 vCPUs, 64 MiB of RAM at 0x40000000, counter 62500000 Hz\r\n";
         let data = DataLine {
             acquisitions,
             lost_updates: 0,
         };
-        s += &format!("{data}\r\n{}\r\n", YieldLine { calls, yielded });
-        s += &format!("{}\r\n", lockcheck::ALL_PASSED);
+        s += &format!(
+            "{data}\r\n{}\r\n",
+            YieldLine {
+                calls,
+                yielded,
+                halts,
+                kicks
+            }
+        );
+        s += &format!("{}\r\n", lockbench::ALL_PASSED);
         let summary = el2_summary(&[vcpus]);
         let (first, rest) = summary.split_once("\r\n").unwrap();
         s += &format!(
             "{first}\r\nsummary: vm vm0: {vcpus} vCPUs, resets 0, exits: hvc=9\r\nsummary:   \
              wait/yield: wfi 0 wfit 0 wfe 0 wfet 0 on-spin 0 attempts 0 yields 0 (round-robin 0 \
              irqs-masked 0 lock-holder 0 pending-irq 0) pv-yield {el2_yields}/{el2_calls} kicks \
-             0\r\n{rest}"
+             {el2_kicks}\r\n{rest}"
         );
         s
+    }
+
+    /// [`lock_console_kicks`] without halts and kicks (the ticket locks).
+    fn lock_console(vcpus: usize, acquisitions: u64, calls: (u64, u64), el2: (u64, u64)) -> String {
+        lock_console_kicks(vcpus, acquisitions, calls, el2, (0, 0, 0))
     }
 
     #[test]
@@ -1838,24 +1901,25 @@ mod tests {
     }
 
     #[test]
-    fn lock_check_tests_and_their_command_lines() {
+    fn lockbench_tests_and_their_command_lines() {
         let tests: Vec<BootTest> = vm_tests()
             .into_iter()
-            .filter(|t| t.name.starts_with("vm lock-check"))
+            .filter(|t| t.name.starts_with("vm lockbench"))
             .collect();
         let names: Vec<&str> = tests.iter().map(|t| t.name.as_str()).collect();
         assert_eq!(
             names,
             [
-                "vm lock-check lock=pv vcpus=4 max,pauth=off smp=2",
-                "vm lock-check lock=pv vcpus=8 max,pauth=off smp=2",
-                "vm lock-check lock=ticket vcpus=4 max,pauth=off smp=2",
+                "vm lockbench lock=pv pv-lock=openeuler vcpus=4 max,pauth=off smp=2",
+                "vm lockbench lock=pv pv-lock=openeuler vcpus=8 max,pauth=off smp=2",
+                "vm lockbench lock=pv-ticket pv-lock=default vcpus=4 max,pauth=off smp=2",
+                "vm lockbench lock=ticket pv-lock=default vcpus=4 max,pauth=off smp=2",
             ]
         );
         for t in &tests {
-            assert_eq!(t.vms[0].guest, "lock-check");
+            assert_eq!(t.vms[0].guest, "lockbench");
             assert_eq!(t.machine.smp, 2);
-            assert_eq!((t.vms[0].pv_lock, t.vms[0].pv_time), (None, None));
+            assert_eq!(t.vms[0].pv_time, None);
             let Some(Check::LockContention {
                 lock,
                 vcpus,
@@ -1867,29 +1931,41 @@ mod tests {
                 .find(|c| matches!(c, Check::LockContention { .. }))
                 .cloned()
             else {
-                panic!("{}: no lock-check check", t.name);
+                panic!("{}: no lockbench check", t.name);
             };
             assert_eq!(vcpus, t.vms[0].vcpus as usize);
             // The guest is told exactly what the check expects.
             let args = guest_driver::bootargs::BootArgs::new(&t.vms[0].bootargs);
-            let told = lockcheck::Settings::from_bootargs(&args).unwrap();
+            let told = lockbench::Settings::from_bootargs(&args).unwrap();
             assert_eq!((told.lock, told.iterations), (lock, iterations));
+            assert_eq!(t.vms[0].pv_lock, lockbench_pv_lock(lock));
             assert!(t.checks.contains(&Check::HypervisorSummary {
                 vcpus_per_vm: vec![vcpus],
-                time_sliced: lock == LockKind::Pv
+                time_sliced: lock.is_paravirt()
             }));
         }
+        // The queued lock needs a kick: openEuler's KICK_CPU.
+        assert_eq!(
+            tests[0].vms[0].pv_lock,
+            Some(PvLock::Variant(Variant::OpenEuler))
+        );
         assert_eq!(
             tests[0].vms[0].bootargs,
-            "lock=pv iterations=10000 cs-work=40 private-work=40 spin-limit=128 first-hold-ms=10 \
-             timeout=60"
+            "lock=pv iterations=10000 duration-ms=0 cs-work=40 private-work=40 spin-limit=128 \
+             halt-after=4294967295 first-hold-ms=10 costs=0 timeout=60"
         );
         assert!(
             tests[1].vms[0]
                 .bootargs
                 .starts_with("lock=pv iterations=5000 ")
         );
-        let ticket = &tests[2].vms[0].bootargs;
+        assert!(
+            tests[2].vms[0]
+                .bootargs
+                .starts_with("lock=pv-ticket iterations=10000 ")
+        );
+        assert!(tests[2].vms[0].bootargs.contains(" halt-after=16 "));
+        let ticket = &tests[3].vms[0].bootargs;
         assert!(
             ticket.starts_with("lock=ticket iterations=500 "),
             "{ticket}"
@@ -1898,26 +1974,34 @@ mod tests {
     }
 
     #[test]
-    fn lock_check_judge() {
+    fn lockbench_judge() {
         let find = |name: &str| {
             vm_tests()
                 .into_iter()
                 .find(|t| t.name.starts_with(name))
                 .unwrap()
         };
-        let pv = find("vm lock-check lock=pv vcpus=4");
-        let good = lock_console(4, 40_000, (120, 97), (97, 120));
+        let pv = find("vm lockbench lock=pv pv-lock=openeuler vcpus=4");
+        let good = lock_console_kicks(4, 40_000, (120, 97), (97, 120), (40, 38, 38));
         assert_eq!(judge(&pv, &run(&good, 0)), Ok(()));
 
-        let none = lock_console(4, 40_000, (0, 0), (0, 0));
+        let none = lock_console_kicks(4, 40_000, (0, 0), (0, 0), (40, 38, 38));
         let err = judge(&pv, &run(&none, 0)).unwrap_err();
         assert!(err.contains("no successful directed yield"), "{err}");
 
-        let disagree = lock_console(4, 40_000, (120, 97), (96, 120));
+        let disagree = lock_console_kicks(4, 40_000, (120, 97), (96, 120), (40, 38, 38));
         let err = judge(&pv, &run(&disagree, 0)).unwrap_err();
         assert!(err.contains("el2 120 and 96"), "{err}");
 
-        let short = lock_console(4, 39_999, (120, 97), (97, 120));
+        // The queued lock must sleep and be kicked, and el2 must agree.
+        let no_kicks = lock_console(4, 40_000, (120, 97), (97, 120));
+        let err = judge(&pv, &run(&no_kicks, 0)).unwrap_err();
+        assert!(err.contains("never slept and were kicked"), "{err}");
+        let lost_kick = lock_console_kicks(4, 40_000, (120, 97), (97, 120), (40, 38, 37));
+        let err = judge(&pv, &run(&lost_kick, 0)).unwrap_err();
+        assert!(err.contains("sent 38 kicks, el2 carried out 37"), "{err}");
+
+        let short = lock_console_kicks(4, 39_999, (120, 97), (97, 120), (40, 38, 38));
         let err = judge(&pv, &run(&short, 0)).unwrap_err();
         assert!(err.contains("expected 40000 acquisitions"), "{err}");
 
@@ -1925,8 +2009,8 @@ mod tests {
         assert!(judge(&pv, &run(&lost, 0)).is_err());
 
         let failed = good.replace(
-            lockcheck::ALL_PASSED,
-            "lock-check: lock count: FAILED: vcpu 1: lock_count 0 inside",
+            lockbench::ALL_PASSED,
+            "lockbench: lock count: FAILED: vcpu 1: lock_count 0 inside",
         );
         let err = judge(&pv, &run(&failed, 0)).unwrap_err();
         assert!(err.contains("1 failed check(s)"), "{err}");
@@ -1937,13 +2021,13 @@ mod tests {
         assert!(err.contains("0 el2 \"wait/yield\" lines"), "{err}");
 
         // Eight vCPUs: eight summary lines, 5000 acquisitions each.
-        let eight = find("vm lock-check lock=pv vcpus=8");
-        let good8 = lock_console(8, 40_000, (10, 3), (3, 10));
+        let eight = find("vm lockbench lock=pv pv-lock=openeuler vcpus=8");
+        let good8 = lock_console_kicks(8, 40_000, (10, 3), (3, 10), (5, 5, 5));
         assert_eq!(judge(&eight, &run(&good8, 0)), Ok(()));
         assert!(judge(&eight, &run(&good, 0)).is_err(), "4 summary lines");
 
         // The plain lock must not yield at all.
-        let ticket = find("vm lock-check lock=ticket");
+        let ticket = find("vm lockbench lock=ticket");
         let plain = lock_console(4, 2_000, (0, 0), (0, 0));
         assert_eq!(judge(&ticket, &run(&plain, 0)), Ok(()));
         let yielding = lock_console(4, 2_000, (2, 1), (1, 2));
@@ -1952,35 +2036,40 @@ mod tests {
     }
 
     #[test]
-    fn bare_lock_check_needs_no_hypervisor_and_no_yield() {
+    fn bare_lockbench_needs_no_hypervisor_and_no_yield() {
         let t = boot_tests()
             .into_iter()
-            .find(|t| t.name.starts_with("guest lock-check bare"))
+            .find(|t| t.name.starts_with("guest lockbench bare"))
             .unwrap();
-        assert_eq!(t.kernel, Kernel::Guest("lock-check"));
+        assert_eq!(t.kernel, Kernel::Guest("lockbench"));
         assert!(!t.machine.virtualization);
         let args = t.machine.append.clone().unwrap();
         assert!(args.starts_with("lock=pv iterations=2000 "), "{args}");
         let good = format!(
             "{}: its waiters spin like the plain ticket lock's\r\n{}\r\n{}\r\n{}\r\n",
-            lockcheck::PV_UNAVAILABLE,
+            lockbench::PV_UNAVAILABLE,
             DataLine {
                 acquisitions: 4000,
                 lost_updates: 0
             },
             YieldLine {
                 calls: 0,
-                yielded: 0
+                yielded: 0,
+                halts: 0,
+                kicks: 0
             },
-            lockcheck::ALL_PASSED
+            lockbench::ALL_PASSED
         );
         assert_eq!(judge(&t, &run(&good, 0)), Ok(()));
         let yielded = good.replace("0 calls, 0 yielded", "1 calls, 0 yielded");
+        let kicked = good.replace("0 halts, 0 kicks", "1 halts, 1 kicks");
+        let err = judge(&t, &run(&kicked, 0)).unwrap_err();
+        assert!(err.contains("without a hypervisor"), "{err}");
         let err = judge(&t, &run(&yielded, 0)).unwrap_err();
         assert!(err.contains("without a hypervisor"), "{err}");
         let el2 = format!(
             "{}\r\n{}",
-            lockcheck::PV_UNAVAILABLE,
+            lockbench::PV_UNAVAILABLE,
             lock_console(2, 4000, (0, 0), (0, 0))
         );
         let err = judge(&t, &run(&el2, 0)).unwrap_err();

@@ -43,7 +43,7 @@ RUN OPTIONS (run, gdb):
 
 GUEST OPTIONS (run, gdb):
     --guest GUEST      Boot el2 with VMs running GUEST: a built guest (smp-demo, pv-check,
-                       lock-check) or the path of a raw arm64 Image. Any guest option below
+                       lockbench) or the path of a raw arm64 Image. Any guest option below
                        without --guest means --guest smp-demo.
     --vcpus N          vCPUs per VM [default: 4]
     --guest-mem SIZE   RAM per VM, a multiple of 2 MiB, e.g. 64M [default: 64M]

@@ -1,6 +1,8 @@
 //! `cargo xtask`: the host-side build, run and test tool of the el2
 //! hypervisor. See `cargo xtask help`.
 
+#[allow(dead_code)]
+mod bench_report;
 mod boottest;
 mod cli;
 mod dtedit;

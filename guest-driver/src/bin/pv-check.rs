@@ -61,7 +61,6 @@ mod guest {
     use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
     use core::time::Duration;
 
-    use aarch64_cpu::registers::{CNTV_CTL_EL0, CNTV_CVAL_EL0};
     use guest_driver::bootargs::{ArgError, BootArgs};
     use guest_driver::devicetree::{Conduit as Method, MAX_CPUS, MemRange};
     use guest_driver::println;
@@ -75,7 +74,6 @@ mod guest {
     use pvlock_abi::pvlock::{Variant, VcpuState32, anolis, openeuler};
     use pvlock_abi::smccc;
     use spin::Once;
-    use tock_registers::interfaces::Writeable;
 
     guest_driver::entry!(main, secondary_main);
 
@@ -223,21 +221,12 @@ mod guest {
 
     // ---- Rescheduling: a WFI that waits for the virtual timer ------------
 
-    /// Blocks in WFI until `deadline` (counter ticks) or a wake-up, with
-    /// the virtual timer armed so that the hypervisor wakes us then.
-    fn wfi_until(deadline: u64) {
-        CNTV_CVAL_EL0.set(deadline);
-        CNTV_CTL_EL0.write(CNTV_CTL_EL0::ENABLE::SET + CNTV_CTL_EL0::IMASK::CLEAR);
-        aarch64_cpu::asm::wfi();
-        CNTV_CTL_EL0.set(0);
-    }
-
     /// Blocks for 5 ms, so the hypervisor takes this vCPU off its pCPU
     /// and puts it back.
     fn reschedule() {
         let deadline = time::counter() + time::to_ticks(Duration::from_millis(5));
         while time::counter() < deadline {
-            wfi_until(deadline);
+            time::wfi_until(deadline);
         }
     }
 
@@ -737,7 +726,7 @@ mod guest {
         KICK_WAITING.store(true, Ordering::Release);
         let mut wfis = 0u32;
         while !KICKED.load(Ordering::Acquire) && time::counter() < deadline {
-            wfi_until(deadline);
+            time::wfi_until(deadline);
             wfis += 1;
         }
         KICK_WOKE.store(time::counter(), Ordering::Relaxed);

@@ -1,7 +1,13 @@
-//! Locks for guests of a hypervisor that time-slices vCPUs: a fair ticket
-//! lock whose waiters hand their time slice to the vCPU they wait for when
-//! the hypervisor has preempted it, and the same ticket lock without the
-//! paravirtual part, as a baseline.
+//! Locks for guests of a hypervisor that time-slices vCPUs:
+//!
+//! - [`QueuedLock`]: a fair queued (MCS / qspinlock-style) lock whose
+//!   waiters yield to a preempted holder, sleep in WFI when the vCPU ahead
+//!   of them is preempted or when they waited long, and are kicked awake
+//!   by the unlock that makes their turn come (module `queued`);
+//! - [`TicketLock`] with a [`Paravirt`] backend: a fair ticket lock whose
+//!   waiters hand their time slice to the vCPU whose turn it is when the
+//!   hypervisor has preempted it (described below);
+//! - [`TicketLock`] with [`NoPv`]: the plain ticket lock, the baseline.
 //!
 //! # The problem
 //!
@@ -48,8 +54,13 @@
 //! SHARED.lock_counted(&mut stats).update();   // unlocked when the guard drops
 //! ```
 
+mod queued;
 #[cfg(test)]
 pub(crate) mod tests;
+
+pub use queued::{
+    ANON_HOLDER, DEFAULT_HALT_AFTER, HEAD_HALTED, LEVELS, QueuedLock, QueuedLockGuard,
+};
 
 use core::cell::UnsafeCell;
 use core::fmt;
@@ -57,7 +68,7 @@ use core::marker::PhantomData;
 use core::ops::{AddAssign, Deref, DerefMut};
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use crate::pv::{MAX_CPUS, YieldResult};
+use crate::pv::{Kick, MAX_CPUS, YieldResult};
 
 /// Spins between two looks at the awaited vCPU's "preempted" flag, unless
 /// [`TicketLock::set_spin_limit`] says otherwise. A look is one load of a
@@ -101,6 +112,23 @@ pub trait Paravirt {
     fn relax(&self) {
         core::hint::spin_loop();
     }
+
+    /// Whether [`wait`](Self::wait) sleeps until [`kick`](Self::kick)
+    /// wakes it (the hypervisor offers a kick call). Without it the queued
+    /// lock's waiters never sleep.
+    fn can_halt(&self) -> bool {
+        false
+    }
+
+    /// Sleeps until another CPU kicks this one, or for a bounded time; may
+    /// return early for any reason (callers look at the lock again).
+    fn wait(&self) {}
+
+    /// Wakes `cpu` from [`wait`](Self::wait), or makes its next wait return
+    /// at once.
+    fn kick(&self, _cpu: usize) -> Kick {
+        Kick::Unavailable
+    }
 }
 
 impl<P: Paravirt + ?Sized> Paravirt for &P {
@@ -128,6 +156,18 @@ impl<P: Paravirt + ?Sized> Paravirt for &P {
 
     fn relax(&self) {
         (**self).relax();
+    }
+
+    fn can_halt(&self) -> bool {
+        (**self).can_halt()
+    }
+
+    fn wait(&self) {
+        (**self).wait();
+    }
+
+    fn kick(&self, cpu: usize) -> Kick {
+        (**self).kick(cpu)
     }
 }
 
@@ -177,6 +217,22 @@ pub struct WaitStats {
     /// unknown vCPU, the caller itself, or an undocumented code): the
     /// backend names CPUs differently from the hypervisor.
     pub yield_refused: u64,
+    /// Sleeps until a kick (queued lock only).
+    pub halts: u64,
+}
+
+impl WaitStats {
+    /// Counts a directed-yield answer.
+    fn count_yield(&mut self, answer: YieldResult) {
+        self.yield_calls += u64::from(answer.was_sent());
+        match answer {
+            YieldResult::Yielded => self.yielded += 1,
+            YieldResult::NotYielded | YieldResult::Unavailable => {}
+            YieldResult::UnknownVcpu | YieldResult::ToSelf | YieldResult::Refused(_) => {
+                self.yield_refused += 1
+            }
+        }
+    }
 }
 
 impl AddAssign for WaitStats {
@@ -190,6 +246,7 @@ impl AddAssign for WaitStats {
         self.yield_calls += other.yield_calls;
         self.yielded += other.yielded;
         self.yield_refused += other.yield_refused;
+        self.halts += other.halts;
     }
 }
 
@@ -372,15 +429,7 @@ impl<T: ?Sized, P: Paravirt> TicketLock<T, P> {
             return;
         }
         stats.saw_preempted += 1;
-        let answer = self.pv.yield_to(cpu);
-        stats.yield_calls += u64::from(answer.was_sent());
-        match answer {
-            YieldResult::Yielded => stats.yielded += 1,
-            YieldResult::NotYielded | YieldResult::Unavailable => {}
-            YieldResult::UnknownVcpu | YieldResult::ToSelf | YieldResult::Refused(_) => {
-                stats.yield_refused += 1
-            }
-        }
+        stats.count_yield(self.pv.yield_to(cpu));
     }
 
     fn unlock(&self) {

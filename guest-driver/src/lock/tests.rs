@@ -10,7 +10,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 use std::vec::Vec;
 
-const CPUS: usize = 8;
+pub(crate) const CPUS: usize = 8;
 
 /// A plain lock's backend for host tests (nothing paravirtual), whose
 /// waiters give the host CPU away between two reads of the lock. A test
@@ -46,14 +46,14 @@ thread_local! {
     static CPU: Cell<usize> = const { Cell::new(0) };
 }
 
-fn become_cpu(cpu: usize) {
+pub(crate) fn become_cpu(cpu: usize) {
     CPU.with(|c| c.set(cpu));
 }
 
 /// How long a test waits for something before it fails loudly.
-const PATIENCE: Duration = Duration::from_secs(20);
+pub(crate) const PATIENCE: Duration = Duration::from_secs(20);
 
-fn wait_for(what: &str, mut condition: impl FnMut() -> bool) {
+pub(crate) fn wait_for(what: &str, mut condition: impl FnMut() -> bool) {
     let start = Instant::now();
     while !condition() {
         assert!(start.elapsed() < PATIENCE, "timed out waiting for {what}");
@@ -61,7 +61,7 @@ fn wait_for(what: &str, mut condition: impl FnMut() -> bool) {
     }
 }
 
-struct Fake {
+pub(crate) struct Fake {
     preempted: [AtomicBool; CPUS],
     lock_count: [AtomicU32; CPUS],
     /// (from, to) of every yield_to.
@@ -72,10 +72,20 @@ struct Fake {
     runs_target: bool,
     /// A thread whose CPU is preempted waits in relax() until it is not.
     parks: bool,
+    /// can_halt() answers this: wait() sleeps until kicked.
+    pub(crate) halts: bool,
+    /// A kick for this CPU is pending (consumed by its next wait).
+    kicked: [AtomicBool; CPUS],
+    /// This CPU sleeps in wait().
+    pub(crate) sleeping: [AtomicBool; CPUS],
+    /// (from, to) of every kick.
+    kicks: Mutex<Vec<(usize, usize)>>,
+    /// Waits that ended because the fake's bound passed, not by a kick.
+    pub(crate) wait_timeouts: AtomicU32,
 }
 
 impl Fake {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             preempted: [const { AtomicBool::new(false) }; CPUS],
             lock_count: [const { AtomicU32::new(0) }; CPUS],
@@ -83,18 +93,35 @@ impl Fake {
             answer: Mutex::new(YieldResult::Yielded),
             runs_target: false,
             parks: false,
+            halts: false,
+            kicked: [const { AtomicBool::new(false) }; CPUS],
+            sleeping: [const { AtomicBool::new(false) }; CPUS],
+            kicks: Mutex::new(Vec::new()),
+            wait_timeouts: AtomicU32::new(0),
         }
     }
 
-    fn preempt(&self, cpu: usize, preempted: bool) {
+    /// A fake whose waiters sleep until kicked.
+    pub(crate) fn halting() -> Self {
+        Self {
+            halts: true,
+            ..Self::new()
+        }
+    }
+
+    pub(crate) fn kicks(&self) -> Vec<(usize, usize)> {
+        self.kicks.lock().unwrap().clone()
+    }
+
+    pub(crate) fn preempt(&self, cpu: usize, preempted: bool) {
         self.preempted[cpu].store(preempted, Ordering::SeqCst);
     }
 
-    fn yields(&self) -> Vec<(usize, usize)> {
+    pub(crate) fn yields(&self) -> Vec<(usize, usize)> {
         self.yields.lock().unwrap().clone()
     }
 
-    fn count(&self, cpu: usize) -> u32 {
+    pub(crate) fn count(&self, cpu: usize) -> u32 {
         self.lock_count[cpu].load(Ordering::SeqCst)
     }
 }
@@ -134,17 +161,74 @@ impl Paravirt for Fake {
         // As HostYield: the host time-slices the threads.
         thread::yield_now();
     }
+
+    fn can_halt(&self) -> bool {
+        self.halts
+    }
+
+    /// Sleeps until kicked; gives up after [`WAIT_BOUND`] (counted), as
+    /// the runtime's wait is bounded by a timer.
+    fn wait(&self) {
+        let me = self.this_cpu();
+        self.sleeping[me].store(true, Ordering::SeqCst);
+        let start = Instant::now();
+        while !self.kicked[me].swap(false, Ordering::SeqCst) {
+            if start.elapsed() > WAIT_BOUND {
+                self.wait_timeouts.fetch_add(1, Ordering::SeqCst);
+                break;
+            }
+            thread::sleep(Duration::from_micros(50));
+        }
+        self.sleeping[me].store(false, Ordering::SeqCst);
+    }
+
+    fn kick(&self, cpu: usize) -> Kick {
+        self.kicks.lock().unwrap().push((self.this_cpu(), cpu));
+        match self.kicked.get(cpu) {
+            Some(kicked) => {
+                kicked.store(true, Ordering::SeqCst);
+                Kick::Kicked
+            }
+            None => Kick::Refused(-1),
+        }
+    }
 }
+
+/// How long the fake's wait() sleeps without a kick.
+pub(crate) const WAIT_BOUND: Duration = Duration::from_secs(5);
 
 /// What a critical section does to detect another thread inside: plain
 /// (non-atomic) read-modify-writes, and a flag.
 #[derive(Default)]
-struct Counters {
-    a: u64,
-    b: u64,
+pub(crate) struct Counters {
+    pub(crate) a: u64,
+    pub(crate) b: u64,
 }
 
-fn hammer<P: Paravirt + Sync>(lock: &TicketLock<Counters, P>, threads: usize, rounds: u64) {
+/// A lock over [`Counters`] that [`hammer`] can drive: the ticket lock
+/// here, the queued lock in its own tests.
+pub(crate) trait CountersLock: Sync {
+    /// Runs `section` holding the lock, counting the wait in `stats`.
+    fn with(&self, stats: &mut WaitStats, section: &mut dyn FnMut(&mut Counters));
+
+    /// Whether nobody holds or waits for the lock.
+    fn idle(&self) -> bool;
+}
+
+impl<P: Paravirt + Sync> CountersLock for TicketLock<Counters, P> {
+    fn with(&self, stats: &mut WaitStats, section: &mut dyn FnMut(&mut Counters)) {
+        section(&mut self.lock_counted(stats));
+    }
+
+    fn idle(&self) -> bool {
+        !self.is_locked()
+    }
+}
+
+/// `threads` threads take the lock `rounds` times each and update the
+/// counters with plain read-modify-writes; nothing may be lost. Returns
+/// the waits' statistics.
+pub(crate) fn hammer(lock: &impl CountersLock, threads: usize, rounds: u64) -> WaitStats {
     let inside = AtomicBool::new(false);
     let stats = Mutex::new(WaitStats::default());
     let start = Barrier::new(threads);
@@ -156,29 +240,32 @@ fn hammer<P: Paravirt + Sync>(lock: &TicketLock<Counters, P>, threads: usize, ro
                 let mut mine = WaitStats::default();
                 start.wait();
                 for _ in 0..rounds {
-                    let mut g = lock.lock_counted(&mut mine);
-                    assert!(!inside.swap(true, Ordering::Relaxed), "two threads inside");
-                    let a = g.a;
-                    // A window for another thread to come in, if it could.
-                    for _ in 0..20 {
-                        std::hint::black_box(&mut *g);
-                    }
-                    g.a = a + 1;
-                    g.b += 1;
-                    inside.store(false, Ordering::Relaxed);
+                    lock.with(&mut mine, &mut |g| {
+                        assert!(!inside.swap(true, Ordering::Relaxed), "two threads inside");
+                        let a = g.a;
+                        // A window for another thread to come in, if it could.
+                        for _ in 0..20 {
+                            std::hint::black_box(&mut *g);
+                        }
+                        g.a = a + 1;
+                        g.b += 1;
+                        inside.store(false, Ordering::Relaxed);
+                    });
                 }
                 *stats.lock().unwrap() += mine;
             });
         }
     });
     let total = threads as u64 * rounds;
-    let g = lock.lock();
-    assert_eq!((g.a, g.b), (total, total), "lost updates");
-    drop(g);
+    become_cpu(0);
+    let mut seen = (0, 0);
+    lock.with(&mut WaitStats::default(), &mut |g| seen = (g.a, g.b));
+    assert_eq!(seen, (total, total), "lost updates");
     let stats = *stats.lock().unwrap();
     assert_eq!(stats.acquisitions, total);
     assert!(stats.contended <= total);
-    assert!(!lock.is_locked());
+    assert!(lock.idle());
+    stats
 }
 
 #[test]
@@ -202,6 +289,23 @@ fn pv_lock_excludes_and_loses_nothing_while_yielding() {
     }
     let lock = TicketLock::with_paravirt(Counters::default(), &fake);
     lock.set_spin_limit(1);
+    // Two waiters that surely wait (the hammer's threads may not overlap
+    // on a loaded host).
+    become_cpu(3);
+    let guard = lock.lock();
+    thread::scope(|s| {
+        for cpu in [4, 5] {
+            let lock = &lock;
+            s.spawn(move || {
+                become_cpu(cpu);
+                lock.lock().a += 1;
+            });
+        }
+        wait_for("two waiters", || lock.queued() == 3);
+        wait_for("a yield", || !fake.yields().is_empty());
+        drop(guard);
+    });
+    lock.lock().a -= 2;
     hammer(&lock, 6, 10_000);
     let yields = fake.yields();
     assert!(!yields.is_empty(), "some waiter yielded");
@@ -459,6 +563,7 @@ fn stats_add_up() {
         yield_calls: 5,
         yielded: 6,
         yield_refused: 7,
+        halts: 10,
     };
     a += a;
     assert_eq!(
@@ -473,6 +578,7 @@ fn stats_add_up() {
             yield_calls: 10,
             yielded: 12,
             yield_refused: 14,
+            halts: 20,
         }
     );
     assert_eq!(TicketLock::new(()).spin_limit(), DEFAULT_SPIN_LIMIT);

@@ -18,7 +18,7 @@ use core::ptr::NonNull;
 use pvlock_abi::FunctionId;
 use spin::Once;
 
-use super::{machine, mmu, psci, smp};
+use super::{machine, mmu, psci, smp, time};
 use crate::devicetree::{Conduit as Method, MAX_CPUS};
 use crate::lock::Paravirt;
 use crate::pv::{
@@ -174,4 +174,23 @@ impl Paravirt for RtParavirt {
     fn lock_released(&self) {
         lock_released();
     }
+
+    /// When the hypervisor offers a kick call.
+    fn can_halt(&self) -> bool {
+        driver().is_some_and(|d| d.info().kick)
+    }
+
+    /// WFI for at most [`WAIT_BOUND`]: a kick ends it sooner.
+    fn wait(&self) {
+        time::wfi_until(time::counter().saturating_add(time::to_ticks(WAIT_BOUND)));
+    }
+
+    fn kick(&self, cpu: usize) -> Kick {
+        kick(cpu)
+    }
 }
+
+/// The longest a lock waiter sleeps in [`RtParavirt`]'s wait without a
+/// kick: a bound for a lost kick (a hypervisor that does not latch kicks,
+/// or one whose WFI is not trapped), not a time the lock relies on.
+pub const WAIT_BOUND: core::time::Duration = core::time::Duration::from_millis(10);

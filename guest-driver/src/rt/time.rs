@@ -3,10 +3,10 @@
 //! a vCPU is descheduled, so it measures wall time, not the vCPU's own.
 
 use aarch64_cpu::asm::barrier;
-use aarch64_cpu::registers::{CNTFRQ_EL0, CNTVCT_EL0};
+use aarch64_cpu::registers::{CNTFRQ_EL0, CNTV_CTL_EL0, CNTV_CVAL_EL0, CNTVCT_EL0};
 use core::sync::atomic::{AtomicU64, Ordering};
 use core::time::Duration;
-use tock_registers::interfaces::Readable;
+use tock_registers::interfaces::{Readable, Writeable};
 
 /// The counter when the boot CPU entered Rust.
 static BOOT_COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -74,4 +74,16 @@ pub fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> boo
         }
         core::hint::spin_loop();
     }
+}
+
+/// Waits in WFI until the counter reaches `deadline`, or earlier: the
+/// virtual timer is armed for `deadline` so that the hypervisor, which
+/// traps WFI, wakes the vCPU then at the latest; a kick (or any other
+/// wake-up) ends the wait sooner. The timer is disarmed again on return.
+/// Callers check their condition afterwards: the wait may end early.
+pub fn wfi_until(deadline: u64) {
+    CNTV_CVAL_EL0.set(deadline);
+    CNTV_CTL_EL0.write(CNTV_CTL_EL0::ENABLE::SET + CNTV_CTL_EL0::IMASK::CLEAR);
+    aarch64_cpu::asm::wfi();
+    CNTV_CTL_EL0.set(0);
 }

@@ -1,32 +1,37 @@
-//! The `lock-check` guest's settings, workload and console lines, shared
-//! with `cargo xtask`, which judges boots by those lines.
+//! The `lockbench` guest's settings, workload and console lines, shared
+//! with `cargo xtask`, which judges boot tests and reads benchmark figures
+//! by those lines.
 //!
-//! Every vCPU takes one shared [`TicketLock`](crate::lock::TicketLock)
-//! `iterations` times; inside it runs [`Shared::update`], a critical
-//! section of a few hundred instructions whose non-atomic read-modify-write
-//! updates lose counts if two vCPUs are ever inside at once; outside it,
-//! [`private_work`]. At the end the boot vCPU checks the shared data
-//! ([`DataCheck`]) and adds up what the waits cost ([`YieldLine`]).
+//! Every vCPU takes one shared lock (the [`LockKind`] the command line
+//! names) over and over: `iterations` times, or until `duration-ms` of
+//! counter time passed; inside it runs [`Shared::update`], a critical
+//! section of a few hundred instructions whose non-atomic
+//! read-modify-write updates lose counts if two vCPUs are ever inside at
+//! once; outside it, [`private_work`]. At the end the boot vCPU checks the
+//! shared data ([`DataCheck`]), adds up what the waits cost
+//! ([`YieldLine`]) and prints the throughput ([`ResultLine`]). With
+//! `costs=N` it first measures a null hypercall and a directed yield
+//! between two vCPUs ([`CostLine`]).
 
 use core::fmt;
 use core::ptr;
 
 use crate::bootargs::{ArgError, BootArgs};
 
-/// Every line lock-check prints starts with this.
-pub const PREFIX: &str = "lock-check:";
+/// Every line lockbench prints starts with this.
+pub const PREFIX: &str = "lockbench:";
 
 /// The last line of a successful run.
-pub const ALL_PASSED: &str = "lock-check: all checks passed";
+pub const ALL_PASSED: &str = "lockbench: all checks passed";
 
-/// Starts the line the guest prints when `lock=pv` finds no PV-lock record
-/// or no directed yield (no hypervisor, or one without them): the PV lock
-/// then waits exactly like the plain one.
+/// Starts the line the guest prints when a PV lock finds no PV-lock record
+/// or no directed yield (no hypervisor, or one without them): the lock
+/// then waits like a plain one.
 pub const PV_UNAVAILABLE: &str =
-    "lock-check: the PV lock has no preempted flag or no directed yield here";
+    "lockbench: the PV lock has no preempted flag or no directed yield here";
 
 /// `iterations=`: acquisitions per vCPU unless the command line says
-/// otherwise. With the PV lock, 4 vCPUs on 2 pCPUs take about 2 s under
+/// otherwise. With a PV lock, 4 vCPUs on 2 pCPUs take about 2 s under
 /// TCG; the plain ticket lock, once a vCPU is preempted holding a ticket,
 /// manages only a few hundred acquisitions per second there (each handoff
 /// to a preempted vCPU waits for a time slice to end), so give it fewer.
@@ -40,24 +45,41 @@ pub const DEFAULT_PRIVATE_WORK: u64 = 40;
 pub const MAX_WORK: u64 = 1_000_000;
 /// Most `iterations=`.
 pub const MAX_ITERATIONS: u64 = 100_000_000;
+/// Most `duration-ms=`.
+pub const MAX_DURATION_MS: u64 = 600_000;
+/// Most `costs=` rounds.
+pub const MAX_COST_ROUNDS: u64 = 10_000_000;
 
 /// Which lock the vCPUs share (`lock=`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LockKind {
-    /// `pv`: the ticket lock with paravirtual waiting (preempted flag,
-    /// directed yield, lock count).
+    /// `pv`: the queued lock ([`crate::lock::QueuedLock`]) with paravirtual
+    /// waiting: directed yield to a preempted holder, sleeping waiters
+    /// kicked by the unlocker, lock count.
     Pv,
+    /// `pv-ticket`: the ticket lock with directed yield to the preempted
+    /// vCPU whose turn it is, and lock count (no sleeping).
+    PvTicket,
     /// `ticket`: the plain ticket lock, the baseline.
     Ticket,
 }
 
 impl LockKind {
+    /// Every kind, in command-line order.
+    pub const ALL: [LockKind; 3] = [LockKind::Pv, LockKind::PvTicket, LockKind::Ticket];
+
     /// The command-line word.
     pub const fn name(self) -> &'static str {
         match self {
             LockKind::Pv => "pv",
+            LockKind::PvTicket => "pv-ticket",
             LockKind::Ticket => "ticket",
         }
+    }
+
+    /// Whether the lock uses the paravirtual services.
+    pub const fn is_paravirt(self) -> bool {
+        !matches!(self, LockKind::Ticket)
     }
 }
 
@@ -65,21 +87,27 @@ impl LockKind {
 ///
 /// | word | meaning | default |
 /// |---|---|---|
-/// | `lock=pv\|ticket` | the PV-aware ticket lock or the plain one | `pv` |
+/// | `lock=pv\|pv-ticket\|ticket` | the PV queued lock, the PV ticket lock, or the plain ticket lock | `pv` |
 /// | `iterations=N` | acquisitions per vCPU (1..=100000000) | [`DEFAULT_ITERATIONS`] |
+/// | `duration-ms=N` | instead of `iterations`: every vCPU runs until N ms of counter time passed since the start (0..=600000; 0: use `iterations`) | 0 |
 /// | `cs-work=N` | mixing rounds inside the lock (1..=1000000) | [`DEFAULT_CS_WORK`] |
 /// | `private-work=N` | mixing rounds between acquisitions (0..=1000000) | [`DEFAULT_PRIVATE_WORK`] |
-/// | `spin-limit=N` | PV lock: spins between two looks at the awaited vCPU's flag (1..=1000000000) | [`crate::lock::DEFAULT_SPIN_LIMIT`] |
+/// | `spin-limit=N` | PV locks: spins between two looks at the awaited vCPU's flag (1..=1000000000) | [`crate::lock::DEFAULT_SPIN_LIMIT`] |
+/// | `halt-after=N` | PV queued lock: looks after which a waiter sleeps until kicked although the awaited vCPU runs (1..=4294967295) | [`crate::lock::DEFAULT_HALT_AFTER`] |
 /// | `first-hold-ms=N` | each vCPU's first critical section lasts at least N ms of counter time (0..=1000): longer than a time slice, its holder is preempted inside it for sure (with more vCPUs than pCPUs) | 0 |
+/// | `costs=N` | first measure N null hypercalls and N directed-yield round trips between vCPUs 0 and 1 (0..=10000000; 0: skip) | 0 |
 /// | `timeout=S` | seconds to wait for a vCPU to come online, and for all to finish (1..=3600) | 60 |
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Settings {
     pub lock: LockKind,
     pub iterations: u64,
+    pub duration_ms: u64,
     pub cs_work: u64,
     pub private_work: u64,
     pub spin_limit: u32,
+    pub halt_after: u32,
     pub first_hold_ms: u64,
+    pub costs: u64,
     pub timeout_secs: u64,
 }
 
@@ -88,10 +116,13 @@ impl Default for Settings {
         Self {
             lock: LockKind::Pv,
             iterations: DEFAULT_ITERATIONS,
+            duration_ms: 0,
             cs_work: DEFAULT_CS_WORK,
             private_work: DEFAULT_PRIVATE_WORK,
             spin_limit: crate::lock::DEFAULT_SPIN_LIMIT,
+            halt_after: crate::lock::DEFAULT_HALT_AFTER,
             first_hold_ms: 0,
+            costs: 0,
             timeout_secs: 60,
         }
     }
@@ -101,19 +132,31 @@ impl Settings {
     /// Reads the words of the table above; absent words take their default.
     pub fn from_bootargs<'a>(args: &BootArgs<'a>) -> Result<Self, ArgError<'a>> {
         let d = Self::default();
-        let lock = match args.choice("lock", &["pv", "ticket"])? {
-            Some("ticket") => LockKind::Ticket,
-            _ => LockKind::Pv,
+        const NAMES: [&str; 3] = [
+            LockKind::ALL[0].name(),
+            LockKind::ALL[1].name(),
+            LockKind::ALL[2].name(),
+        ];
+        let lock = match args.choice("lock", &NAMES)? {
+            Some(word) => LockKind::ALL
+                .into_iter()
+                .find(|k| k.name() == word)
+                .unwrap_or(d.lock),
+            None => d.lock,
         };
         let spin_limit = args.number("spin-limit", d.spin_limit.into(), 1, 1_000_000_000)?;
+        let halt_after = args.number("halt-after", d.halt_after.into(), 1, u32::MAX.into())?;
         Ok(Self {
             lock,
             iterations: args.number("iterations", d.iterations, 1, MAX_ITERATIONS)?,
+            duration_ms: args.number("duration-ms", d.duration_ms, 0, MAX_DURATION_MS)?,
             cs_work: args.number("cs-work", d.cs_work, 1, MAX_WORK)?,
             private_work: args.number("private-work", d.private_work, 0, MAX_WORK)?,
-            // In range by the bound just checked.
+            // In range by the bounds just checked.
             spin_limit: u32::try_from(spin_limit).unwrap_or(u32::MAX),
+            halt_after: u32::try_from(halt_after).unwrap_or(u32::MAX),
             first_hold_ms: args.number("first-hold-ms", d.first_hold_ms, 0, 1000)?,
+            costs: args.number("costs", d.costs, 0, MAX_COST_ROUNDS)?,
             timeout_secs: args.number("timeout", d.timeout_secs, 1, 3600)?,
         })
     }
@@ -124,14 +167,17 @@ impl fmt::Display for Settings {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "lock={} iterations={} cs-work={} private-work={} spin-limit={} first-hold-ms={} \
-             timeout={}",
+            "lock={} iterations={} duration-ms={} cs-work={} private-work={} spin-limit={} \
+             halt-after={} first-hold-ms={} costs={} timeout={}",
             self.lock.name(),
             self.iterations,
+            self.duration_ms,
             self.cs_work,
             self.private_work,
             self.spin_limit,
+            self.halt_after,
             self.first_hold_ms,
+            self.costs,
             self.timeout_secs
         )
     }
@@ -278,7 +324,7 @@ impl DataCheck {
 }
 
 impl fmt::Display for DataCheck {
-    /// [`DataLine`] when it passed, else `lock-check: data: FAILED: ...`.
+    /// [`DataLine`] when it passed, else `lockbench: data: FAILED: ...`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.line() {
             Some(line) => line.fmt(f),
@@ -296,7 +342,7 @@ impl fmt::Display for DataCheck {
     }
 }
 
-/// `lock-check: data ok: 8000 acquisitions, 0 lost updates`.
+/// `lockbench: data ok: 8000 acquisitions, 0 lost updates`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DataLine {
     pub acquisitions: u64,
@@ -331,12 +377,16 @@ impl fmt::Display for DataLine {
     }
 }
 
-/// `lock-check: yields: 120 calls, 97 yielded`: the directed-yield calls
-/// the waiters made, and how many the hypervisor answered YIELDED.
+/// `lockbench: yields: 120 calls, 97 yielded, 40 halts, 38 kicks`: the
+/// directed-yield calls the waiters made and how many the hypervisor
+/// answered YIELDED, the times a waiter slept until kicked, and the kicks
+/// the unlockers sent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct YieldLine {
     pub calls: u64,
     pub yielded: u64,
+    pub halts: u64,
+    pub kicks: u64,
 }
 
 impl YieldLine {
@@ -347,10 +397,14 @@ impl YieldLine {
         let at = line.find(PREFIX)? + PREFIX.len();
         let rest = line[at..].strip_prefix(Self::TEXT)?;
         let (calls, rest) = rest.split_once(" calls, ")?;
-        let (yielded, _) = rest.split_once(" yielded")?;
+        let (yielded, rest) = rest.split_once(" yielded, ")?;
+        let (halts, rest) = rest.split_once(" halts, ")?;
+        let (kicks, _) = rest.split_once(" kicks")?;
         Some(Self {
             calls: calls.parse().ok()?,
             yielded: yielded.parse().ok()?,
+            halts: halts.parse().ok()?,
+            kicks: kicks.parse().ok()?,
         })
     }
 }
@@ -359,10 +413,134 @@ impl fmt::Display for YieldLine {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{PREFIX}{}{} calls, {} yielded",
+            "{PREFIX}{}{} calls, {} yielded, {} halts, {} kicks",
             Self::TEXT,
             self.calls,
-            self.yielded
+            self.yielded,
+            self.halts,
+            self.kicks
+        )
+    }
+}
+
+/// `lockbench: result: lock=pv vcpus=4 acquisitions=40000 elapsed-ns=2383237000
+/// worst-wait-ns=30105000`: the run's figures in counter time, for
+/// `cargo xtask bench` (nanoseconds of counter time; under QEMU with
+/// `-icount shift=0` one nanosecond is one instruction).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ResultLine {
+    pub lock: LockKind,
+    pub vcpus: u64,
+    pub acquisitions: u64,
+    pub elapsed_ns: u64,
+    pub worst_wait_ns: u64,
+}
+
+impl ResultLine {
+    const TEXT: &'static str = " result: ";
+
+    /// Acquisitions per second of counter time (0 for an empty run).
+    pub fn per_second(&self) -> f64 {
+        if self.elapsed_ns == 0 {
+            0.0
+        } else {
+            self.acquisitions as f64 * 1e9 / self.elapsed_ns as f64
+        }
+    }
+
+    /// Finds the line anywhere in `line`.
+    pub fn parse(line: &str) -> Option<Self> {
+        let at = line.find(PREFIX)? + PREFIX.len();
+        let rest = line[at..].strip_prefix(Self::TEXT)?;
+        let mut words = rest.split_whitespace();
+        let mut field = |key: &str| words.next()?.strip_prefix(key)?.strip_prefix('=');
+        let lock = field("lock")?;
+        let lock = LockKind::ALL.into_iter().find(|k| k.name() == lock)?;
+        Some(Self {
+            lock,
+            vcpus: field("vcpus")?.parse().ok()?,
+            acquisitions: field("acquisitions")?.parse().ok()?,
+            elapsed_ns: field("elapsed-ns")?.parse().ok()?,
+            worst_wait_ns: field("worst-wait-ns")?.parse().ok()?,
+        })
+    }
+}
+
+impl fmt::Display for ResultLine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{PREFIX}{}lock={} vcpus={} acquisitions={} elapsed-ns={} worst-wait-ns={}",
+            Self::TEXT,
+            self.lock.name(),
+            self.vcpus,
+            self.acquisitions,
+            self.elapsed_ns,
+            self.worst_wait_ns
+        )
+    }
+}
+
+/// `lockbench: cost: rounds=100000 null-hypercall-ns=1234567 yield-round-trip-ns=...
+/// yields=200000`: `rounds` SMCCC_VERSION calls took `null-hypercall-ns`
+/// of counter time; `rounds` directed-yield round trips between vCPUs 0
+/// and 1 (0 yields to 1, which yields back) took `yield-round-trip-ns` and
+/// made `yields` successful yields (2 per round trip when both vCPUs share
+/// a pCPU).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CostLine {
+    pub rounds: u64,
+    pub null_hypercall_ns: u64,
+    pub yield_round_trip_ns: u64,
+    pub yields: u64,
+}
+
+impl CostLine {
+    const TEXT: &'static str = " cost: ";
+
+    /// Counter time of one null hypercall, in ns (None without rounds).
+    pub fn per_hypercall_ns(&self) -> Option<f64> {
+        (self.rounds > 0).then(|| self.null_hypercall_ns as f64 / self.rounds as f64)
+    }
+
+    /// Counter time of one directed yield that switched vCPUs, in ns: a
+    /// round trip is two of them (None without successful yields).
+    pub fn per_switch_ns(&self) -> Option<f64> {
+        (self.yields > 0).then(|| self.yield_round_trip_ns as f64 / self.yields as f64)
+    }
+
+    /// Finds the line anywhere in `line`.
+    pub fn parse(line: &str) -> Option<Self> {
+        let at = line.find(PREFIX)? + PREFIX.len();
+        let rest = line[at..].strip_prefix(Self::TEXT)?;
+        let mut words = rest.split_whitespace();
+        let mut field = |key: &str| -> Option<u64> {
+            words
+                .next()?
+                .strip_prefix(key)?
+                .strip_prefix('=')?
+                .parse()
+                .ok()
+        };
+        Some(Self {
+            rounds: field("rounds")?,
+            null_hypercall_ns: field("null-hypercall-ns")?,
+            yield_round_trip_ns: field("yield-round-trip-ns")?,
+            yields: field("yields")?,
+        })
+    }
+}
+
+impl fmt::Display for CostLine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{PREFIX}{}rounds={} null-hypercall-ns={} yield-round-trip-ns={} yields={}",
+            Self::TEXT,
+            self.rounds,
+            self.null_hypercall_ns,
+            self.yield_round_trip_ns,
+            self.yields
         )
     }
 }
@@ -398,8 +576,13 @@ mod tests {
         );
         assert_eq!(
             settings("lock=mcs").unwrap_err().to_string(),
-            "lock=mcs: must be one of pv, ticket"
+            "lock=mcs: must be one of pv, pv-ticket, ticket"
         );
+        assert_eq!(settings("lock=pv-ticket").unwrap().lock, LockKind::PvTicket);
+        let s = settings("duration-ms=250 halt-after=3 costs=1000").unwrap();
+        assert_eq!((s.duration_ms, s.halt_after, s.costs), (250, 3, 1000));
+        assert!(settings("halt-after=0").is_err());
+        assert!(settings("duration-ms=600001").is_err());
         assert!(settings("iterations=0").is_err());
         assert!(settings("cs-work=0").is_err());
         assert!(settings("spin-limit=0").is_err());
@@ -409,8 +592,8 @@ mod tests {
         assert_eq!(settings(&s.to_string()).unwrap(), s);
         assert_eq!(
             Settings::default().to_string(),
-            "lock=pv iterations=10000 cs-work=40 private-work=40 spin-limit=128 first-hold-ms=0 \
-             timeout=60"
+            "lock=pv iterations=10000 duration-ms=0 cs-work=40 private-work=40 spin-limit=128 \
+             halt-after=16 first-hold-ms=0 costs=0 timeout=60"
         );
     }
 
@@ -425,7 +608,7 @@ mod tests {
         assert_eq!(check.lost_updates(), 0);
         assert_eq!(
             check.to_string(),
-            "lock-check: data ok: 100 acquisitions, 0 lost updates"
+            "lockbench: data ok: 100 acquisitions, 0 lost updates"
         );
         // Fewer counted than reported: lost updates, and the line says so.
         let check = shared.check(103);
@@ -433,7 +616,7 @@ mod tests {
         assert_eq!(check.lost_updates(), 3);
         assert_eq!(
             check.to_string(),
-            "lock-check: data: FAILED: 103 acquisitions, counters 100 and 100, 3 lost updates, \
+            "lockbench: data: FAILED: 103 acquisitions, counters 100 and 100, 3 lost updates, \
              0 overlapping critical sections"
         );
         assert!(DataLine::parse(&check.to_string()).is_none());
@@ -480,21 +663,66 @@ mod tests {
         };
         assert_eq!(
             data.to_string(),
-            "lock-check: data ok: 8000 acquisitions, 0 lost updates"
+            "lockbench: data ok: 8000 acquisitions, 0 lost updates"
         );
         assert_eq!(DataLine::parse(&format!("[vm0] {data}\r")), Some(data));
         let yields = YieldLine {
             calls: 120,
             yielded: 97,
+            halts: 40,
+            kicks: 38,
         };
         assert_eq!(
             yields.to_string(),
-            "lock-check: yields: 120 calls, 97 yielded"
+            "lockbench: yields: 120 calls, 97 yielded, 40 halts, 38 kicks"
         );
         assert_eq!(YieldLine::parse(&yields.to_string()), Some(yields));
         assert_eq!(
-            YieldLine::parse("lock-check: yields: x calls, 1 yielded"),
+            YieldLine::parse("lockbench: yields: x calls, 1 yielded, 0 halts, 0 kicks"),
             None
+        );
+        let result = ResultLine {
+            lock: LockKind::PvTicket,
+            vcpus: 4,
+            acquisitions: 40_000,
+            elapsed_ns: 2_000_000_000,
+            worst_wait_ns: 30_105_000,
+        };
+        assert_eq!(
+            result.to_string(),
+            "lockbench: result: lock=pv-ticket vcpus=4 acquisitions=40000 elapsed-ns=2000000000 \
+             worst-wait-ns=30105000"
+        );
+        assert_eq!(ResultLine::parse(&format!("[vm0] {result}")), Some(result));
+        assert_eq!(result.per_second(), 20_000.0);
+        assert_eq!(
+            ResultLine::parse(
+                "lockbench: result: lock=mcs vcpus=4 acquisitions=1 elapsed-ns=1 worst-wait-ns=1"
+            ),
+            None
+        );
+        let cost = CostLine {
+            rounds: 1000,
+            null_hypercall_ns: 123_000,
+            yield_round_trip_ns: 900_000,
+            yields: 2000,
+        };
+        assert_eq!(
+            cost.to_string(),
+            "lockbench: cost: rounds=1000 null-hypercall-ns=123000 yield-round-trip-ns=900000 \
+             yields=2000"
+        );
+        assert_eq!(CostLine::parse(&cost.to_string()), Some(cost));
+        assert_eq!(cost.per_hypercall_ns(), Some(123.0));
+        assert_eq!(cost.per_switch_ns(), Some(450.0));
+        let none = CostLine {
+            yields: 0,
+            rounds: 0,
+            ..cost
+        };
+        assert_eq!(
+            (none.per_hypercall_ns(), none.per_switch_ns()),
+            (None, None)
         );
         assert_eq!(
             DataLine::parse("pv-check: data ok: 1 acquisitions, 0 lost updates"),

@@ -1,0 +1,360 @@
+//! The queued lock with std threads, against the fake hypervisor of the
+//! ticket lock's tests (preempted flags, logged yields, and waits that
+//! sleep until a kick).
+//!
+//! The queue nodes are per CPU and shared by every queued lock, so two
+//! tests that both play "CPU 1" must not run at once: each test holds
+//! [`serial`] for its whole length.
+
+use std::sync::{Mutex, MutexGuard};
+use std::thread;
+use std::time::Duration;
+use std::vec::Vec;
+
+use super::*;
+use crate::lock::tests::{CPUS, Counters, CountersLock, Fake, HostYield, become_cpu, wait_for};
+
+fn serial() -> MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The host-test backend with CPU numbers (the queued lock needs them).
+#[derive(Clone, Copy, Default)]
+struct HostCpus;
+
+impl Paravirt for HostCpus {
+    const ENABLED: bool = false;
+
+    fn this_cpu(&self) -> usize {
+        Fake::new().this_cpu()
+    }
+
+    fn vcpu_is_preempted(&self, _cpu: usize) -> bool {
+        false
+    }
+
+    fn yield_to(&self, _cpu: usize) -> YieldResult {
+        YieldResult::Unavailable
+    }
+
+    fn relax(&self) {
+        HostYield.relax();
+    }
+}
+
+impl<P: Paravirt + Sync> CountersLock for QueuedLock<Counters, P> {
+    fn with(&self, stats: &mut WaitStats, section: &mut dyn FnMut(&mut Counters)) {
+        section(&mut self.lock_counted(stats));
+    }
+
+    fn idle(&self) -> bool {
+        !self.is_locked() && !self.has_waiters()
+    }
+}
+
+/// The shared hammer, then: every CPU gave its nodes back.
+fn hammer(lock: &impl CountersLock, threads: usize, rounds: u64) -> WaitStats {
+    let stats = crate::lock::tests::hammer(lock, threads, rounds);
+    for (cpu, depth) in DEPTH.iter().enumerate() {
+        assert_eq!(
+            depth.load(Ordering::Relaxed),
+            0,
+            "cpu {cpu} left a level taken"
+        );
+    }
+    stats
+}
+
+/// Spawns CPU `cpu` taking `lock` once (pushing its number) and waits
+/// until it is queued (the tail names its node).
+fn queue_up<'s, P: Paravirt + Sync>(
+    s: &'s thread::Scope<'s, '_>,
+    lock: &'s QueuedLock<Vec<usize>, P>,
+    cpu: usize,
+) -> thread::ScopedJoinHandle<'s, WaitStats> {
+    let handle = s.spawn(move || {
+        become_cpu(cpu);
+        let mut stats = WaitStats::default();
+        lock.lock_counted(&mut stats).push(cpu);
+        stats
+    });
+    wait_for("the waiter to queue", || {
+        (lock.word.state.load(Ordering::SeqCst) >> TAIL_SHIFT) as u32 == tag(cpu, 0)
+    });
+    handle
+}
+
+#[test]
+fn excludes_and_loses_nothing() {
+    let _serial = serial();
+    let lock = QueuedLock::with_paravirt(Counters::default(), HostCpus);
+    let stats = hammer(&lock, 6, 20_000);
+    assert_eq!((stats.halts, stats.yield_calls), (0, 0));
+}
+
+#[test]
+fn excludes_and_loses_nothing_while_yielding_and_sleeping() {
+    let _serial = serial();
+    // Every CPU reads as preempted, every yield is answered YIELDED and
+    // waiters sleep at every look: the lock must not care.
+    let fake = Fake::halting();
+    for cpu in 0..CPUS {
+        fake.preempt(cpu, true);
+    }
+    let lock = QueuedLock::with_paravirt(Counters::default(), &fake);
+    lock.set_spin_limit(1);
+    lock.set_halt_after(1);
+    // A queue that surely forms (the hammer's threads may not overlap on
+    // a loaded host): CPU 1 waits at the head, CPU 2 sleeps behind it.
+    become_cpu(0);
+    let guard = lock.lock();
+    let mut stats = thread::scope(|s| {
+        let waiters: Vec<_> = [1, 2]
+            .into_iter()
+            .map(|cpu| {
+                let lock = &lock;
+                let waiter = s.spawn(move || {
+                    become_cpu(cpu);
+                    let mut stats = WaitStats::default();
+                    lock.lock_counted(&mut stats).a += 1;
+                    stats
+                });
+                wait_for("the waiter to queue", || {
+                    (lock.word.state.load(Ordering::SeqCst) >> TAIL_SHIFT) as u32 == tag(cpu, 0)
+                });
+                waiter
+            })
+            .collect();
+        wait_for("CPU 2 to sleep", || fake.sleeping[2].load(Ordering::SeqCst));
+        wait_for("CPU 1 to yield", || !fake.yields().is_empty());
+        drop(guard);
+        let mut stats = WaitStats::default();
+        for w in waiters {
+            stats += w.join().unwrap();
+        }
+        stats
+    });
+    lock.lock().a -= 2;
+    stats += hammer(&lock, 6, 3_000);
+    assert!(stats.halts > 0, "{stats:?}");
+    assert!(stats.yielded > 0, "{stats:?}");
+    let (kicks, refused) = lock.kicks();
+    assert!(
+        kicks > 0 && refused == 0,
+        "{kicks} kicks, {refused} refused"
+    );
+    assert_eq!(
+        fake.wait_timeouts.load(Ordering::SeqCst),
+        0,
+        "every sleeper was kicked"
+    );
+    assert!(fake.kicks().iter().all(|&(from, to)| from != to && to < 6));
+    assert!(fake.yields().iter().all(|&(from, to)| from != to && to < 6));
+    for cpu in 0..CPUS {
+        assert_eq!(fake.count(cpu), 0, "cpu {cpu}'s lock count after the run");
+    }
+}
+
+#[test]
+fn waiters_are_served_in_queue_order() {
+    let _serial = serial();
+    let fake = Fake::new();
+    let lock = QueuedLock::with_paravirt(Vec::new(), &fake);
+    become_cpu(0);
+    let guard = lock.lock();
+    assert_eq!(lock.holder(), Some(0));
+    assert_eq!(fake.count(0), 1, "the holder's lock count");
+    thread::scope(|s| {
+        let waiters: Vec<_> = (1..CPUS).map(|cpu| queue_up(s, &lock, cpu)).collect();
+        assert!(lock.has_waiters());
+        drop(guard);
+        for w in waiters {
+            let stats = w.join().unwrap();
+            assert_eq!((stats.acquisitions, stats.contended), (1, 1));
+        }
+    });
+    assert_eq!(fake.count(0), 0);
+    assert_eq!(lock.into_inner(), (1..CPUS).collect::<Vec<_>>());
+}
+
+#[test]
+fn try_lock_only_takes_a_free_lock_without_waiters() {
+    let _serial = serial();
+    let lock = QueuedLock::with_paravirt(Vec::new(), HostCpus);
+    become_cpu(0);
+    let guard = lock.try_lock().expect("free");
+    assert!(lock.try_lock().is_none());
+    thread::scope(|s| {
+        let waiter = queue_up(s, &lock, 1);
+        drop(guard);
+        waiter.join().unwrap();
+    });
+    assert!(!lock.is_locked());
+    lock.try_lock().expect("free again").push(0);
+    assert_eq!(lock.into_inner(), [1, 0]);
+}
+
+#[test]
+fn the_head_yields_to_a_preempted_holder_and_only_then() {
+    let _serial = serial();
+    let fake = Fake::new();
+    let lock = QueuedLock::with_paravirt(Vec::new(), &fake);
+    lock.set_spin_limit(8);
+    become_cpu(0);
+
+    // The holder runs: the head spins and asks nothing.
+    let guard = lock.lock();
+    let stats = thread::scope(|s| {
+        let head = queue_up(s, &lock, 1);
+        thread::sleep(Duration::from_millis(20));
+        drop(guard);
+        head.join().unwrap()
+    });
+    assert!(fake.yields().is_empty());
+    assert!(stats.looks > 0 && stats.saw_preempted == 0, "{stats:?}");
+
+    // The holder is preempted: the head yields to it until it releases.
+    let guard = lock.lock();
+    fake.preempt(0, true);
+    let stats = thread::scope(|s| {
+        let head = queue_up(s, &lock, 1);
+        wait_for("three yields", || fake.yields().len() >= 3);
+        fake.preempt(0, false);
+        drop(guard);
+        head.join().unwrap()
+    });
+    let yields = fake.yields();
+    assert!(yields.iter().all(|&y| y == (1, 0)), "{yields:?}");
+    assert_eq!(stats.yielded, yields.len() as u64);
+    assert_eq!(stats.halts, 0, "no kick is offered: nobody sleeps");
+}
+
+#[test]
+fn a_waiter_behind_a_preempted_predecessor_sleeps_until_its_turn() {
+    let _serial = serial();
+    let fake = Fake::halting();
+    let lock = QueuedLock::with_paravirt(Vec::new(), &fake);
+    lock.set_spin_limit(4);
+    // Only a preempted predecessor makes it sleep in this test.
+    lock.set_halt_after(u32::MAX);
+    become_cpu(0);
+    let guard = lock.lock();
+    thread::scope(|s| {
+        // CPU 1 is the head; CPU 2 waits behind it and finds it preempted.
+        let head = queue_up(s, &lock, 1);
+        fake.preempt(1, true);
+        let behind = queue_up(s, &lock, 2);
+        wait_for("CPU 2 to sleep", || fake.sleeping[2].load(Ordering::SeqCst));
+        // Nobody kicks it before it can have the lock: not the holder's
+        // unlock (CPU 1 is the head, not CPU 2), ...
+        fake.preempt(1, false);
+        drop(guard);
+        let head_stats = head.join().unwrap();
+        // ... but CPU 1's unlock does: it made CPU 2 the head while CPU 2
+        // slept, so its release kicks it.
+        let behind_stats = behind.join().unwrap();
+        assert_eq!(head_stats.halts, 0);
+        assert!(behind_stats.halts >= 1 && behind_stats.saw_preempted >= 1);
+    });
+    assert_eq!(
+        fake.kicks(),
+        [(1, 2)],
+        "one kick, from the unlock before its turn"
+    );
+    assert_eq!(
+        fake.wait_timeouts.load(Ordering::SeqCst),
+        0,
+        "woken by the kick"
+    );
+    assert_eq!(lock.into_inner(), [1, 2]);
+}
+
+#[test]
+fn a_head_that_waited_long_sleeps_and_the_unlock_kicks_it() {
+    let _serial = serial();
+    let fake = Fake::halting();
+    let lock = QueuedLock::with_paravirt(Vec::new(), &fake);
+    lock.set_spin_limit(4);
+    lock.set_halt_after(3);
+    become_cpu(0);
+    let guard = lock.lock();
+    thread::scope(|s| {
+        let head = queue_up(s, &lock, 1);
+        wait_for("the head to sleep", || {
+            fake.sleeping[1].load(Ordering::SeqCst)
+        });
+        assert_ne!(lock.word.state.load(Ordering::SeqCst) & HEAD_HALTED, 0);
+        assert!(fake.kicks().is_empty());
+        drop(guard);
+        let stats = head.join().unwrap();
+        assert!(stats.halts >= 1 && stats.yield_calls == 0, "{stats:?}");
+    });
+    assert_eq!(fake.kicks(), [(0, 1)]);
+    assert_eq!(lock.kicks(), (1, 0));
+    assert_eq!(
+        fake.wait_timeouts.load(Ordering::SeqCst),
+        0,
+        "woken by the kick"
+    );
+    assert_eq!(lock.word.state.load(Ordering::SeqCst), 0, "mark cleared");
+}
+
+#[test]
+fn a_cpu_out_of_nodes_still_gets_the_lock() {
+    let _serial = serial();
+    let fake = Fake::new();
+    let lock = QueuedLock::with_paravirt(Vec::new(), &fake);
+    lock.set_spin_limit(1);
+    become_cpu(3);
+    // CPU 3 is inside LEVELS nested waits (as if interrupted that often).
+    let taken: Vec<_> = (0..LEVELS).map(|_| Slot::take(3).unwrap()).collect();
+    assert!(Slot::take(3).is_none(), "only {LEVELS} levels");
+    become_cpu(0);
+    let guard = lock.lock();
+    fake.preempt(0, true);
+    thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            become_cpu(3);
+            let mut stats = WaitStats::default();
+            lock.lock_counted(&mut stats).push(3);
+            stats
+        });
+        // It waits without a node, and still helps a preempted holder.
+        wait_for("a yield from the unqueued waiter", || {
+            fake.yields().contains(&(3, 0))
+        });
+        assert!(!lock.has_waiters(), "it did not queue");
+        fake.preempt(0, false);
+        drop(guard);
+        let stats = waiter.join().unwrap();
+        assert_eq!((stats.acquisitions, stats.contended), (1, 1));
+    });
+    drop(taken);
+    assert_eq!(DEPTH[3].load(Ordering::Relaxed), 0);
+    assert_eq!(lock.into_inner(), [3]);
+}
+
+#[test]
+fn holder_fields_and_tags() {
+    assert_eq!(holder_field(0), 1);
+    assert_eq!(holder_cpu(holder_field(62)), Some(62));
+    assert_eq!(holder_field(usize::MAX), ANON_HOLDER);
+    assert_eq!(holder_field(0xfffe), ANON_HOLDER);
+    assert_eq!(holder_cpu(ANON_HOLDER | HEAD_HALTED), None);
+    assert_eq!(holder_cpu(0), None);
+    // Every node has its own non-zero tag, and the tag finds it again.
+    let mut seen = std::collections::BTreeSet::new();
+    for (cpu, nodes) in NODES.iter().enumerate() {
+        for (level, expected) in nodes.iter().enumerate() {
+            let t = tag(cpu, level);
+            assert!(t != 0 && seen.insert(t));
+            let (node, c) = node_of(t);
+            assert_eq!(c, cpu);
+            assert!(core::ptr::eq(node, expected));
+        }
+    }
+    assert_eq!(seen.len(), MAX_CPUS * LEVELS);
+}
