@@ -287,6 +287,25 @@ pub const fn plausible_lock_count(raw: u32) -> u32 {
     }
 }
 
+/// Whether a vCPU whose time slice just ended should run a little longer
+/// (`Scheduler::extend_slice`), and why: the seed 000 boost applied at
+/// preemption time instead of at yield time. A vCPU inside a critical
+/// section — its guest declared a held lock (`lock_count_hint`, untrusted,
+/// through [`plausible_lock_count`]) or it runs with IRQs masked (`pstate`,
+/// its SPSR_EL2) — that is preempted makes every sibling that needs the
+/// lock wait a whole round of time slices; a short extension lets it leave
+/// the section first. The scheduler bounds the rest: once per slice, only
+/// when no other VM waits for the pCPU.
+pub fn slice_extension_reason(lock_count_hint: u32, pstate: u64) -> Option<YieldReason> {
+    if plausible_lock_count(lock_count_hint) > 0 {
+        Some(YieldReason::LockHolder)
+    } else if pstate_irqs_masked(pstate) {
+        Some(YieldReason::IrqsMasked)
+    } else {
+        None
+    }
+}
+
 /// One vCPU's spin-loop flags (KVM `vcpu->spin_loop`): whether it is in
 /// [`on_spin`] right now — from the start of its own spin until it runs
 /// again, so also while it waits after yielding — and whether the next look
@@ -709,6 +728,9 @@ pub struct SpinStats {
     pub pv_yields: u64,
     /// PV KICK_CPU calls carried out (openEuler, Anolis).
     pub kicks: u64,
+    /// Slices extended because the vCPU was inside a critical section
+    /// ([`slice_extension_reason`]).
+    pub extensions: u64,
 }
 
 impl SpinStats {
@@ -772,12 +794,13 @@ impl AddAssign<&SpinStats> for SpinStats {
         self.pv_yield_calls += other.pv_yield_calls;
         self.pv_yields += other.pv_yields;
         self.kicks += other.kicks;
+        self.extensions += other.extensions;
     }
 }
 
 /// One line for the end-of-run summary, e.g. `wfi 3 wfit 0 wfe 40 wfet 2
 /// on-spin 42 attempts 30 yields 25 (round-robin 20 irqs-masked 1
-/// lock-holder 4 pending-irq 0) pv-yield 5/7 kicks 9`.
+/// lock-holder 4 pending-irq 0) pv-yield 5/7 kicks 9 extensions 2`.
 impl fmt::Display for SpinStats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
@@ -793,8 +816,8 @@ impl fmt::Display for SpinStats {
         }
         write!(
             f,
-            ") pv-yield {}/{} kicks {}",
-            self.pv_yields, self.pv_yield_calls, self.kicks
+            ") pv-yield {}/{} kicks {} extensions {}",
+            self.pv_yields, self.pv_yield_calls, self.kicks, self.extensions
         )
     }
 }
@@ -810,11 +833,13 @@ pub struct VmSpin {
     spin: Vec<SpinState>,
     descheduled: Vec<Descheduled>,
     stats: SpinStats,
+    /// The VM's `boost` switch: critical-section boosts on.
+    boost: bool,
 }
 
 impl VmSpin {
     /// The state of a VM with `vcpus` vCPUs: nobody spinning, nothing
-    /// boosted yet, counters zero.
+    /// boosted yet, counters zero, boosts on.
     pub fn new(vcpus: u16) -> Self {
         let count = usize::from(vcpus);
         Self {
@@ -822,7 +847,37 @@ impl VmSpin {
             spin: vec![SpinState::new(); count],
             descheduled: vec![Descheduled::default(); count],
             stats: SpinStats::default(),
+            boost: true,
         }
+    }
+
+    /// Turns the critical-section boosts on or off (the VM's `boost`
+    /// property). Off: on-spin is KVM's plain round robin (candidates carry
+    /// no lock count, masked-IRQ snapshot or pending interrupt) and no
+    /// slice is extended.
+    pub fn set_boost(&mut self, on: bool) {
+        self.boost = on;
+    }
+
+    /// Whether the boosts are on.
+    pub fn boost(&self) -> bool {
+        self.boost
+    }
+
+    /// Whether vCPU, whose slice just ended with `pstate` and the guest's
+    /// `lock_count_hint`, should have it extended ([`slice_extension_reason`],
+    /// never with boosts off).
+    pub fn extension_reason(&self, lock_count_hint: u32, pstate: u64) -> Option<YieldReason> {
+        if self.boost {
+            slice_extension_reason(lock_count_hint, pstate)
+        } else {
+            None
+        }
+    }
+
+    /// Counts one extended slice.
+    pub fn record_extension(&mut self) {
+        self.stats.extensions += 1;
     }
 
     /// Number of vCPUs.
@@ -897,12 +952,22 @@ impl VmSpin {
 
     /// The snapshot entry for vCPU `index`: `preempted` and
     /// `lock_count_hint` from the caller (scheduler, PV-lock record), the
-    /// rest from [`Self::descheduled`]; no pending interrupt.
+    /// rest from [`Self::descheduled`]; no pending interrupt. With boosts
+    /// off, only what KVM itself looks at (preempted, and in user mode).
     pub fn candidate(&self, index: u16, preempted: bool, lock_count_hint: u32) -> Candidate {
-        if preempted {
-            Candidate::preempted(self.last_descheduled(index), lock_count_hint)
-        } else {
-            Candidate::NOT_PREEMPTED
+        match (preempted, self.boost) {
+            (false, _) => Candidate::NOT_PREEMPTED,
+            (true, true) => Candidate::preempted(self.last_descheduled(index), lock_count_hint),
+            (true, false) => {
+                let desched = self.last_descheduled(index);
+                Candidate::preempted(
+                    Descheduled {
+                        irqs_masked: false,
+                        ..desched
+                    },
+                    0,
+                )
+            }
         }
     }
 
@@ -1520,7 +1585,8 @@ mod tests {
         assert_eq!(
             alloc::format!("{s}"),
             "wfi 0 wfit 0 wfe 1 wfet 0 on-spin 1 attempts 2 yields 1 \
-             (round-robin 0 irqs-masked 0 lock-holder 1 pending-irq 0) pv-yield 1/2 kicks 1"
+             (round-robin 0 irqs-masked 0 lock-holder 1 pending-irq 0) pv-yield 1/2 kicks 1 \
+             extensions 0"
         );
         let mut total = SpinStats::default();
         total += &s;
@@ -1528,6 +1594,57 @@ mod tests {
         assert_eq!(total.yields_for(LockHolder), 2);
         assert_eq!((total.wfe, total.kicks, total.pv_yield_calls), (2, 2, 4));
         assert_eq!(total.spins, 2);
+    }
+
+    #[test]
+    fn without_boosts_on_spin_is_plain_round_robin_and_slices_end_on_time() {
+        use aarch64_cpu::registers::SPSR_EL2;
+        let el1h = SPSR_EL2::M::EL1h.value;
+        let masked = el1h | SPSR_EL2::I::Masked.value;
+        for boost in [true, false] {
+            let mut vm = VmSpin::new(4);
+            vm.set_boost(boost);
+            assert_eq!(vm.boost(), boost);
+            // vCPU 1 was descheduled with IRQs masked, vCPU 3 holds a lock.
+            vm.descheduled(1, masked);
+            vm.descheduled(2, el1h);
+            vm.descheduled(3, el1h);
+            let candidates = [
+                vm.candidate(0, false, 0),
+                vm.candidate(1, true, 0),
+                vm.candidate(2, true, 0),
+                vm.candidate(3, true, 1),
+            ];
+            let p = vm.plan(kernel(0), &candidates);
+            let expected: &[(u16, YieldReason)] = if boost {
+                &[(1, IrqsMasked), (3, LockHolder), (2, RoundRobin)]
+            } else {
+                &[(1, RoundRobin), (2, RoundRobin), (3, RoundRobin)]
+            };
+            assert_eq!(pairs(p), expected, "boost {boost}");
+            let reason = vm.extension_reason(1, masked);
+            assert_eq!(reason, boost.then_some(LockHolder));
+            vm.record_extension();
+            assert_eq!(vm.stats().extensions, 1);
+        }
+    }
+
+    #[test]
+    fn slices_are_extended_inside_critical_sections_only() {
+        use aarch64_cpu::registers::SPSR_EL2;
+        let el1h = SPSR_EL2::M::EL1h.value;
+        let masked = el1h | SPSR_EL2::I::Masked.value;
+        assert_eq!(slice_extension_reason(0, el1h), None);
+        assert_eq!(slice_extension_reason(1, el1h), Some(LockHolder));
+        assert_eq!(slice_extension_reason(0, masked), Some(IrqsMasked));
+        // A declared lock is the stronger reason.
+        assert_eq!(slice_extension_reason(2, masked), Some(LockHolder));
+        // An implausible count is ignored, not trusted.
+        assert_eq!(
+            slice_extension_reason(MAX_PLAUSIBLE_LOCK_COUNT + 1, el1h),
+            None
+        );
+        assert_eq!(slice_extension_reason(u32::MAX, masked), Some(IrqsMasked));
     }
 
     #[test]

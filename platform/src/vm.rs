@@ -83,6 +83,10 @@ pub mod property {
     /// `control`: whether the VM may change other VMs' WFE trap policies
     /// (string: [`value::ON`](super::value::ON) or [`value::OFF`](super::value::OFF)).
     pub const CONTROL: &str = "control";
+    /// `boost`: whether the hypervisor's critical-section heuristics run
+    /// for the VM (string: [`value::ON`](super::value::ON) or
+    /// [`value::OFF`](super::value::OFF)).
+    pub const BOOST: &str = "boost";
 }
 
 /// The words the binding's string-valued switches take, besides the
@@ -122,6 +126,9 @@ pub const DEFAULT_WFI_TRAP: bool = true;
 
 /// `control` when the node does not say: off.
 pub const DEFAULT_CONTROL: bool = false;
+
+/// `boost` when the node does not say: on.
+pub const DEFAULT_BOOST: bool = true;
 
 /// When a vCPU's WFE traps to the hypervisor (HCR_EL2.TWE): KVM's
 /// `kvm-arm.wfe_trap_policy`, per VM (`wfe-trap`) and per vCPU
@@ -256,13 +263,22 @@ pub struct VmConfig {
     /// ([`pvlock_abi::control`]) to change any VM's WFE trap policy at run
     /// time; [`DEFAULT_CONTROL`] when absent.
     pub control: bool,
+    /// `boost`: the hypervisor's critical-section heuristics for this VM:
+    /// on-spin prefers siblings that hold a lock, were descheduled with
+    /// IRQs masked or have an interrupt pending (seeds 000 and 003), and a
+    /// vCPU whose slice ends inside a critical section gets a short
+    /// extension when only its own VM's vCPUs wait for the pCPU. With
+    /// `false`, on-spin is KVM's plain round robin and slices end on time.
+    /// [`DEFAULT_BOOST`] when absent.
+    pub boost: bool,
 }
 
 impl VmConfig {
     /// A VM with the required properties set and every optional one at its
     /// default (no initrd, empty bootargs, any CPU, [`DEFAULT_PV_LOCK`],
     /// [`DEFAULT_PV_TIME`], [`DEFAULT_KVM_PTP`], [`DEFAULT_WFE_TRAP`] with
-    /// no per-vCPU exception, [`DEFAULT_WFI_TRAP`], [`DEFAULT_CONTROL`]).
+    /// no per-vCPU exception, [`DEFAULT_WFI_TRAP`], [`DEFAULT_CONTROL`],
+    /// [`DEFAULT_BOOST`]).
     /// Does not check the values: that is the parser's job.
     pub fn new(node: &str, name: &str, vcpus: u32, memory_size: u64, kernel: MemRange) -> Self {
         VmConfig {
@@ -281,6 +297,7 @@ impl VmConfig {
             wfe_trap_vcpus: Vec::new(),
             wfi_trap: DEFAULT_WFI_TRAP,
             control: DEFAULT_CONTROL,
+            boost: DEFAULT_BOOST,
         }
     }
 
@@ -371,6 +388,7 @@ impl VmNode<'_, '_, '_> {
             wfe_trap_vcpus: Vec::new(),
             wfi_trap: DEFAULT_WFI_TRAP,
             control: DEFAULT_CONTROL,
+            boost: DEFAULT_BOOST,
         };
         // After `pv-lock`: whether it may be on depends on it.
         config.kvm_ptp = self.kvm_ptp(config.pv_lock)?;
@@ -388,6 +406,7 @@ impl VmNode<'_, '_, '_> {
             )?
             .unwrap_or(DEFAULT_WFI_TRAP);
         config.control = self.switch(property::CONTROL)?.unwrap_or(DEFAULT_CONTROL);
+        config.boost = self.switch(property::BOOST)?.unwrap_or(DEFAULT_BOOST);
         Ok(config)
     }
 

@@ -9,8 +9,8 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use common::{Node, cells, string, strings, virt};
 use platform::vm::{
-    DEFAULT_CONTROL, DEFAULT_KVM_PTP, DEFAULT_PV_LOCK, DEFAULT_PV_TIME, DEFAULT_WFE_TRAP,
-    DEFAULT_WFI_TRAP, MAX_VCPUS, VM_COMPATIBLE, pv_lock_name,
+    DEFAULT_BOOST, DEFAULT_CONTROL, DEFAULT_KVM_PTP, DEFAULT_PV_LOCK, DEFAULT_PV_TIME,
+    DEFAULT_WFE_TRAP, DEFAULT_WFI_TRAP, MAX_VCPUS, VM_COMPATIBLE, pv_lock_name,
 };
 use platform::{ErrorKind, MemRange, Platform, PlatformError, TrapPolicy, VmConfig};
 use pvlock_abi::pvlock::Variant;
@@ -101,7 +101,8 @@ fn a_vm_with_every_property() {
             strings(&["3:notrap", "0:auto", "63:trap"]),
         )
         .prop("wfi-trap", string("notrap"))
-        .prop("control", string("on"));
+        .prop("control", string("on"))
+        .prop("boost", string("off"));
     let vms = parse_vms(vec![node]);
     let mut expected = VmConfig::new(
         "/chosen/vm@0",
@@ -124,6 +125,7 @@ fn a_vm_with_every_property() {
     ];
     expected.wfi_trap = false;
     expected.control = true;
+    expected.boost = false;
     assert_eq!(vms, [Ok(expected.clone())]);
     assert_eq!(expected.wfe_trap_of(3), TrapPolicy::NoTrap);
     assert_eq!(expected.wfe_trap_of(0), TrapPolicy::Auto);
@@ -150,6 +152,7 @@ fn optional_properties_default() {
     assert!(config.wfe_trap_vcpus.is_empty());
     assert!(config.wfi_trap);
     assert!(!config.control);
+    assert!(config.boost, "boost is on by default");
     assert_eq!(config.wfe_trap_of(1), TrapPolicy::Auto);
     // VmConfig::new gives the same defaults as the parser.
     let new = VmConfig::new("/chosen/vm@0", "vm0", 2, 256 * MIB, config.kernel);
@@ -159,8 +162,13 @@ fn optional_properties_default() {
         (Some(Variant::SeedV2), true, false)
     );
     assert_eq!(
-        (DEFAULT_WFE_TRAP, DEFAULT_WFI_TRAP, DEFAULT_CONTROL),
-        (TrapPolicy::Auto, true, false)
+        (
+            DEFAULT_WFE_TRAP,
+            DEFAULT_WFI_TRAP,
+            DEFAULT_CONTROL,
+            DEFAULT_BOOST
+        ),
+        (TrapPolicy::Auto, true, false, true)
     );
 }
 
@@ -244,6 +252,8 @@ fn wfi_trap_and_control() {
     for (word, on) in [("on", true), ("off", false)] {
         let vms = parse_vms(vec![vm(0).prop("control", string(word))]);
         assert_eq!(vms[0].as_ref().unwrap().control, on, "{word}");
+        let vms = parse_vms(vec![vm(0).prop("boost", string(word))]);
+        assert_eq!(vms[0].as_ref().unwrap().boost, on, "{word}");
     }
 }
 
@@ -593,7 +603,7 @@ fn pv_lock_must_name_a_variant_or_none() {
 
 #[test]
 fn switches_must_be_on_or_off() {
-    for property in ["pv-time", "kvm-ptp", "control"] {
+    for property in ["pv-time", "kvm-ptp", "control", "boost"] {
         for bad in ["yes", "ON", "1", "true", ""] {
             let why = bad_value(vm(0).prop(property, string(bad)), property);
             assert_eq!(why, format!("\"{bad}\", expected \"on\" or \"off\""));
@@ -788,7 +798,8 @@ fn corrupted_vm_nodes_never_panic() {
         .prop("wfe-trap", string("notrap"))
         .prop("wfe-trap-vcpus", strings(&["0:trap", "1:auto"]))
         .prop("wfi-trap", string("notrap"))
-        .prop("control", string("on"));
+        .prop("control", string("on"))
+        .prop("boost", string("off"));
     let blob = tree_with(vec![vm(0), full, vm(2)]).to_dtb(&[]);
     let structure = {
         let word = |at: usize| u32::from_be_bytes(blob[at..at + 4].try_into().unwrap()) as usize;

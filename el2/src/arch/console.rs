@@ -4,7 +4,6 @@
 use arm_pl011_uart::{PL011Registers, Uart, UniqueMmioPointer};
 use core::fmt::{self, Write};
 use core::ptr::NonNull;
-use spin::mutex::SpinMutex;
 
 struct Console {
     uart: Uart<'static>,
@@ -31,7 +30,7 @@ impl Console {
     }
 }
 
-static CONSOLE: SpinMutex<Option<Console>> = SpinMutex::new(None);
+static CONSOLE: super::sync::Mutex<Option<Console>> = super::sync::Mutex::new(None);
 
 /// Takes the PL011 at `base` as the console. The firmware has set its baud
 /// rate; the hypervisor only writes to it.

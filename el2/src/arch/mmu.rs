@@ -216,7 +216,8 @@ impl core::fmt::Display for MapMoreError {
 }
 
 /// The active EL2 map, for mappings added after boot.
-static LIVE_MAP: spin::Mutex<Option<&'static mut IdMap<El2>>> = spin::Mutex::new(None);
+static LIVE_MAP: super::sync::Mutex<Option<&'static mut IdMap<El2>>> =
+    super::sync::Mutex::new(None);
 
 /// Adds `range` (not mapped before) to the live EL2 map with the
 /// attributes of `kind`. Adding a mapping where there was none needs no

@@ -17,6 +17,7 @@ pub mod regs;
 pub mod rtc;
 pub mod stacks;
 pub mod stage2;
+pub mod sync;
 pub mod timer;
 pub mod vcpu;
 pub mod vm;

@@ -15,6 +15,7 @@
 use super::cpu;
 use super::regs::{COUNT64, CPACR_EL1_RESET, SCTLR_EL1_RESET, VPIDR_EL2};
 use super::stage2::{self, Stage2Tables};
+use super::sync::Mutex;
 use super::vcpu::{VcpuContext, enter_guest};
 use super::{cache, gic, irq, mmu, psci, timer};
 use crate::println;
@@ -39,7 +40,7 @@ use el2::sched::{CpuSet, InitialState, PutOutcome, PutReason, Scheduler, Wakeup}
 use el2::smccc::{Action, Dispatcher, PowerState, VmServices, VmView};
 use el2::vcpu::{VcpuId, VmId};
 use platform::{MemRange, Mpidr, Platform, VmConfig};
-use spin::{Mutex, Once};
+use spin::Once;
 use tock_registers::interfaces::{Readable, Writeable};
 
 /// A VM's life cycle.
@@ -103,6 +104,12 @@ static ALL_OFF: AtomicBool = AtomicBool::new(false);
 
 /// Default vCPU time slice.
 const SLICE_MS: u64 = 4;
+/// How much longer a vCPU inside a critical section may run when its
+/// slice ends (`el2::onspin::slice_extension_reason`), once per slice: an
+/// eighth of a slice, ample for a critical section of thousands of
+/// instructions, small enough that a guest claiming a lock all the time
+/// gains little.
+const SLICE_EXTENSION_US: u64 = 500;
 /// An idle pCPU looks at the scheduler at least this often even if nobody
 /// sends it an IPI (a safety net, not the mechanism).
 const IDLE_RECHECK_MS: u64 = 50;
@@ -304,7 +311,11 @@ fn build_vm(
         dispatcher,
         pv,
         exits: [const { AtomicU64::new(0) }; EXIT_CLASSES.len()],
-        spin: Mutex::new(VmSpin::new(vcpu_count)),
+        spin: Mutex::new({
+            let mut spin = VmSpin::new(vcpu_count);
+            spin.set_boost(config.boost);
+            spin
+        }),
         wfx: Mutex::new(WfxPolicies::from_config(config)),
         state: AtomicU8::new(VM_RUNNING),
         resets: AtomicU32::new(0),
@@ -638,7 +649,7 @@ fn run_vcpu(pcpu: usize, vm: &Vm, vcpu: VcpuId, sched: &Mutex<Scheduler>) {
         let next = handle_exit(pcpu, vm, vcpu, &mut ctx, exit, esr, sched);
         let reason = match next {
             Next::Resume => {
-                if cpu::counter() < slice_end {
+                if cpu::counter() < slice_end || extend_slice(pcpu, vm, vcpu, &ctx, sched) {
                     continue;
                 }
                 PutReason::SliceExpired
@@ -700,6 +711,33 @@ fn run_vcpu(pcpu: usize, vm: &Vm, vcpu: VcpuId, sched: &Mutex<Scheduler>) {
     if all_off {
         vm_stopped(vm, sched);
     }
+}
+
+/// The running vCPU's slice has ended: if it is inside a critical section
+/// (boosts on, its guest declares a lock or it runs with IRQs masked) and
+/// only its own VM's vCPUs wait, let it run [`SLICE_EXTENSION_US`] longer.
+fn extend_slice(
+    pcpu: usize,
+    vm: &Vm,
+    vcpu: VcpuId,
+    ctx: &VcpuContext,
+    sched: &Mutex<Scheduler>,
+) -> bool {
+    // The spin state is a leaf lock: never held while taking SCHED.
+    let reason = vm
+        .spin
+        .lock()
+        .extension_reason(vm.lock_count_hint(vcpu.index), ctx.regs.pstate);
+    if reason.is_none() {
+        return false;
+    }
+    let now = cpu::counter();
+    let ticks = cpu::counter_frequency() * SLICE_EXTENSION_US / 1_000_000;
+    let extended = sched.lock().extend_slice(vcpu, pcpu, now, ticks).is_some();
+    if extended {
+        vm.spin.lock().record_extension();
+    }
+    extended
 }
 
 /// Loads a vCPU onto this pCPU: its VM's stage 2, the vCPU's system

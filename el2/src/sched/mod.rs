@@ -338,6 +338,8 @@ struct Vcpu {
     since: u64,
     /// End of the slice, while Running.
     slice_end: u64,
+    /// The current slice was extended once already (extend_slice).
+    extended: bool,
     /// CPU time received, for fairness between queues: run ticks, raised on
     /// wake-up to no less than the fair clock minus the margin.
     vruntime: u64,
@@ -473,6 +475,7 @@ impl Scheduler {
             on_pending: false,
             since: now,
             slice_end: 0,
+            extended: false,
             vruntime: 0,
             place: Place::Nowhere,
             prev: None,
@@ -635,6 +638,7 @@ impl Scheduler {
                     let vruntime = self.vruntime_at(slot, now);
                     self.fair_clock = self.fair_clock.max(vruntime);
                     self.vcpus[slot].slice_end = now.saturating_add(self.slice);
+                    self.vcpus[slot].extended = false;
                     return Ok(PutOutcome::KeepRunning);
                 }
                 self.vcpus[slot].stats.preemptions += 1;
@@ -672,6 +676,43 @@ impl Scheduler {
                 Ok(PutOutcome::PoweredOff)
             }
         }
+    }
+
+    /// Lets the running `vcpu`, whose slice ends now, run `ticks` longer
+    /// (the critical-section boost: its guest says it holds a lock, or it
+    /// runs with IRQs masked). Returns the new slice end, or `None` when
+    /// the extension is refused: `vcpu` is not running on `pcpu`, its slice
+    /// was extended already (once per slice, so a guest that always claims
+    /// a lock gets at most one extension per slice), nobody waits for
+    /// `pcpu` (the slice is renewed anyway), or a vCPU of another VM waits
+    /// in `pcpu`'s queue or for a hand-over there: an extension may only
+    /// make the VM's own vCPUs wait, never another VM's.
+    pub fn extend_slice(&mut self, vcpu: VcpuId, pcpu: usize, now: u64, ticks: u64) -> Option<u64> {
+        let slot = self.running_slot(vcpu, pcpu).ok()?;
+        if self.vcpus[slot].extended {
+            return None;
+        }
+        let p = &self.pcpus[pcpu];
+        let mut waiting =
+            p.handoff
+                .map(|(slot, _)| slot)
+                .into_iter()
+                .chain(core::iter::successors(p.head, |&slot| {
+                    self.vcpus[slot].next
+                }));
+        let mut any = false;
+        if !waiting.all(|other| {
+            any = true;
+            self.vcpus[other].id.vm == vcpu.vm
+        }) || !any
+        {
+            return None;
+        }
+        let v = &mut self.vcpus[slot];
+        v.extended = true;
+        v.slice_end = now.saturating_add(ticks);
+        v.stats.extensions += 1;
+        Some(v.slice_end)
     }
 
     /// A wake-up for `vcpu` (an interrupt became pending for it, or a PV
@@ -1037,6 +1078,7 @@ impl Scheduler {
         self.transition(slot, VcpuState::Running { pcpu }, now);
         let v = &mut self.vcpus[slot];
         v.slice_end = slice_end;
+        v.extended = false;
         v.on_pending = false;
         v.stats.scheduled_in += 1;
         if v.last_pcpu.is_some_and(|last| last != pcpu) {

@@ -30,6 +30,9 @@ pub struct VcpuStats {
     pub yielded_to: u64,
     /// Times it was scheduled in on a different pCPU than the last one.
     pub migrations: u64,
+    /// Times its slice was extended because it was inside a critical
+    /// section (`Scheduler::extend_slice`).
+    pub extensions: u64,
 }
 
 impl AddAssign<&VcpuStats> for VcpuStats {
@@ -43,6 +46,7 @@ impl AddAssign<&VcpuStats> for VcpuStats {
         self.yields += other.yields;
         self.yielded_to += other.yielded_to;
         self.migrations += other.migrations;
+        self.extensions += other.extensions;
     }
 }
 
@@ -96,7 +100,8 @@ impl fmt::Display for Summary<'_> {
         };
         write!(
             f,
-            "run {} steal {} blocked {} in {} preempted {} blocks {} yields {} yielded-to {} migrations {}",
+            "run {} steal {} blocked {} in {} preempted {} blocks {} yields {} yielded-to {} \
+             migrations {} extended {}",
             ms(s.run_ticks),
             ms(s.steal_ticks),
             ms(s.blocked_ticks),
@@ -105,7 +110,8 @@ impl fmt::Display for Summary<'_> {
             s.blocks,
             s.yields,
             s.yielded_to,
-            s.migrations
+            s.migrations,
+            s.extensions
         )
     }
 }
@@ -129,7 +135,7 @@ mod tests {
         assert_eq!(total.scheduled_in, 6);
         assert_eq!(
             alloc::format!("{}", a.display(62_500_000)),
-            "run 1000.0 ms steal 10.0 ms blocked 0.0 ms in 3 preempted 0 blocks 0 yields 0 yielded-to 0 migrations 0"
+            "run 1000.0 ms steal 10.0 ms blocked 0.0 ms in 3 preempted 0 blocks 0 yields 0 yielded-to 0 migrations 0 extended 0"
         );
         assert!(alloc::format!("{}", a.display(0)).starts_with("run 62500000 ticks"));
     }

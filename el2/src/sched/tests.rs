@@ -893,3 +893,160 @@ fn can_yield_to_agrees_with_yield_to() {
     refusals.dedup();
     assert_eq!(refusals.len(), 7, "{refusals:?}");
 }
+
+#[test]
+fn a_slice_is_extended_once_and_only_over_the_vms_own_vcpus() {
+    // One pCPU, VM 0 with two vCPUs: vCPU 0 runs, vCPU 1 waits.
+    let mut s = scheduler(1, &[2]);
+    let running = s.pick_next(0, 0).unwrap();
+    let end = s.slice_end(running).unwrap();
+    assert_eq!(s.extend_slice(running, 0, end, 100), Some(end + 100));
+    assert_eq!(s.slice_end(running), Some(end + 100));
+    assert_eq!(
+        s.extend_slice(running, 0, end + 100, 100),
+        None,
+        "once per slice"
+    );
+    assert_eq!(s.stats(running, end).unwrap().extensions, 1);
+    // The vCPU that is not running, or a wrong pCPU, gets nothing.
+    assert_eq!(s.extend_slice(vcpu(0, 1), 0, end, 100), None);
+    assert_eq!(s.extend_slice(running, 1, end, 100), None);
+    // Preempted at the extended end; the next slice may be extended again.
+    assert_eq!(
+        s.put(running, 0, end + 100, PutReason::SliceExpired),
+        Ok(PutOutcome::Requeued)
+    );
+    let next = s.pick_next(0, end + 100).unwrap();
+    assert_eq!(next, vcpu(0, 1));
+    assert!(s.extend_slice(next, 0, end + 1100, 100).is_some());
+
+    // Alone on its pCPU: the slice is renewed anyway, no extension.
+    let mut s = scheduler(1, &[1]);
+    let alone = s.pick_next(0, 0).unwrap();
+    assert_eq!(s.extend_slice(alone, 0, SLICE, 100), None);
+
+    // Another VM's vCPU waits for the pCPU: no extension at its cost.
+    let mut s = scheduler(1, &[1, 1]);
+    let first = s.pick_next(0, 0).unwrap();
+    assert_eq!(s.queue_len(0), 1);
+    assert_eq!(s.extend_slice(first, 0, SLICE, 100), None);
+    assert_eq!(s.stats(first, SLICE).unwrap().extensions, 0);
+
+    // A renewal starts a new slice that may be extended again.
+    let mut s = scheduler(1, &[2]);
+    let v = s.pick_next(0, 0).unwrap();
+    assert!(s.extend_slice(v, 0, SLICE, 100).is_some());
+    // The sibling blocks: the next expiry renews in place.
+    s.put(v, 0, SLICE + 100, PutReason::SliceExpired).unwrap();
+    let w = s.pick_next(0, SLICE + 100).unwrap();
+    s.put(w, 0, SLICE + 150, PutReason::Wfi { deadline: None })
+        .unwrap();
+    let v = s.pick_next(0, SLICE + 150).unwrap();
+    assert_eq!(
+        s.put(v, 0, 2 * SLICE + 150, PutReason::SliceExpired),
+        Ok(PutOutcome::KeepRunning)
+    );
+    s.wake(w, 2 * SLICE + 200).unwrap();
+    assert!(s.extend_slice(v, 0, 3 * SLICE + 150, 100).is_some());
+}
+
+/// Every queue is a proper list (acyclic, linked both ways, its length
+/// right) and every vCPU is where its state says.
+fn assert_consistent(s: &Scheduler) {
+    for (p, pcpu) in s.pcpus.iter().enumerate() {
+        let mut n = 0;
+        let mut cursor = pcpu.head;
+        let mut prev = None;
+        while let Some(slot) = cursor {
+            assert!(n <= s.vcpus.len(), "pCPU {p}'s queue has a cycle");
+            assert_eq!(
+                s.vcpus[slot].prev, prev,
+                "pCPU {p}: back link of slot {slot}"
+            );
+            assert_eq!(s.vcpus[slot].place, Place::Queue(p), "slot {slot}");
+            assert_eq!(s.vcpus[slot].state, VcpuState::Runnable, "slot {slot}");
+            prev = Some(slot);
+            cursor = s.vcpus[slot].next;
+            n += 1;
+        }
+        assert_eq!(pcpu.tail, prev, "pCPU {p}'s tail");
+        assert_eq!(n, pcpu.len, "pCPU {p}'s length");
+        if let Some((slot, _)) = pcpu.handoff {
+            assert_eq!(s.vcpus[slot].place, Place::Handoff(p));
+            assert_eq!(s.vcpus[slot].state, VcpuState::Runnable);
+        }
+        if let Some(slot) = pcpu.current {
+            assert_eq!(s.vcpus[slot].state, VcpuState::Running { pcpu: p });
+        }
+    }
+}
+
+#[test]
+fn random_operations_keep_every_queue_consistent() {
+    // A fixed xorshift sequence: reproducible.
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut random = move |n: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % n
+    };
+    for (pcpus, vms) in [
+        (1usize, &[2u16][..]),
+        (2, &[2]),
+        (2, &[4]),
+        (2, &[3, 2]),
+        (4, &[8, 2]),
+    ] {
+        let mut s = scheduler(pcpus, vms);
+        let vcpus: Vec<VcpuId> = (0..vms.len() as u16)
+            .flat_map(|vm| (0..vms[usize::from(vm)]).map(move |i| vcpu(vm, i)))
+            .collect();
+        let mut now = 0;
+        for _ in 0..20_000 {
+            now += 1 + random(300);
+            let p = random(pcpus as u64) as usize;
+            match random(8) {
+                0 | 1 => {
+                    s.pick_next(p, now);
+                }
+                2 => {
+                    if let Some(v) = s.current(p) {
+                        let why = match random(3) {
+                            0 => PutReason::SliceExpired,
+                            1 => PutReason::Yield,
+                            _ => PutReason::Wfi {
+                                deadline: Some(now + random(3000)),
+                            },
+                        };
+                        s.put(v, p, now, why).unwrap();
+                    }
+                }
+                3 => {
+                    let v = vcpus[random(vcpus.len() as u64) as usize];
+                    let _ = s.wake(v, now);
+                }
+                4 => {
+                    if let Some(v) = s.current(p) {
+                        let target = vcpus[random(vcpus.len() as u64) as usize];
+                        let _ = s.yield_to(v, target, p, now);
+                    }
+                }
+                5 => {
+                    if let Some(v) = s.current(p) {
+                        let _ = s.extend_slice(v, p, now, 100);
+                    }
+                }
+                6 => s.expire_timers(now, |_, _| {}),
+                _ => {
+                    if let Some(v) = s.current(p)
+                        && s.slice_end(v).is_some_and(|end| end <= now)
+                    {
+                        s.put(v, p, now, PutReason::SliceExpired).unwrap();
+                    }
+                }
+            }
+            assert_consistent(&s);
+        }
+    }
+}

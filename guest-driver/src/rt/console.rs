@@ -2,11 +2,11 @@
 //! (FR.TXFF), behind a lock so that each [`println!`](crate::println) comes
 //! out as one whole line even when several vCPUs print at once.
 
+use super::SpinMutex;
 use arm_pl011_uart::{PL011Registers, Uart, UniqueMmioPointer};
 use core::fmt::{self, Write};
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicBool, Ordering};
-use spin::mutex::SpinMutex;
 
 struct Console {
     uart: Uart<'static>,
@@ -78,7 +78,7 @@ pub fn print_fatal(args: fmt::Arguments) {
             }
             return;
         }
-        core::hint::spin_loop();
+        crate::lock::cpu_relax();
     }
     // SAFETY: only reached when the lock is stuck; the console is a plain
     // MMIO writer, so concurrent use garbles text but breaks no invariant.

@@ -24,13 +24,13 @@
 //! [`map_device`] (devices) or [`map_shared`] (memory the hypervisor
 //! shares, e.g. paravirtual records outside RAM) adds it.
 
+use super::SpinMutex;
 use super::{image, stacks};
 use crate::devicetree::MemRange;
 use crate::pagetable::{self, Attributes, MapError, Mapper, MemoryKind, PAGE_SIZE, Table};
 use aarch64_cpu::asm::barrier;
 use aarch64_cpu::registers::{ID_AA64MMFR0_EL1, MAIR_EL1, SCTLR_EL1, TCR_EL1};
 use core::cell::UnsafeCell;
-use spin::mutex::SpinMutex;
 use tock_registers::interfaces::Readable;
 
 /// Translation tables available to the map (128 KiB of `.bss`).

@@ -42,6 +42,20 @@ pub mod smp;
 pub mod stacks;
 pub mod time;
 
+/// The runtime's spin locks: their waiters pause with
+/// [`crate::lock::cpu_relax`] (YIELD), as the PV locks' do.
+pub struct CpuRelax;
+
+impl spin::RelaxStrategy for CpuRelax {
+    #[inline(always)]
+    fn relax() {
+        crate::lock::cpu_relax();
+    }
+}
+
+/// A spin lock of the runtime's ([`CpuRelax`]).
+pub type SpinMutex<T> = spin::mutex::SpinMutex<T, CpuRelax>;
+
 use crate::FATAL_MARKER;
 use crate::devicetree::{self, GuestMachine, MemRange};
 use crate::mpidr::Mpidr;

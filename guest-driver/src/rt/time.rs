@@ -72,7 +72,7 @@ pub fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> boo
         if deadline.passed() {
             return condition();
         }
-        core::hint::spin_loop();
+        crate::lock::cpu_relax();
     }
 }
 

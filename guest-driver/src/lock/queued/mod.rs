@@ -422,7 +422,7 @@ impl<T: ?Sized, P: Paravirt> QueuedLock<T, P> {
             if next != 0 {
                 break next;
             }
-            core::hint::spin_loop();
+            super::cpu_relax();
         };
         let (successor, cpu) = node_of(next);
         // See sleep_in_queue for the SeqCst pairing.
