@@ -1862,7 +1862,7 @@ mod tests {
     fn wait_yield_line_parses() {
         let line = "summary:   wait/yield: wfi 3 wfit 0 wfe 40 wfet 2 on-spin 42 attempts 30 \
                     yields 25 (round-robin 20 irqs-masked 1 lock-holder 4 pending-irq 0) \
-                    pv-yield 5/7 kicks 9";
+                    pv-yield 5/7 kicks 9 extensions 2";
         assert_eq!(
             parse_wait_yield(line),
             Some(WaitYield {
@@ -1886,6 +1886,11 @@ mod tests {
         assert_eq!(parse_wait_yield(&line.replace("5/7", "5")), None);
         assert_eq!(parse_wait_yield(&line.replace("5/7", "x/7")), None);
         assert_eq!(parse_wait_yield(&line.replace(" kicks 9", "")), None);
+        assert_eq!(
+            parse_wait_yield(&line.replace(" extensions 2", "")).map(|w| w.kicks),
+            Some(9),
+            "the extension count is not needed"
+        );
         // The real format, from el2's SpinStats Display of zero counters.
         let zero = "summary:   wait/yield: wfi 0 wfit 0 wfe 0 wfet 0 on-spin 0 attempts 0 yields \
                     0 (round-robin 0 irqs-masked 0 lock-holder 0 pending-irq 0) pv-yield 0/0 \

@@ -20,11 +20,13 @@ COMMANDS:
     build     Build el2 and the guests and make their raw images (paths printed)
     run       Build, then boot under QEMU with the console on this terminal
     test      Host checks (fmt, clippy, tests), then the QEMU boot-test matrix
+    bench     The lock benchmark matrix under deterministic QEMU (-icount), with a JSON
+              file, a table in docs/benchmarks.md and an SVG plot
     gdb       Build, start QEMU halted with a gdb stub and attach gdb-multiarch
     setup     Install everything the other commands need (Rust target, QEMU, U-Boot, gdb)
     help      Print this help
 
-BUILD OPTIONS (build, run, test, gdb):
+BUILD OPTIONS (build, run, test, bench, gdb):
     --debug            Build the debug profile instead of release
     --elf PATH         Use this prebuilt el2 ELF instead of building
 
@@ -81,6 +83,16 @@ TEST OPTIONS:
     -v, --verbose      Stream each boot test's console
 
     Consoles of boot tests are saved in target/xtask/boot-logs/.
+
+BENCH OPTIONS:
+    --quick            A reduced matrix (2 pCPUs; 1x and 2x overcommit; shorter runs): minutes
+    --hog              Also run every cell beside a VM of CPU hogs (the seed 000 set-up)
+    --json FILE        Also write the summary (speedup_2x, retention_2x,
+                       null_hypercall_instructions, vcpu_switch_instructions) to FILE
+    --no-docs          Do not rewrite docs/benchmarks.md and docs/benchmarks.svg
+    Results go to target/xtask/bench/results.json (every cell), the table and plot to
+    docs/benchmarks.md and docs/benchmarks*.svg; consoles to target/xtask/bench/logs/.
+    Exits non-zero if a run fails or loses data; missed targets are reported, not fatal.
 ";
 
 /// A parsed command line.
@@ -92,6 +104,17 @@ pub enum Cmd {
     Run(RunOpts),
     Gdb(RunOpts),
     Test(TestOpts),
+    Bench(BenchOpts),
+}
+
+/// `cargo xtask bench`'s options.
+#[derive(Debug)]
+pub struct BenchOpts {
+    pub build: BuildOpts,
+    pub quick: bool,
+    pub hog: bool,
+    pub json: Option<PathBuf>,
+    pub docs: bool,
 }
 
 #[derive(Debug)]
@@ -244,8 +267,9 @@ pub fn parse(args: Vec<String>) -> Result<Cmd> {
         "run" => "run",
         "gdb" => "gdb",
         "test" => "test",
+        "bench" => "bench",
         other => bail!(
-            "unknown command {other:?}; the commands are build, run, test, gdb, setup \
+            "unknown command {other:?}; the commands are build, run, test, bench, gdb, setup \
              (see `cargo xtask help`)"
         ),
     };
@@ -277,8 +301,42 @@ pub fn parse(args: Vec<String>) -> Result<Cmd> {
                 Some(o) => Ok(Cmd::Gdb(o)),
             }
         }
+        "bench" => parse_bench(&mut p),
         _ => parse_test(&mut p),
     }
+}
+
+fn parse_bench(p: &mut Parser) -> Result<Cmd> {
+    let mut o = BenchOpts {
+        build: default_build(),
+        quick: false,
+        hog: false,
+        json: None,
+        docs: true,
+    };
+    while let Some(mut opt) = p.next()? {
+        if p.build_opt(&mut opt, &mut o.build)? {
+            continue;
+        }
+        match opt.name.as_str() {
+            "--help" | "-h" => return Ok(Cmd::Help),
+            "--quick" => {
+                p.flag(&opt)?;
+                o.quick = true;
+            }
+            "--hog" => {
+                p.flag(&opt)?;
+                o.hog = true;
+            }
+            "--no-docs" => {
+                p.flag(&opt)?;
+                o.docs = false;
+            }
+            "--json" => o.json = Some(PathBuf::from(p.value(&mut opt)?)),
+            _ => return Err(p.unknown(&opt)),
+        }
+    }
+    Ok(Cmd::Bench(o))
 }
 
 fn is_help(opt: &Opt) -> bool {

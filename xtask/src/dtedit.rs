@@ -280,6 +280,7 @@ mod tests {
                 affinity: Vec::new(),
                 pv_lock: None,
                 pv_time: None,
+                boost: None,
             }],
         }
     }

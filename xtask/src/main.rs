@@ -1,7 +1,7 @@
 //! `cargo xtask`: the host-side build, run and test tool of the el2
 //! hypervisor. See `cargo xtask help`.
 
-#[allow(dead_code)]
+mod bench;
 mod bench_report;
 mod boottest;
 mod cli;
@@ -104,6 +104,7 @@ fn dispatch(cmd: Cmd) -> Result<ExitCode> {
         Cmd::Run(o) => run(&ws, &o),
         Cmd::Gdb(o) => gdb::gdb(&ws, &o),
         Cmd::Test(o) => suite::test(&ws, &o),
+        Cmd::Bench(o) => bench::bench(&ws, &o),
     }
 }
 
@@ -197,6 +198,7 @@ pub fn prepare_launch(ws: &Workspace, o: &RunOpts) -> Result<Launch> {
         count: g.vms.unwrap_or(1),
         pv_lock: g.pv_lock,
         pv_time: g.pv_time,
+        boost: None,
     };
     let plan = vm::plan_for(&machine, &kernel.image, &guests, &[config])?;
     machine.extra_args.extend(plan.qemu_args());

@@ -194,7 +194,7 @@ fn log_dir(ws: &Workspace) -> Result<PathBuf> {
 
 /// The machine and kernel image of `t`: its device-tree edits applied, its
 /// VMs' images placed and described.
-fn prepare(
+pub(crate) fn prepare(
     t: &BootTest,
     el2_image: &Path,
     guests: &Guests,
@@ -294,7 +294,7 @@ fn run_one(
 }
 
 /// A file name for a test name.
-fn slug(name: &str) -> String {
+pub(crate) fn slug(name: &str) -> String {
     name.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '-' || c == '=' {

@@ -137,6 +137,9 @@ pub struct VmConfig {
     /// The node's `pv-time` (`on`/`off`); not written when `None` (el2's
     /// default, on).
     pub pv_time: Option<bool>,
+    /// The node's `boost` (`on`/`off`); not written when `None` (el2's
+    /// default, on).
+    pub boost: Option<bool>,
 }
 
 impl VmConfig {
@@ -152,6 +155,7 @@ impl VmConfig {
             count,
             pv_lock: None,
             pv_time: None,
+            boost: None,
         }
     }
 
@@ -194,6 +198,7 @@ pub struct VmNode {
     pub affinity: Vec<u32>,
     pub pv_lock: Option<PvLock>,
     pub pv_time: Option<bool>,
+    pub boost: Option<bool>,
 }
 
 /// Where everything goes.
@@ -278,6 +283,7 @@ pub fn plan(ram_size: u64, el2_image_size: u64, vms: &[Resolved<'_>]) -> Result<
                 affinity: vm.config.affinity.clone(),
                 pv_lock: vm.config.pv_lock,
                 pv_time: vm.config.pv_time,
+                boost: vm.config.boost,
             });
         }
     }
@@ -345,6 +351,9 @@ impl Plan {
             if let Some(on) = n.pv_time {
                 let _ = writeln!(s, "{pad}\tpv-time = \"{}\";", on_off(on));
             }
+            if let Some(on) = n.boost {
+                let _ = writeln!(s, "{pad}\tboost = \"{}\";", on_off(on));
+            }
             let _ = writeln!(s, "{pad}}};");
         }
         s
@@ -374,6 +383,9 @@ impl Plan {
                 }
                 if let Some(on) = n.pv_time {
                     let _ = write!(line, ", pv-time {}", on_off(on));
+                }
+                if let Some(on) = n.boost {
+                    let _ = write!(line, ", boost {}", on_off(on));
                 }
                 if !n.bootargs.is_empty() {
                     let _ = write!(line, ", bootargs \"{}\"", n.bootargs);
@@ -579,6 +591,7 @@ mod tests {
                 affinity: vec![0, 1],
                 pv_lock: Some(PvLock::Variant(Variant::OpenEuler)),
                 pv_time: Some(false),
+                boost: Some(false),
             }],
         };
         assert_eq!(
@@ -594,13 +607,15 @@ mod tests {
              \t\t\tcpu-affinity = <0 1>;\n\
              \t\t\tpv-lock = \"openeuler\";\n\
              \t\t\tpv-time = \"off\";\n\
+             \t\t\tboost = \"off\";\n\
              \t\t};\n"
         );
         assert!(
             plan.describe()[0].starts_with("vm1: 8 vCPUs, 4096 MiB, kernel 75 KiB at 0x7bc00000")
         );
         assert!(
-            plan.describe()[0].contains(", pCPUs [0, 1], pv-lock openeuler, pv-time off,"),
+            plan.describe()[0]
+                .contains(", pCPUs [0, 1], pv-lock openeuler, pv-time off, boost off,"),
             "{}",
             plan.describe()[0]
         );
