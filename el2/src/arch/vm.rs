@@ -621,10 +621,7 @@ enum Next {
 /// Runs `vcpu` on this pCPU until the scheduler takes it off.
 fn run_vcpu(pcpu: usize, vm: &Vm, vcpu: VcpuId, sched: &Mutex<Scheduler>) {
     let mut ctx = vm.vcpus[usize::from(vcpu.index)].lock();
-    let steal_ticks = sched
-        .lock()
-        .stats(vcpu, cpu::counter())
-        .map_or(0, |s| s.steal_ticks);
+    let steal_ticks = sched.lock().steal_ticks(vcpu, cpu::counter()).unwrap_or(0);
     vcpu_load(vm, vcpu, &ctx, steal_ticks);
     vm.spin.lock().resumed(vcpu.index);
     let reason = loop {
@@ -640,13 +637,25 @@ fn run_vcpu(pcpu: usize, vm: &Vm, vcpu: VcpuId, sched: &Mutex<Scheduler>) {
         };
         HCR_EL2.set(vm.wfx.lock().hcr_for(guest_hcr(), vcpu.index, runnable));
         timer::arm_at(slice_end);
-        // SAFETY: the context is loaded and stage 2 active (vcpu_load), and
-        // `ctx.regs` outlives the call.
-        let vector = unsafe { enter_guest(&mut ctx.regs) };
-        let esr = ESR_EL2.get();
-        let exit = Exit::decode(vector, esr);
-        vm.count_exit(&exit);
-        let next = handle_exit(pcpu, vm, vcpu, &mut ctx, exit, esr, sched);
+        let next = loop {
+            // SAFETY: the context is loaded and stage 2 active (vcpu_load),
+            // and `ctx.regs` outlives the call.
+            let vector = unsafe { enter_guest(&mut ctx.regs) };
+            let esr = ESR_EL2.get();
+            let exit = Exit::decode(vector, esr);
+            vm.count_exit(&exit);
+            let next = handle_exit(pcpu, vm, vcpu, &mut ctx, exit, esr, sched);
+            // The fast path: a hypercall or an emulated access that leaves
+            // the vCPU running inside its slice changes nothing the checks
+            // above read, so the guest goes straight back in. Interrupts
+            // (a slice tick, a reschedule IPI, a VM stopping) always take
+            // the full path.
+            if matches!(next, Next::Resume) && resumes_in_place(&exit) && cpu::counter() < slice_end
+            {
+                continue;
+            }
+            break next;
+        };
         let reason = match next {
             Next::Resume => {
                 if cpu::counter() < slice_end || extend_slice(pcpu, vm, vcpu, &ctx, sched) {
@@ -711,6 +720,25 @@ fn run_vcpu(pcpu: usize, vm: &Vm, vcpu: VcpuId, sched: &Mutex<Scheduler>) {
     if all_off {
         vm_stopped(vm, sched);
     }
+}
+
+/// Whether the guest may be re-entered at once after `exit` was handled
+/// with [`Next::Resume`]: the exits a guest makes on its own (hypercalls,
+/// emulated MMIO and system registers, aborts injected back) change neither
+/// the VM's state nor this vCPU's slice, so the VM state, the slice end, the
+/// trap configuration and the slice timer stay as the last full pass set
+/// them. A policy change (PVLOCK_SET_WFX_POLICY) or a vCPU queued here by a
+/// kick reaches HCR_EL2 at the next interrupt exit (the slice tick at the
+/// latest), as KVM applies its WFx traps at vcpu_load.
+fn resumes_in_place(exit: &Exit) -> bool {
+    matches!(
+        exit,
+        Exit::Hvc { .. }
+            | Exit::Smc { .. }
+            | Exit::DataAbort
+            | Exit::InstructionAbort
+            | Exit::SystemRegister
+    )
 }
 
 /// The running vCPU's slice has ended: if it is inside a critical section

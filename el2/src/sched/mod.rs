@@ -906,24 +906,42 @@ impl Scheduler {
 
     fn stats_of(v: &Vcpu, now: u64) -> VcpuStats {
         let mut stats = v.stats;
-        let open = now.saturating_sub(v.since);
-        match v.state {
-            VcpuState::Running { .. } => stats.run_ticks = stats.run_ticks.saturating_add(open),
-            VcpuState::Runnable => stats.steal_ticks = stats.steal_ticks.saturating_add(open),
-            VcpuState::Blocked(_) => stats.blocked_ticks = stats.blocked_ticks.saturating_add(open),
-            VcpuState::Off => {}
-        }
+        Self::close_interval(&mut stats, v.state, v.since, now);
         stats
     }
 
+    /// Adds the open interval of `state`, entered at `since`, up to `now`
+    /// to the time counter it belongs to.
+    fn close_interval(stats: &mut VcpuStats, state: VcpuState, since: u64, now: u64) {
+        let open = now.saturating_sub(since);
+        let counter = match state {
+            VcpuState::Running { .. } => &mut stats.run_ticks,
+            VcpuState::Runnable => &mut stats.steal_ticks,
+            VcpuState::Blocked(_) => &mut stats.blocked_ticks,
+            VcpuState::Off => return,
+        };
+        *counter = counter.saturating_add(open);
+    }
+
+    /// `vcpu`'s steal time at `now` (its [`VcpuStats::steal_ticks`]),
+    /// without copying the rest: what every vcpu_load publishes.
+    pub fn steal_ticks(&self, vcpu: VcpuId, now: u64) -> Option<u64> {
+        let v = self.vcpu(vcpu)?;
+        let open = match v.state {
+            VcpuState::Runnable => now.saturating_sub(v.since),
+            _ => 0,
+        };
+        Some(v.stats.steal_ticks.saturating_add(open))
+    }
+
     /// Closes the interval of the current state into the accounting and
-    /// enters `state`.
+    /// enters `state`. In place: this is on every switch's path.
     fn transition(&mut self, slot: usize, state: VcpuState, now: u64) {
         let v = &mut self.vcpus[slot];
         if matches!(v.state, VcpuState::Running { .. }) {
             v.vruntime = v.vruntime.saturating_add(now.saturating_sub(v.since));
         }
-        v.stats = Self::stats_of(v, now);
+        Self::close_interval(&mut v.stats, v.state, v.since, now);
         v.since = v.since.max(now);
         v.state = state;
     }

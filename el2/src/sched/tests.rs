@@ -1050,3 +1050,23 @@ fn random_operations_keep_every_queue_consistent() {
         }
     }
 }
+
+#[test]
+fn steal_ticks_agrees_with_the_full_stats() {
+    let mut s = scheduler(1, &[3]);
+    let running = s.pick_next(0, 0).unwrap();
+    for now in [0, 5, SLICE, 3 * SLICE + 7] {
+        for v in [vcpu(0, 0), vcpu(0, 1), vcpu(0, 2)] {
+            assert_eq!(
+                s.steal_ticks(v, now),
+                s.stats(v, now).map(|st| st.steal_ticks),
+                "{v} at {now}"
+            );
+        }
+    }
+    s.put(running, 0, SLICE, PutReason::SliceExpired).unwrap();
+    s.pick_next(0, SLICE);
+    let queued = vcpu(0, 0);
+    assert_eq!(s.steal_ticks(queued, SLICE + 40), Some(40));
+    assert_eq!(s.steal_ticks(vcpu(9, 0), 0), None);
+}

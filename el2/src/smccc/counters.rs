@@ -32,6 +32,17 @@ impl CallCounters {
         }
     }
 
+    /// Counts one call to `fid`, whose [`catalog::index_of`] the caller
+    /// already knows is `index` (the dispatcher keeps it with the route).
+    pub fn record_index(&self, index: usize, fid: FunctionId) {
+        match self.named.get(index) {
+            Some(counter) => {
+                counter.fetch_add(1, Ordering::Relaxed);
+            }
+            None => self.record(fid),
+        }
+    }
+
     /// Counts one call to `fid`.
     pub fn record(&self, fid: FunctionId) {
         match catalog::index_of(fid).and_then(|i| self.named.get(i)) {

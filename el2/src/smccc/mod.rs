@@ -108,6 +108,7 @@ use alloc::vec::Vec;
 use core::fmt;
 
 use platform::{Mpidr, TrapPolicy, VmConfig};
+use pvlock_abi::catalog;
 use pvlock_abi::kvm::KvmFeatures;
 use pvlock_abi::smccc::{self, FunctionId, PRESERVED_FIRST, RESULT_REGS};
 
@@ -507,11 +508,21 @@ impl fmt::Display for RegisterError {
 // Results never reach the registers a callee must preserve.
 const _: () = assert!(RESULT_REGS <= PRESERVED_FIRST);
 
+/// Where a registered function id goes: its service (index into the
+/// table's services) and its call counter (`pvlock_abi::catalog` index,
+/// `None` for an id the catalog does not name).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Route {
+    fid: FunctionId,
+    service: usize,
+    counter: Option<usize>,
+}
+
 /// A VM's SMCCC service table and call counters.
 pub struct Dispatcher {
     services: Vec<Box<dyn Service>>,
     /// `(id, index into services)`, sorted by id.
-    routes: Vec<(FunctionId, usize)>,
+    routes: Vec<Route>,
     counters: CallCounters,
 }
 
@@ -605,12 +616,12 @@ impl Dispatcher {
             if !fid.is_fast() || fid.mbz_bits() != 0 || fid.has_sve_hint() {
                 return Err(RegisterError::NotFastCall(fid));
             }
-            match routes.binary_search_by_key(&fid, |&(id, _)| id) {
+            match routes.binary_search_by_key(&fid, |r| r.fid) {
                 Ok(at) => {
-                    let owner = if routes[at].1 == index {
+                    let owner = if routes[at].service == index {
                         service.name()
                     } else {
-                        self.services[routes[at].1].name()
+                        self.services[routes[at].service].name()
                     };
                     return Err(RegisterError::Conflict {
                         fid,
@@ -618,7 +629,14 @@ impl Dispatcher {
                         refused: service.name(),
                     });
                 }
-                Err(at) => routes.insert(at, (fid, index)),
+                Err(at) => routes.insert(
+                    at,
+                    Route {
+                        fid,
+                        service: index,
+                        counter: catalog::index_of(fid),
+                    },
+                ),
             }
         }
         self.routes = routes;
@@ -631,10 +649,16 @@ impl Dispatcher {
         self.services.iter().map(|s| &**s)
     }
 
+    /// The route of `fid`, if some service owns it.
+    fn route(&self, fid: FunctionId) -> Option<&Route> {
+        let at = self.routes.binary_search_by_key(&fid, |r| r.fid).ok()?;
+        self.routes.get(at)
+    }
+
     /// The service that owns `fid`.
     fn owner(&self, fid: FunctionId) -> Option<&dyn Service> {
-        let at = self.routes.binary_search_by_key(&fid, |&(id, _)| id).ok()?;
-        self.services.get(self.routes[at].1).map(|s| &**s)
+        let route = self.route(fid)?;
+        self.services.get(route.service).map(|s| &**s)
     }
 
     /// Whether some service owns `fid`.
@@ -674,8 +698,17 @@ impl Dispatcher {
     /// PC or PSTATE, and never panics, whatever the registers hold.
     pub fn dispatch(&self, caller: VcpuId, regs: &mut GuestRegs, vm: &dyn VmView) -> Action {
         let fid = FunctionId::from_x0(regs.x[0]);
-        self.counters.record(fid);
-        let reply = match self.owner(fid) {
+        // One binary search routes and counts the call: this is every
+        // hypercall's path, so no scan of the catalog here.
+        let route = self.route(fid);
+        match route {
+            Some(Route {
+                counter: Some(index),
+                ..
+            }) => self.counters.record_index(*index, fid),
+            _ => self.counters.record(fid),
+        }
+        let reply = match route.and_then(|r| self.services.get(r.service)) {
             // Only fast-call ids with clear MBZ bits can be routed
             // (`register` checks); yielding calls end here.
             Some(service) => service.call(&Call {
