@@ -177,6 +177,21 @@ impl Exit {
     }
 }
 
+/// Whether the exit from lower-EL `vector` with `esr` is an SMCCC call
+/// by HVC (EC = HVC64, immediate 0; Arm ARM D24.2.41 "ESR_EL2"), decided
+/// with two field reads: the check before the hypervisor's constant-call
+/// fast path, which must cost less than a full [`Exit::decode`].
+pub fn is_hvc_call(vector: u64, esr: u64) -> bool {
+    if !vector.wrapping_sub(VECTOR_LOWER_FIRST).is_multiple_of(4) {
+        return false;
+    }
+    let esr = LocalRegisterCopy::<u64, ESR_EL2::Register>::new(esr);
+    esr.read(ESR_EL2::EC) == ESR_EL2::EC::Value::HVC64 as u64
+        && LocalRegisterCopy::<u64, CALL_ISS::Register>::new(esr.read(ESR_EL2::ISS))
+            .read(CALL_ISS::IMM16)
+            == 0
+}
+
 /// When a vCPU that executed WFI/WFIT must wake at the latest, in
 /// physical counter ticks: the earlier of its virtual timer's deadline (if
 /// armed) and the WFIT timeout (if the instruction had one); `None` means
@@ -300,6 +315,22 @@ mod tests {
         assert_eq!(wfi_deadline(None, Some(700)), Some(700));
         assert_eq!(wfi_deadline(Some(500), Some(700)), Some(500));
         assert_eq!(wfi_deadline(Some(900), Some(700)), Some(700));
+    }
+
+    #[test]
+    fn hvc_calls_are_recognised_cheaply_and_exactly() {
+        // Real ESR_EL2 values: HVC #0, HVC #1, SMC #0, a data abort.
+        let hvc0 = 0x5a00_0000;
+        let hvc1 = 0x5a00_0001;
+        let smc0 = 0x5e00_0000;
+        let dabt = 0x9200_0046;
+        let sync = VECTOR_LOWER_FIRST;
+        assert!(is_hvc_call(sync, hvc0));
+        assert_eq!(Exit::decode(sync, hvc0), Exit::Hvc { imm: 0 });
+        for (vector, esr) in [(sync, hvc1), (sync, smc0), (sync, dabt), (sync + 1, hvc0)] {
+            assert!(!is_hvc_call(vector, esr), "{vector} {esr:#x}");
+            assert_ne!(Exit::decode(vector, esr), Exit::Hvc { imm: 0 });
+        }
     }
 
     #[test]

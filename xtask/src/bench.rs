@@ -25,7 +25,7 @@
 use std::fmt::Write as _;
 use std::fs;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -250,23 +250,50 @@ pub fn parse_costs(console: &str) -> Result<Costs, String> {
 }
 
 /// Everything the runs share.
-struct Bench<'a> {
-    el2_image: &'a Path,
-    guests: &'a Guests,
+struct Bench {
+    el2_image: PathBuf,
+    guests: Guests,
     logs: PathBuf,
+    /// Show each run's console on the terminal (the `cargo xtask run` demo).
+    echo: bool,
 }
 
-impl Bench<'_> {
+impl Bench {
+    /// Installs what is missing, builds el2 and the guests, and makes the
+    /// log directory `logs`.
+    fn prepare(
+        ws: &Workspace,
+        build: &crate::cli::BuildOpts,
+        logs: PathBuf,
+        echo: bool,
+    ) -> Result<Self> {
+        setup::ensure_rust_target(ws)?;
+        setup::ensure_tools(&[Tool::Qemu, Tool::Dtc])?;
+        let art = image::build(ws, &build.source)?;
+        let guests = guests::build(ws)?;
+        fs::create_dir_all(&logs).with_context(|| format!("cannot create {}", logs.display()))?;
+        Ok(Self {
+            el2_image: art.image,
+            guests,
+            logs,
+            echo,
+        })
+    }
+
     /// Boots `t` and returns its console, or why the run failed.
     fn run(&self, t: &BootTest) -> Result<String, String> {
-        let (machine, image) = suite::prepare(t, self.el2_image, self.guests, &self.logs)
+        let (machine, image) = suite::prepare(t, &self.el2_image, &self.guests, &self.logs)
             .map_err(|e| format!("{e:#}"))?;
         let cmd = machine
             .command(&image, &Console::Stdio, false)
             .map_err(|e| format!("bad machine definition: {e}"))?;
         let spec = RunSpec {
             timeout: Some(t.timeout),
-            echo: Echo::None,
+            echo: if self.echo {
+                Echo::Terminal
+            } else {
+                Echo::None
+            },
             fatal_grace: Some(FATAL_GRACE),
             ..RunSpec::default()
         };
@@ -281,18 +308,8 @@ impl Bench<'_> {
 }
 
 pub fn bench(ws: &Workspace, o: &BenchOpts) -> Result<ExitCode> {
-    setup::ensure_rust_target(ws)?;
-    setup::ensure_tools(&[Tool::Qemu, Tool::Dtc])?;
-    let art = image::build(ws, &o.build.source)?;
-    let guests = guests::build(ws)?;
     let dir = ws.xtask_dir()?.join("bench");
-    let logs = dir.join("logs");
-    fs::create_dir_all(&logs).with_context(|| format!("cannot create {}", logs.display()))?;
-    let b = Bench {
-        el2_image: &art.image,
-        guests: &guests,
-        logs,
-    };
+    let b = Bench::prepare(ws, &o.build, dir.join("logs"), false)?;
     let duration_ms = if o.quick {
         QUICK_DURATION_MS
     } else {
@@ -423,6 +440,92 @@ pub fn bench(ws: &Workspace, o: &BenchOpts) -> Result<ExitCode> {
         println!("bench: {} failed: {}", failures.len(), failures.join("; "));
         Ok(ExitCode::FAILURE)
     }
+}
+
+/// Virtual time each run of the `cargo xtask run` demo lasts.
+const DEMO_DURATION_MS: u64 = 100;
+
+/// The default `cargo xtask run`: the point of the project in one screen.
+/// Two short runs of lockbench with 4 vCPUs on 2 pCPUs (2x overcommit)
+/// under -icount, consoles shown: the plain ticket lock without PV
+/// services, then the PV queued lock with every service and the boosts;
+/// then the comparison.
+pub fn demo(ws: &Workspace, build: &crate::cli::BuildOpts) -> Result<ExitCode> {
+    let b = Bench::prepare(ws, build, ws.xtask_dir()?.join("demo"), true)?;
+    let plans = [Mode::Vanilla, Mode::PvBoost].map(|mode| Plan {
+        pcpus: 2,
+        vcpus: 4,
+        mode,
+        hog: false,
+    });
+    let mut cells = Vec::new();
+    for plan in &plans {
+        eprintln!(
+            "xtask: demo run {}: lockbench, 4 vCPUs on 2 pCPUs, lock={}, {DEMO_DURATION_MS} ms of \
+             virtual time (-icount)",
+            plan.mode.name(),
+            lock_of(plan.mode).name()
+        );
+        let t = boot(
+            format!("demo {}", plan.name()),
+            plan.pcpus,
+            vec![bench_vm(plan, DEMO_DURATION_MS)],
+        );
+        match b.run(&t).and_then(|console| parse_cell(plan, &console)) {
+            Ok(cell) => cells.push(cell),
+            Err(why) => {
+                eprintln!("xtask: FAILED: demo run {}: {why}", plan.mode.name());
+                return Ok(ExitCode::FAILURE);
+            }
+        }
+    }
+    println!();
+    print!("{}", comparison(&cells));
+    let all_ok = cells.iter().all(|c| c.data_ok);
+    Ok(if all_ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// The demo's table: one row per run, and the speed-up of the last over
+/// the first.
+pub fn comparison(cells: &[Cell]) -> String {
+    let mut out = String::from(
+        "lock benchmark, 4 vCPUs on 2 pCPUs (2x overcommit), virtual time under -icount:\n\n\
+         | mode     | lock          | acquisitions/s | worst wait | directed yields | kicks | data |\n\
+         |----------|---------------|---------------:|-----------:|----------------:|------:|------|\n",
+    );
+    for c in cells {
+        let _ = writeln!(
+            out,
+            "| {:<8} | {:<13} | {:>14} | {:>7.3} ms | {:>15} | {:>5} | {} |",
+            c.mode.name(),
+            match lock_of(c.mode) {
+                LockKind::Ticket => "plain ticket",
+                LockKind::Pv => "PV queued",
+                LockKind::PvTicket => "PV ticket",
+            },
+            group_thousands(c.throughput()),
+            c.worst_wait_ns as f64 / 1e6,
+            c.yields,
+            c.kicks,
+            if c.data_ok { "ok" } else { "LOST UPDATES" }
+        );
+    }
+    if let [first, .., last] = cells
+        && first.throughput() > 0.0
+    {
+        let _ = writeln!(
+            out,
+            "\n{} is {:.1}x {} at 2x overcommit (`cargo xtask bench` runs the whole matrix).",
+            last.mode.name(),
+            last.throughput() / first.throughput(),
+            first.mode.name()
+        );
+    }
+    out
 }
 
 /// The generated section of docs/benchmarks.md and its plots.
@@ -625,6 +728,32 @@ mod tests {
         let none = CostLine { yields: 0, ..line };
         assert!(parse_costs(&none.to_string()).is_err());
         assert!(parse_costs("nothing").is_err());
+    }
+
+    #[test]
+    fn the_demo_table() {
+        let cell = |mode, acquisitions| Cell {
+            pcpus: 2,
+            vcpus: 4,
+            mode,
+            hog: false,
+            acquisitions,
+            virtual_ns: 100_000_000,
+            worst_wait_ns: 2_500_000,
+            yields: 3,
+            kicks: 40,
+            data_ok: true,
+        };
+        let table = comparison(&[cell(Mode::Vanilla, 10_000), cell(Mode::PvBoost, 65_000)]);
+        assert!(
+            table.contains("| vanilla  | plain ticket  |        100,000 |   2.500 ms |"),
+            "{table}"
+        );
+        assert!(
+            table.contains("| pv+boost | PV queued     |        650,000 |"),
+            "{table}"
+        );
+        assert!(table.contains("pv+boost is 6.5x vanilla"), "{table}");
     }
 
     #[test]

@@ -220,6 +220,9 @@ pub fn prepare_launch(ws: &Workspace, o: &RunOpts) -> Result<Launch> {
 }
 
 fn run(ws: &Workspace, o: &RunOpts) -> Result<ExitCode> {
+    if is_default_demo(o) {
+        return bench::demo(ws, &o.build);
+    }
     let Launch {
         machine,
         kernel,
@@ -264,6 +267,12 @@ fn run(ws: &Workspace, o: &RunOpts) -> Result<ExitCode> {
             Ok(ExitCode::FAILURE)
         }
     }
+}
+
+/// `cargo xtask run` with nothing that picks a guest or a machine: the lock
+/// demo ([`bench::demo`]) rather than one boot.
+fn is_default_demo(o: &RunOpts) -> bool {
+    !o.guest.any() && !o.smp_given && o.machine == qemu::Machine::default()
 }
 
 /// A command line as one could paste it into a shell.

@@ -550,9 +550,12 @@ pub fn run(pcpu: usize) -> ! {
             let mut s = sched.lock();
             s.expire_timers_on(pcpu, now, |vcpu, wakeup| woken(pcpu, vms, vcpu, wakeup));
             s.pick_next(pcpu, now)
+                .map(|vcpu| (vcpu, Picked::read(&s, vcpu, pcpu, now)))
         };
         match next {
-            Some(vcpu) => run_vcpu(pcpu, &vms[usize::from(vcpu.vm.0)], vcpu, sched),
+            Some((vcpu, picked)) => {
+                run_vcpu(pcpu, &vms[usize::from(vcpu.vm.0)], vcpu, picked, sched)
+            }
             None => idle(pcpu, sched),
         }
     }
@@ -618,20 +621,43 @@ enum Next {
     Yielded,
 }
 
-/// Runs `vcpu` on this pCPU until the scheduler takes it off.
-fn run_vcpu(pcpu: usize, vm: &Vm, vcpu: VcpuId, sched: &Mutex<Scheduler>) {
+/// What the scheduler says about a vCPU it just picked, read under the
+/// same lock as the pick: one lock round trip less on every switch.
+struct Picked {
+    /// Its steal time so far (published at load).
+    steal_ticks: u64,
+    /// The end of the slice it was given.
+    slice_end: Option<u64>,
+    /// vCPUs that want this pCPU (the `auto` WFE trap policy).
+    runnable: usize,
+}
+
+impl Picked {
+    fn read(s: &Scheduler, vcpu: VcpuId, pcpu: usize, now: u64) -> Self {
+        Self {
+            steal_ticks: s.steal_ticks(vcpu, now).unwrap_or(0),
+            slice_end: s.slice_end(vcpu),
+            runnable: s.runnable_on(pcpu),
+        }
+    }
+}
+
+/// Runs `vcpu` on this pCPU until the scheduler takes it off. `picked` is
+/// what the scheduler said when it picked it: the vCPU is Running here,
+/// so nothing but this pCPU changes its slice meanwhile.
+fn run_vcpu(pcpu: usize, vm: &Vm, vcpu: VcpuId, picked: Picked, sched: &Mutex<Scheduler>) {
     let mut ctx = vm.vcpus[usize::from(vcpu.index)].lock();
-    let steal_ticks = sched.lock().steal_ticks(vcpu, cpu::counter()).unwrap_or(0);
-    vcpu_load(vm, vcpu, &ctx, steal_ticks);
+    vcpu_load(vm, vcpu, &ctx, picked.steal_ticks);
     vm.spin.lock().resumed(vcpu.index);
+    let mut first = Some((picked.slice_end, picked.runnable));
     let reason = loop {
         if vm.state() != VM_RUNNING {
             break PutReason::PowerOff;
         }
-        let (slice_end, runnable) = {
+        let (slice_end, runnable) = first.take().unwrap_or_else(|| {
             let s = sched.lock();
             (s.slice_end(vcpu), s.runnable_on(pcpu))
-        };
+        });
         let Some(slice_end) = slice_end else {
             break PutReason::Yield;
         };
@@ -642,6 +668,19 @@ fn run_vcpu(pcpu: usize, vm: &Vm, vcpu: VcpuId, sched: &Mutex<Scheduler>) {
             // and `ctx.regs` outlives the call.
             let vector = unsafe { enter_guest(&mut ctx.regs) };
             let esr = ESR_EL2.get();
+            // The shortest path: a call whose reply is fixed for the VM
+            // (SMCCC_VERSION, PSCI_VERSION, the vendor UID, KVM_FEATURES)
+            // is answered from the dispatcher's precomputed replies.
+            if el2::exit::is_hvc_call(vector, esr)
+                && let Some(reply) = vm.dispatcher.constant_reply(ctx.regs.x[0])
+            {
+                ctx.regs.x[..reply.len()].copy_from_slice(reply);
+                vm.count_exit(&Exit::Hvc { imm: 0 });
+                // No look at the clock: the slice timer is armed, so a
+                // slice that ended meanwhile exits again at once as an
+                // interrupt, which takes the full path.
+                continue;
+            }
             let exit = Exit::decode(vector, esr);
             vm.count_exit(&exit);
             let next = handle_exit(pcpu, vm, vcpu, &mut ctx, exit, esr, sched);
@@ -649,9 +688,8 @@ fn run_vcpu(pcpu: usize, vm: &Vm, vcpu: VcpuId, sched: &Mutex<Scheduler>) {
             // the vCPU running inside its slice changes nothing the checks
             // above read, so the guest goes straight back in. Interrupts
             // (a slice tick, a reschedule IPI, a VM stopping) always take
-            // the full path.
-            if matches!(next, Next::Resume) && resumes_in_place(&exit) && cpu::counter() < slice_end
-            {
+            // the full path, and the armed slice timer ends the slice.
+            if matches!(next, Next::Resume) && resumes_in_place(&exit) {
                 continue;
             }
             break next;

@@ -121,6 +121,10 @@ impl Service for ArchService {
         &IDS
     }
 
+    fn is_constant(&self, fid: FunctionId) -> bool {
+        fid == SMCCC_VERSION
+    }
+
     fn call(&self, call: &Call<'_>) -> Reply {
         match call.fid() {
             SMCCC_VERSION => Reply::value(u64::from(smccc::VERSION_1_1.raw())),

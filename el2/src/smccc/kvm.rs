@@ -77,6 +77,12 @@ impl Service for KvmService {
         if self.ptp { &IDS_WITH_PTP } else { &IDS }
     }
 
+    /// The UID always; KVM_FEATURES unless PTP is offered (its bit then
+    /// follows whether a wall clock is available).
+    fn is_constant(&self, fid: FunctionId) -> bool {
+        fid == CALL_UID || (fid == FEATURES && !self.ptp)
+    }
+
     fn call(&self, call: &Call<'_>) -> Reply {
         match call.fid() {
             CALL_UID => Reply::values(kvm::UID_REGS),

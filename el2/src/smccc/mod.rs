@@ -470,6 +470,17 @@ pub trait Service: Send + Sync {
     fn kvm_features(&self) -> KvmFeatures {
         KvmFeatures::EMPTY
     }
+
+    /// Whether the reply to `fid` (one of [`Self::ids`]) is fixed once the
+    /// table is built: it reads no argument, no caller, no VM state and no
+    /// clock, and asks for no [`Action`] (SMCCC_VERSION, PSCI_VERSION, the
+    /// vendor UID, KVM_FEATURES). The dispatcher answers such calls from a
+    /// precomputed reply ([`Dispatcher::constant_reply`]), the hypervisor's
+    /// shortest hypercall path. The default: no.
+    fn is_constant(&self, fid: FunctionId) -> bool {
+        let _ = fid;
+        false
+    }
 }
 
 /// Why [`Dispatcher::register`] refused a service.
@@ -508,6 +519,28 @@ impl fmt::Display for RegisterError {
 // Results never reach the registers a callee must preserve.
 const _: () = assert!(RESULT_REGS <= PRESERVED_FIRST);
 
+/// The view constant calls are computed with: they must not look at it,
+/// and it knows nothing (no vCPU, no RAM).
+struct NoVm;
+
+impl VmView for NoVm {
+    fn vcpu_count(&self) -> u16 {
+        0
+    }
+
+    fn mpidr_of(&self, _index: u16) -> Mpidr {
+        Mpidr::from_raw(0)
+    }
+
+    fn power_state(&self, _index: u16) -> PowerState {
+        PowerState::Off
+    }
+
+    fn ram_contains(&self, _ipa: u64, _len: u64) -> bool {
+        false
+    }
+}
+
 /// Where a registered function id goes: its service (index into the
 /// table's services) and its call counter (`pvlock_abi::catalog` index,
 /// `None` for an id the catalog does not name).
@@ -524,6 +557,10 @@ pub struct Dispatcher {
     /// `(id, index into services)`, sorted by id.
     routes: Vec<Route>,
     counters: CallCounters,
+    /// The replies of the constant calls ([`Service::is_constant`]), with
+    /// their counter index; recomputed by every registration (a new
+    /// service can change KVM_FEATURES).
+    constants: Vec<(FunctionId, [u64; RESULT_REGS], Option<usize>)>,
 }
 
 impl Default for Dispatcher {
@@ -551,6 +588,7 @@ impl Dispatcher {
             services: Vec::new(),
             routes: Vec::new(),
             counters: CallCounters::new(),
+            constants: Vec::new(),
         }
     }
 
@@ -641,7 +679,58 @@ impl Dispatcher {
         }
         self.routes = routes;
         self.services.push(service);
+        self.constants = self.compute_constants();
         Ok(())
+    }
+
+    /// Every constant call's reply, asked of its service once.
+    fn compute_constants(&self) -> Vec<(FunctionId, [u64; RESULT_REGS], Option<usize>)> {
+        let mut constants = Vec::new();
+        for route in &self.routes {
+            let Some(service) = self.services.get(route.service) else {
+                continue;
+            };
+            if !service.is_constant(route.fid) {
+                continue;
+            }
+            let regs = GuestRegs {
+                x: {
+                    let mut x = [0; 31];
+                    x[0] = u64::from(route.fid.raw());
+                    x
+                },
+                ..GuestRegs::default()
+            };
+            let reply = service.call(&Call {
+                caller: VcpuId {
+                    vm: VmId(0),
+                    index: 0,
+                },
+                fid: route.fid,
+                regs: &regs,
+                vm: &NoVm,
+                table: self,
+            });
+            // A service that wants an action was wrong to call it constant.
+            if reply.action == Action::None {
+                constants.push((route.fid, reply.x, route.counter));
+            }
+        }
+        constants
+    }
+
+    /// The reply to the call in `x0` if it is a constant call (and counts
+    /// the call), else `None`: the caller then goes through
+    /// [`Self::dispatch`]. The results go to X0..X3; X4..X17 are left as
+    /// they are, as SMCCC 1.1 requires of them.
+    pub fn constant_reply(&self, x0: u64) -> Option<&[u64; RESULT_REGS]> {
+        let fid = FunctionId::from_x0(x0);
+        let (_, reply, counter) = self.constants.iter().find(|(id, _, _)| *id == fid)?;
+        match counter {
+            Some(index) => self.counters.record_index(*index, fid),
+            None => self.counters.record(fid),
+        }
+        Some(reply)
     }
 
     /// The registered services, in registration order.

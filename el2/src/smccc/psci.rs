@@ -82,6 +82,10 @@ impl Service for PsciService {
         &IDS
     }
 
+    fn is_constant(&self, fid: FunctionId) -> bool {
+        fid == PSCI_VERSION
+    }
+
     fn call(&self, call: &Call<'_>) -> Reply {
         match call.fid() {
             PSCI_VERSION => Reply::value(u64::from(psci::VERSION_1_1.raw())),

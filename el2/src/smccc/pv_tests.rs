@@ -893,3 +893,44 @@ fn pv_sched_yield_to_answers_match_the_abi_constants() {
         })
     );
 }
+
+#[test]
+fn constant_replies_are_exactly_what_dispatch_answers() {
+    use pvlock_abi::arch::{SMCCC_ARCH_FEATURES, SMCCC_VERSION};
+    use pvlock_abi::kvm::{CALL_UID, FEATURES};
+    use pvlock_abi::psci::PSCI_VERSION;
+    for config in every_config() {
+        let vm = vm_with(config.lock, config.steal_time, config.ptp);
+        let mut constants = 0;
+        for fid in [SMCCC_VERSION, PSCI_VERSION, CALL_UID, FEATURES] {
+            // KVM_FEATURES follows the wall clock when PTP is offered.
+            let expected_constant = !(fid == FEATURES && config.ptp);
+            let before = vm.table.counters().count(fid);
+            let fast = vm.table.constant_reply(u64::from(fid.raw())).copied();
+            assert_eq!(fast.is_some(), expected_constant, "{fid:?} with {config:?}");
+            if let Some(fast) = fast {
+                constants += 1;
+                assert_eq!(vm.table.counters().count(fid), before + 1, "counted");
+                let (slow, action) = call_from(&vm.table, &CLOCK, 0, fid.raw(), &[]);
+                assert_eq!(action, Action::None);
+                assert_eq!(fast, slow, "{fid:?} with {config:?}");
+                // Garbage in the upper half of W0's register and in the
+                // arguments changes nothing: the reply is constant.
+                let dirty = 0xdead_beef_0000_0000 | u64::from(fid.raw());
+                if fid.is_smc64() {
+                    assert_eq!(vm.table.constant_reply(dirty), None);
+                } else {
+                    assert_eq!(vm.table.constant_reply(dirty), Some(&fast));
+                }
+            }
+        }
+        assert!(constants >= 3);
+        // Calls that read arguments or state are never constant.
+        for fid in [
+            SMCCC_ARCH_FEATURES,
+            pvlock_abi::directed_yield::PV_SCHED_YIELD_TO,
+        ] {
+            assert_eq!(vm.table.constant_reply(u64::from(fid.raw())), None);
+        }
+    }
+}
