@@ -519,6 +519,59 @@ impl fmt::Display for RegisterError {
 // Results never reach the registers a callee must preserve.
 const _: () = assert!(RESULT_REGS <= PRESERVED_FIRST);
 
+/// An open-addressing hash index over a dispatcher's routes: slot
+/// `hash(fid)` and the following ones (linear probing) hold route
+/// positions + 1, 0 marks an empty slot. At most half full, so a lookup
+/// usually reads one slot. Rebuilt whenever a service registers.
+#[derive(Clone, Debug, Default)]
+struct RouteIndex {
+    slots: Vec<u16>,
+}
+
+impl RouteIndex {
+    /// The index of `routes` (positions must fit in `u16`, which a table of
+    /// a few dozen calls does).
+    fn build(routes: &[Route]) -> Self {
+        let size = (routes.len() * 2).next_power_of_two().max(16);
+        let mut slots = alloc::vec![0u16; size];
+        for (position, route) in routes.iter().enumerate() {
+            let Ok(entry) = u16::try_from(position + 1) else {
+                break;
+            };
+            let mut at = Self::hash(route.fid, size);
+            while slots[at] != 0 {
+                at = (at + 1) & (size - 1);
+            }
+            slots[at] = entry;
+        }
+        Self { slots }
+    }
+
+    /// Fibonacci hashing of the id to a slot of a power-of-two table.
+    fn hash(fid: FunctionId, size: usize) -> usize {
+        let mixed = fid.raw().wrapping_mul(0x9E37_79B9);
+        (mixed >> (32 - size.trailing_zeros())) as usize & (size - 1)
+    }
+
+    /// The route of `fid` among `routes` (those the index was built from).
+    fn find<'r>(&self, routes: &'r [Route], fid: FunctionId) -> Option<&'r Route> {
+        let size = self.slots.len();
+        if size == 0 {
+            return None;
+        }
+        let mut at = Self::hash(fid, size);
+        for _ in 0..size {
+            let entry = usize::from(self.slots[at]);
+            let route = routes.get(entry.checked_sub(1)?)?;
+            if route.fid == fid {
+                return Some(route);
+            }
+            at = (at + 1) & (size - 1);
+        }
+        None
+    }
+}
+
 /// The view constant calls are computed with: they must not look at it,
 /// and it knows nothing (no vCPU, no RAM).
 struct NoVm;
@@ -556,6 +609,9 @@ pub struct Dispatcher {
     services: Vec<Box<dyn Service>>,
     /// `(id, index into services)`, sorted by id.
     routes: Vec<Route>,
+    /// Open-addressing index of `routes` ([`RouteIndex`]): one hash and
+    /// usually one probe per call instead of a binary search.
+    index: RouteIndex,
     counters: CallCounters,
     /// The replies of the constant calls ([`Service::is_constant`]), with
     /// their counter index; recomputed by every registration (a new
@@ -587,6 +643,7 @@ impl Dispatcher {
         Self {
             services: Vec::new(),
             routes: Vec::new(),
+            index: RouteIndex::default(),
             counters: CallCounters::new(),
             constants: Vec::new(),
         }
@@ -677,6 +734,7 @@ impl Dispatcher {
                 ),
             }
         }
+        self.index = RouteIndex::build(&routes);
         self.routes = routes;
         self.services.push(service);
         self.constants = self.compute_constants();
@@ -740,8 +798,7 @@ impl Dispatcher {
 
     /// The route of `fid`, if some service owns it.
     fn route(&self, fid: FunctionId) -> Option<&Route> {
-        let at = self.routes.binary_search_by_key(&fid, |r| r.fid).ok()?;
-        self.routes.get(at)
+        self.index.find(&self.routes, fid)
     }
 
     /// The service that owns `fid`.
@@ -787,7 +844,7 @@ impl Dispatcher {
     /// PC or PSTATE, and never panics, whatever the registers hold.
     pub fn dispatch(&self, caller: VcpuId, regs: &mut GuestRegs, vm: &dyn VmView) -> Action {
         let fid = FunctionId::from_x0(regs.x[0]);
-        // One binary search routes and counts the call: this is every
+        // One index lookup routes and counts the call: this is every
         // hypercall's path, so no scan of the catalog here.
         let route = self.route(fid);
         match route {

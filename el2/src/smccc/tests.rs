@@ -722,3 +722,35 @@ fn no_register_contents_make_the_dispatcher_panic() {
         call_on(&table, &vm, x0, &args);
     }
 }
+
+#[test]
+fn the_route_index_finds_every_route_and_nothing_else() {
+    // Tables of many sizes, ids spread over every owner and number.
+    for count in [0usize, 1, 2, 7, 16, 33, 100, 300] {
+        let routes: Vec<Route> = (0..count)
+            .map(|i| Route {
+                fid: FunctionId::fast64(
+                    smccc::Owner::from_bits((i % 64) as u8),
+                    (i * 7919 % 65536) as u16,
+                ),
+                service: i,
+                counter: None,
+            })
+            .collect();
+        let index = RouteIndex::build(&routes);
+        for route in &routes {
+            assert_eq!(index.find(&routes, route.fid), Some(route), "{count}");
+        }
+        for missing in [0x8400_0000u32, 0xC600_0099, 0xFFFF_FFFF, 0] {
+            let fid = FunctionId::from_raw(missing);
+            if !routes.iter().any(|r| r.fid == fid) {
+                assert_eq!(index.find(&routes, fid), None);
+            }
+        }
+    }
+    // An empty index finds nothing.
+    assert_eq!(
+        RouteIndex::default().find(&[], FunctionId::from_raw(0)),
+        None
+    );
+}
