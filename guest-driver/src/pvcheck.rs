@@ -13,7 +13,7 @@ use core::fmt;
 use pvlock_abi::kvm::{self, KvmFeatures};
 use pvlock_abi::pvlock::{Variant, anolis, openeuler, seed_v2, seed_v3};
 use pvlock_abi::smccc::{self, FunctionId, Owner};
-use pvlock_abi::{arch, psci, pvtime};
+use pvlock_abi::{arch, control, psci, pvtime};
 
 use crate::bootargs::{ArgError, BootArgs};
 
@@ -64,6 +64,7 @@ pub enum Steal {
 /// | `expect-lock=` | `seed-v2`, `seed-v3`, `openeuler`, `anolis`, `none` | the PV-lock variant offered (required) |
 /// | `expect-steal=` | `yes`, `no`, `none` | stolen time offered and growing / offered and near 0 / not offered (required) |
 /// | `overcommit=` | `yes`, `no` | more vCPUs than pCPUs; default `yes` for `expect-steal=yes`, `no` for `expect-steal=no`, else unknown |
+/// | `expect-control=` | `yes`, `no` | the VM is a control VM (PVLOCK_SET_WFX_POLICY answers) or not (it answers NOT_SUPPORTED); default `no` |
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Expect {
     pub kvm: Option<bool>,
@@ -71,6 +72,8 @@ pub struct Expect {
     pub steal: Steal,
     /// Explicit `overcommit=`; see [`Expect::overcommitted`].
     pub overcommit: Option<bool>,
+    /// `expect-control=yes`: the VM may change WFE trap policies.
+    pub control: bool,
 }
 
 const YES_NO: &[&str] = &["yes", "no"];
@@ -119,6 +122,7 @@ impl Expect {
             lock: Variant::ALL.into_iter().find(|v| v.name() == lock),
             steal,
             overcommit: yes_no("overcommit")?,
+            control: yes_no("expect-control")?.unwrap_or(false),
         })
     }
 
@@ -166,6 +170,9 @@ impl fmt::Display for Expect {
         )?;
         if let Some(o) = self.overcommit {
             write!(f, " overcommit={}", yes_no(o))?;
+        }
+        if self.control {
+            f.write_str(" expect-control=yes")?;
         }
         Ok(())
     }
@@ -330,6 +337,11 @@ enum Rule {
         offered: Answer,
         otherwise: Answer,
     },
+    /// Depends on whether the VM is a control VM.
+    Control {
+        yes: Answer,
+        no: Answer,
+    },
 }
 
 /// One SMCCC call pv-check makes from the boot vCPU, with its documented
@@ -374,6 +386,7 @@ impl CallSpec {
             } else {
                 otherwise
             }),
+            Rule::Control { yes, no } => Some(if expect.control { yes } else { no }),
         }
     }
 }
@@ -500,6 +513,21 @@ pub static CALLS: &[CallSpec] = &[
         id(UNKNOWN_STANDARD64), Rule::Always(NOT_SUPPORTED)),
     call("PV_TIME_ST", pvtime::PV_TIME_ST, 0,
         Rule::Steal { offered: Answer::Ipa, otherwise: NOT_SUPPORTED }),
+    // The control call (pvlock-abi `control`): only a control VM may set
+    // WFE trap policies; it sets every vCPU of VM 0 to trap, refuses an
+    // undefined policy, and puts them back to auto.
+    CallSpec { label: "PVLOCK_SET_WFX_POLICY(VM 0, all vCPUs, trap)",
+        function: control::PVLOCK_SET_WFX_POLICY,
+        args: [0, control::ALL_VCPUS, control::WFE_TRAP],
+        rule: Rule::Control { yes: SUCCESS, no: NOT_SUPPORTED } },
+    CallSpec { label: "PVLOCK_SET_WFX_POLICY(VM 0, all vCPUs, policy 7)",
+        function: control::PVLOCK_SET_WFX_POLICY,
+        args: [0, control::ALL_VCPUS, 7],
+        rule: Rule::Control { yes: Answer::Code(control::INVALID), no: NOT_SUPPORTED } },
+    CallSpec { label: "PVLOCK_SET_WFX_POLICY(VM 0, all vCPUs, auto)",
+        function: control::PVLOCK_SET_WFX_POLICY,
+        args: [0, control::ALL_VCPUS, control::WFE_AUTO],
+        rule: Rule::Control { yes: SUCCESS, no: NOT_SUPPORTED } },
     // §1: unknown function ids.
     call("an unknown vendor-hypervisor SMC32 function", UNKNOWN_VENDOR32, 0,
         Rule::Always(NOT_SUPPORTED)),
@@ -767,6 +795,7 @@ mod tests {
                 lock: Some(v),
                 steal: Steal::Grows,
                 overcommit: None,
+                control: false,
             };
             for other in Variant::ALL.into_iter().filter(|&o| o != v) {
                 for &id in other.function_ids() {
@@ -778,6 +807,34 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn only_a_control_vm_may_set_wfe_policies() {
+        let plain = expect("expect-kvm=yes expect-lock=seed-v2 expect-steal=yes");
+        assert!(!plain.control);
+        let ctl = expect("expect-kvm=yes expect-lock=seed-v2 expect-steal=yes expect-control=yes");
+        assert!(ctl.control);
+        assert_eq!(
+            ctl.to_string(),
+            "expect-kvm=yes expect-lock=seed-v2 expect-steal=yes expect-control=yes"
+        );
+        let answers = |e: &Expect| -> Vec<(&str, Answer)> {
+            calls(e)
+                .filter(|(s, _)| s.function == control::PVLOCK_SET_WFX_POLICY)
+                .map(|(s, a)| (s.label, a))
+                .collect()
+        };
+        assert_eq!(
+            answers(&plain).iter().map(|(_, a)| *a).collect::<Vec<_>>(),
+            [NOT_SUPPORTED; 3]
+        );
+        assert_eq!(
+            answers(&ctl).iter().map(|(_, a)| *a).collect::<Vec<_>>(),
+            [SUCCESS, Answer::Code(control::INVALID), SUCCESS]
+        );
+        // The policy is put back last.
+        assert!(answers(&ctl)[2].0.ends_with("auto)"));
     }
 
     #[test]

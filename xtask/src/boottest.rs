@@ -431,6 +431,7 @@ fn pv_check_vm_tests() -> Vec<BootTest> {
         lock,
         steal,
         overcommit: None,
+        control: false,
     };
     let mut tests: Vec<BootTest> = Variant::ALL
         .into_iter()
@@ -468,6 +469,21 @@ fn pv_check_vm_tests() -> Vec<BootTest> {
         None,
         under_el2(Some(Variant::SeedV2), Steal::NearZero),
     ));
+    // A control VM: PVLOCK_SET_WFX_POLICY answers it (every other pv-check
+    // VM gets NOT_SUPPORTED for the same calls).
+    let mut control = pv_check_vm(
+        4,
+        2,
+        None,
+        None,
+        Expect {
+            control: true,
+            ..under_el2(Some(Variant::SeedV2), Steal::Grows)
+        },
+    );
+    control.vms[0].control = Some(true);
+    control.name = control.name.replace(" defaults ", " control=on ");
+    tests.push(control);
     tests
 }
 
@@ -678,6 +694,7 @@ const BARE_EXPECT: Expect = Expect {
     lock: None,
     steal: Steal::Unavailable,
     overcommit: None,
+    control: false,
 };
 
 /// The boot tests of VMs under el2.
@@ -1544,7 +1561,7 @@ mod tests {
     #[test]
     fn vm_tests_are_separate_and_describe_their_vms() {
         let vm = vm_tests();
-        assert_eq!(vm.len(), 18);
+        assert_eq!(vm.len(), 19);
         assert!(vm.iter().all(|t| t.kernel == Kernel::El2));
         assert!(
             vm.iter()
@@ -1726,8 +1743,23 @@ mod tests {
                 "vm pv-check pv-lock=none vcpus=4 max,pauth=off smp=2",
                 "vm pv-check pv-lock=none pv-time=off vcpus=4 max,pauth=off smp=2",
                 "vm pv-check defaults vcpus=2 max,pauth=off smp=2",
+                "vm pv-check control=on vcpus=4 max,pauth=off smp=2",
             ]
         );
+        // Only the control VM is one, and only it is told to expect it.
+        for t in vm_tests()
+            .into_iter()
+            .filter(|t| t.name.starts_with("vm pv-check"))
+        {
+            let control = t.name.contains("control=on");
+            assert_eq!(t.vms[0].control, control.then_some(true), "{}", t.name);
+            assert_eq!(
+                t.vms[0].bootargs.contains("expect-control=yes"),
+                control,
+                "{}",
+                t.name
+            );
+        }
         let t = vm_tests()
             .into_iter()
             .find(|t| t.name.starts_with("vm pv-check pv-lock=anolis"))

@@ -281,6 +281,7 @@ mod tests {
                 pv_lock: None,
                 pv_time: None,
                 boost: None,
+                control: None,
             }],
         }
     }

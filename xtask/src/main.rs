@@ -199,6 +199,7 @@ pub fn prepare_launch(ws: &Workspace, o: &RunOpts) -> Result<Launch> {
         pv_lock: g.pv_lock,
         pv_time: g.pv_time,
         boost: None,
+        control: None,
     };
     let plan = vm::plan_for(&machine, &kernel.image, &guests, &[config])?;
     machine.extra_args.extend(plan.qemu_args());

@@ -140,6 +140,9 @@ pub struct VmConfig {
     /// The node's `boost` (`on`/`off`); not written when `None` (el2's
     /// default, on).
     pub boost: Option<bool>,
+    /// The node's `control` (`on`/`off`); not written when `None` (el2's
+    /// default, off).
+    pub control: Option<bool>,
 }
 
 impl VmConfig {
@@ -156,6 +159,7 @@ impl VmConfig {
             pv_lock: None,
             pv_time: None,
             boost: None,
+            control: None,
         }
     }
 
@@ -199,6 +203,7 @@ pub struct VmNode {
     pub pv_lock: Option<PvLock>,
     pub pv_time: Option<bool>,
     pub boost: Option<bool>,
+    pub control: Option<bool>,
 }
 
 /// Where everything goes.
@@ -284,6 +289,7 @@ pub fn plan(ram_size: u64, el2_image_size: u64, vms: &[Resolved<'_>]) -> Result<
                 pv_lock: vm.config.pv_lock,
                 pv_time: vm.config.pv_time,
                 boost: vm.config.boost,
+                control: vm.config.control,
             });
         }
     }
@@ -354,6 +360,9 @@ impl Plan {
             if let Some(on) = n.boost {
                 let _ = writeln!(s, "{pad}\tboost = \"{}\";", on_off(on));
             }
+            if let Some(on) = n.control {
+                let _ = writeln!(s, "{pad}\tcontrol = \"{}\";", on_off(on));
+            }
             let _ = writeln!(s, "{pad}}};");
         }
         s
@@ -386,6 +395,9 @@ impl Plan {
                 }
                 if let Some(on) = n.boost {
                     let _ = write!(line, ", boost {}", on_off(on));
+                }
+                if let Some(on) = n.control {
+                    let _ = write!(line, ", control {}", on_off(on));
                 }
                 if !n.bootargs.is_empty() {
                     let _ = write!(line, ", bootargs \"{}\"", n.bootargs);
@@ -592,6 +604,7 @@ mod tests {
                 pv_lock: Some(PvLock::Variant(Variant::OpenEuler)),
                 pv_time: Some(false),
                 boost: Some(false),
+                control: Some(true),
             }],
         };
         assert_eq!(
@@ -608,6 +621,7 @@ mod tests {
              \t\t\tpv-lock = \"openeuler\";\n\
              \t\t\tpv-time = \"off\";\n\
              \t\t\tboost = \"off\";\n\
+             \t\t\tcontrol = \"on\";\n\
              \t\t};\n"
         );
         assert!(
@@ -615,7 +629,7 @@ mod tests {
         );
         assert!(
             plan.describe()[0]
-                .contains(", pCPUs [0, 1], pv-lock openeuler, pv-time off, boost off,"),
+                .contains(", pCPUs [0, 1], pv-lock openeuler, pv-time off, boost off, control on,"),
             "{}",
             plan.describe()[0]
         );
