@@ -509,6 +509,15 @@ mod guest {
                 ),
                 _ => {}
             }
+            if s.duration_ms > 0 && st.acquisitions == 0 {
+                fail(
+                    "run",
+                    format_args!(
+                        "vcpu {cpu} never got the lock in the {} ms run: it did not take part",
+                        s.duration_ms
+                    ),
+                );
+            }
             if s.duration_ms == 0 && st.acquisitions != s.iterations {
                 fail(
                     "run",
