@@ -61,6 +61,9 @@ pub enum Exit {
     InstructionAbort,
     /// A trapped system register access or system instruction.
     SystemRegister,
+    /// The first FP/SIMD instruction since the vCPU was loaded, trapped by
+    /// CPTR_EL2.TFP (EC 0x07): its FP/SIMD state is loaded lazily.
+    FpAccess,
     /// A physical interrupt arrived while the guest ran.
     Irq,
     Fiq,
@@ -109,6 +112,7 @@ impl Exit {
             Some(Ec::DataAbortLowerEL) => Exit::DataAbort,
             Some(Ec::InstrAbortLowerEL) => Exit::InstructionAbort,
             Some(Ec::TrappedMsrMrs) => Exit::SystemRegister,
+            Some(Ec::TrappedFP) => Exit::FpAccess,
             _ => Exit::Other {
                 class: esr.class_bits(),
             },
@@ -129,6 +133,7 @@ impl Exit {
             Exit::DataAbort => "data-abort",
             Exit::InstructionAbort => "insn-abort",
             Exit::SystemRegister => "sysreg",
+            Exit::FpAccess => "fp",
             Exit::Irq => "irq",
             Exit::Fiq => "fiq",
             Exit::SError => "serror",
@@ -138,7 +143,7 @@ impl Exit {
 }
 
 /// Every value of [`Exit::class_name`], in a fixed order (statistics index).
-pub const EXIT_CLASSES: [&str; 11] = [
+pub const EXIT_CLASSES: [&str; 12] = [
     "hvc",
     "smc",
     "wfi",
@@ -150,6 +155,7 @@ pub const EXIT_CLASSES: [&str; 11] = [
     "fiq",
     "serror",
     "other",
+    "fp",
 ];
 
 impl Exit {
@@ -173,6 +179,7 @@ impl Exit {
             Exit::Fiq => 8,
             Exit::SError => 9,
             Exit::Other { .. } => 10,
+            Exit::FpAccess => 11,
         }
     }
 }
@@ -297,6 +304,10 @@ mod tests {
         assert_eq!(Exit::decode(SYNC, 0x9200_0046), Exit::DataAbort); // EC 0x24
         assert_eq!(Exit::decode(SYNC, 0x8200_0006), Exit::InstructionAbort); // EC 0x20
         assert_eq!(Exit::decode(SYNC, 0x6200_0000), Exit::SystemRegister); // EC 0x18
+        // EC 0x07 with ISS 0 (AArch64 FP/SIMD access, CPTR_EL2.TFP).
+        assert_eq!(Exit::decode(SYNC, 0x1e00_0000), Exit::FpAccess);
+        // An SVE access (EC 0x19) is not one: it stays undefined.
+        assert_eq!(Exit::decode(SYNC, 0x6600_0000), Exit::Other { class: 0x19 });
         assert_eq!(Exit::decode(9, 0), Exit::Irq);
         assert_eq!(Exit::decode(10, 0), Exit::Fiq);
         assert_eq!(Exit::decode(11, 0), Exit::SError);
@@ -359,6 +370,7 @@ mod tests {
             Exit::Fiq,
             Exit::SError,
             Exit::Other { class: 0x3f },
+            Exit::FpAccess,
         ];
         for exit in every {
             assert_eq!(

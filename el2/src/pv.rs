@@ -537,6 +537,19 @@ pub const fn stolen_ns(steal_ticks: u64, counter_hz: u64) -> u64 {
     if counter_hz == 0 {
         return 0;
     }
+    // Every vcpu_load converts: whole seconds and the remainder with 64-bit
+    // divisions (one instruction each), the same floor as the 128-bit
+    // product, without a 128-bit division routine. floor((q·hz + r)·1e9 /
+    // hz) = q·1e9 + floor(r·1e9 / hz), and r·1e9 fits in 64 bits while hz
+    // does not exceed u64::MAX / 1e9 (about 18 GHz); beyond, or if q·1e9
+    // overflows, the 128-bit form decides.
+    let ns_per_s = NS_PER_S as u64;
+    if counter_hz <= u64::MAX / ns_per_s {
+        let (seconds, rest) = (steal_ticks / counter_hz, steal_ticks % counter_hz);
+        if let Some(whole) = seconds.checked_mul(ns_per_s) {
+            return whole.saturating_add(rest * ns_per_s / counter_hz);
+        }
+    }
     let ns = steal_ticks as u128 * NS_PER_S / counter_hz as u128;
     if ns > u64::MAX as u128 {
         u64::MAX
@@ -821,6 +834,28 @@ mod tests {
             u64::MAX / 1000 * 1000
         );
         assert_eq!(stolen_ns(12345, 0), 0);
+        // The 64-bit path agrees with the exact 128-bit floor everywhere.
+        let exact =
+            |t: u64, hz: u64| (t as u128 * NS_PER_S / hz as u128).min(u64::MAX as u128) as u64;
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        for _ in 0..20_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let t = x >> (x % 64);
+            for hz in [
+                1,
+                3,
+                62_500_000,
+                1_000_000_000,
+                25_000_000,
+                19_200_000,
+                u64::MAX / 1_000_000_000,
+                (x >> 20) | 1,
+            ] {
+                assert_eq!(stolen_ns(t, hz), exact(t, hz), "{t} ticks at {hz} Hz");
+            }
+        }
     }
 
     #[test]

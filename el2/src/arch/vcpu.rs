@@ -8,11 +8,12 @@
 //! return from `enter_guest` with the vector number, on the thread stack.
 
 use super::cpu::CpuLocal;
+use super::regs::{CPTR_EL2, CPTR_EL2_NVHE};
 use aarch64_cpu::registers::*;
 use core::arch::{asm, global_asm};
 use core::mem::offset_of;
 use el2::vcpu::GuestRegs;
-use tock_registers::interfaces::{Readable, Writeable};
+use tock_registers::interfaces::{ReadWriteable, Readable, Writeable};
 
 /// Defines the EL1 system register context and its save/restore from one
 /// list, so that nothing is saved without being restored.
@@ -180,22 +181,44 @@ pub struct VcpuContext {
     pub vtimer: VtimerContext,
     /// The MPIDR the guest reads (VMPIDR_EL2).
     pub vmpidr: u64,
+    /// `fp` is in this CPU's FP/SIMD registers (the vCPU used FP/SIMD since
+    /// it was loaded), and must be saved when it is put.
+    pub fp_live: bool,
 }
 
 impl VcpuContext {
     /// Loads the vCPU's system state into this CPU (its general registers
-    /// go in at `enter_guest`).
-    pub fn load(&self) {
+    /// go in at `enter_guest`). The FP/SIMD state is not loaded: its first
+    /// use traps ([`Self::load_fp`]), so a vCPU that runs without touching
+    /// FP/SIMD (a spinner, a kernel between two switches) costs neither the
+    /// load nor the save of 32 128-bit registers — KVM's lazy FP switch.
+    pub fn load(&mut self) {
         self.el1.restore();
-        self.fp.restore();
         self.vtimer.restore();
         VMPIDR_EL2.set(self.vmpidr);
+        self.fp_live = false;
+        CPTR_EL2.modify(CPTR_EL2_NVHE::TFP::SET);
     }
 
-    /// Saves the vCPU's system state from this CPU.
+    /// The vCPU's first FP/SIMD instruction since it was loaded trapped
+    /// (Arm ARM D24.2.41, EC 0x07): load its FP/SIMD state and stop
+    /// trapping. The instruction runs again when the vCPU resumes.
+    pub fn load_fp(&mut self) {
+        CPTR_EL2.modify(CPTR_EL2_NVHE::TFP::CLEAR);
+        // The FP/SIMD instructions of `restore` must see TFP clear.
+        aarch64_cpu::asm::barrier::isb(aarch64_cpu::asm::barrier::SY);
+        self.fp.restore();
+        self.fp_live = true;
+    }
+
+    /// Saves the vCPU's system state from this CPU (FP/SIMD only if it was
+    /// loaded).
     pub fn save(&mut self) {
         self.el1.save();
-        self.fp.save();
+        if self.fp_live {
+            self.fp.save();
+            self.fp_live = false;
+        }
         self.vtimer.save();
     }
 }

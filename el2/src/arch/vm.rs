@@ -647,7 +647,7 @@ impl Picked {
 /// so nothing but this pCPU changes its slice meanwhile.
 fn run_vcpu(pcpu: usize, vm: &Vm, vcpu: VcpuId, picked: Picked, sched: &Mutex<Scheduler>) {
     let mut ctx = vm.vcpus[usize::from(vcpu.index)].lock();
-    vcpu_load(vm, vcpu, &ctx, picked.steal_ticks);
+    vcpu_load(vm, vcpu, &mut ctx, picked.steal_ticks);
     vm.spin.lock().resumed(vcpu.index);
     let mut first = Some((picked.slice_end, picked.runnable));
     let reason = loop {
@@ -776,6 +776,7 @@ fn resumes_in_place(exit: &Exit) -> bool {
             | Exit::DataAbort
             | Exit::InstructionAbort
             | Exit::SystemRegister
+            | Exit::FpAccess
     )
 }
 
@@ -809,7 +810,7 @@ fn extend_slice(
 /// Loads a vCPU onto this pCPU: its VM's stage 2, the vCPU's system
 /// registers, and its PV records: "not preempted" and the stolen time it
 /// has accumulated (`steal_ticks`), both before it runs.
-fn vcpu_load(vm: &Vm, vcpu: VcpuId, ctx: &VcpuContext, steal_ticks: u64) {
+fn vcpu_load(vm: &Vm, vcpu: VcpuId, ctx: &mut VcpuContext, steal_ticks: u64) {
     vm.write_preempted(vcpu.index, pv::preempted_on_load());
     vm.write_stolen_time(vcpu.index, steal_ticks);
     HCR_EL2.set(guest_hcr());
@@ -882,6 +883,11 @@ fn handle_exit(
                 ctx.regs.pc
             );
             inject(ctx, GuestFault::Undefined);
+            Next::Resume
+        }
+        Exit::FpAccess => {
+            // The trapped instruction runs again once the state is in.
+            ctx.load_fp();
             Next::Resume
         }
         Exit::Fiq | Exit::SError => {
