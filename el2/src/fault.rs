@@ -175,3 +175,26 @@ mod tests {
         assert_eq!(a32.pc, VBAR + 0x600);
     }
 }
+
+/// Whether the `nth` fault a VM caused (counting from 1) is worth a log
+/// line: the first 16, then the 32nd, 64th, 128th... A guest stuck in a
+/// loop of faults (a kernel whose vector base is not set yet takes its own
+/// injected abort forever) then costs a few dozen lines, not the console.
+pub fn worth_logging(nth: u64) -> bool {
+    nth <= 16 || nth.is_power_of_two()
+}
+
+#[cfg(test)]
+mod log_budget_tests {
+    use super::worth_logging;
+
+    #[test]
+    fn faults_are_logged_at_a_logarithmic_rate() {
+        let logged: alloc::vec::Vec<u64> = (1..=1_000_000).filter(|&n| worth_logging(n)).collect();
+        assert_eq!(
+            logged[..17],
+            [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 32]
+        );
+        assert_eq!(logged.len(), 16 + 15, "16, then 2^5 ..= 2^19");
+    }
+}

@@ -24,6 +24,7 @@ pub mod pv;
 pub mod sched;
 pub mod smccc;
 pub mod smp;
+pub mod sysreg;
 pub mod vcpu;
 pub mod wallclock;
 

@@ -61,6 +61,11 @@ GUEST OPTIONS (run, gdb):
                        line
     --no-vm            Boot el2 alone, with no VM (it reports the machine, ticks on every
                        CPU and powers off)
+    --linux            Boot VMs running Debian 12's arm64 cloud kernel with a busybox
+                       initramfs (fetched with apt-get into target/xtask/linux/ the first
+                       time: needs root and the network; 256 MiB per VM unless --guest-mem).
+                       Work in progress: without a virtual GIC the kernel stops once it
+                       needs interrupts.
 
     VMs are described to el2 by /chosen/vm@N nodes in QEMU's device tree (compiled to
     target/xtask/run-dt/edited.dtb); their images are loaded high in RAM, so --mem must
@@ -148,6 +153,8 @@ pub struct GuestOpts {
     pub pv_time: Option<bool>,
     pub bare: bool,
     pub no_vm: bool,
+    /// `--linux`: the stock Debian arm64 kernel with a busybox initramfs.
+    pub linux: bool,
 }
 
 impl GuestOpts {
@@ -393,6 +400,10 @@ fn parse_run(p: &mut Parser) -> Result<Option<RunOpts>> {
                 p.flag(&opt)?;
                 g.no_vm = true;
             }
+            "--linux" => {
+                p.flag(&opt)?;
+                g.linux = true;
+            }
             _ => return Err(p.unknown(&opt)),
         }
     }
@@ -427,6 +438,11 @@ fn parse_run(p: &mut Parser) -> Result<Option<RunOpts>> {
             m.smp = n;
         }
     }
+    ensure!(
+        !g.linux || (g.guest.is_none() && g.initrd.is_none() && !g.bare),
+        "--linux picks the guest and its initrd itself: it does not go with --guest, --initrd \
+         or --bare"
+    );
     m.validate()?;
     Ok(Some(RunOpts {
         build,
@@ -565,8 +581,15 @@ mod tests {
                 pv_time: Some(false),
                 bare: false,
                 no_vm: false,
+                linux: false,
             }
         );
+        let Cmd::Run(linux) = parse_str("run --linux --vcpus 4 --vms 2").unwrap() else {
+            panic!("not run");
+        };
+        assert!(linux.guest.linux && linux.guest.vcpus == Some(4));
+        assert!(parse_str("run --linux --guest smp-demo").is_err());
+        assert!(parse_str("run --linux --bare").is_err());
         let Cmd::Run(alone) = parse_str("run --no-vm").unwrap() else {
             panic!("not run");
         };

@@ -9,6 +9,7 @@ mod dtedit;
 mod gdb;
 mod guests;
 mod image;
+mod linux;
 mod qemu;
 mod setup;
 mod suite;
@@ -143,7 +144,22 @@ pub fn prepare_launch(ws: &Workspace, o: &RunOpts) -> Result<Launch> {
         });
     }
     let guests = guests::build(ws)?;
-    let guest = g.guest.clone().unwrap_or_else(|| vm::DEFAULT_GUEST.into());
+    let linux = if g.linux {
+        let l = linux::obtain(ws)?;
+        eprintln!(
+            "xtask: Linux guest {} ({}), initramfs {}",
+            l.kernel_package,
+            l.image.display(),
+            l.initrd.display()
+        );
+        Some(l)
+    } else {
+        None
+    };
+    let guest = match &linux {
+        Some(l) => l.image.display().to_string(),
+        None => g.guest.clone().unwrap_or_else(|| vm::DEFAULT_GUEST.into()),
+    };
     if g.bare {
         setup::ensure_tools(&[Tool::Qemu])?;
         let image = guests::resolve(&guests, &guest)?;
@@ -190,10 +206,23 @@ pub fn prepare_launch(ws: &Workspace, o: &RunOpts) -> Result<Launch> {
     }
     let config = VmConfig {
         guest,
-        initrd: g.initrd.clone(),
+        initrd: linux
+            .as_ref()
+            .map(|l| l.initrd.clone())
+            .or_else(|| g.initrd.clone()),
         vcpus: g.vcpus.unwrap_or(vm::DEFAULT_VCPUS),
-        memory: g.mem.unwrap_or(vm::DEFAULT_VM_MEMORY),
-        bootargs: g.bootargs.clone().unwrap_or_default(),
+        memory: g.mem.unwrap_or(if linux.is_some() {
+            linux::VM_MEMORY
+        } else {
+            vm::DEFAULT_VM_MEMORY
+        }),
+        bootargs: g.bootargs.clone().unwrap_or_else(|| {
+            if linux.is_some() {
+                linux::BOOTARGS.into()
+            } else {
+                String::new()
+            }
+        }),
         affinity: g.affinity.clone().unwrap_or_default(),
         count: g.vms.unwrap_or(1),
         pv_lock: g.pv_lock,

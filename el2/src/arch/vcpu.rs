@@ -184,6 +184,8 @@ pub struct VcpuContext {
     /// `fp` is in this CPU's FP/SIMD registers (the vCPU used FP/SIMD since
     /// it was loaded), and must be saved when it is put.
     pub fp_live: bool,
+    /// The emulated debug registers (`el2::sysreg`).
+    pub debug: el2::sysreg::DebugState,
 }
 
 impl VcpuContext {

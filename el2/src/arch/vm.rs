@@ -73,6 +73,8 @@ pub struct Vm {
     pv: Arc<PvRegistry>,
     console: Mutex<Pl011>,
     exits: [AtomicU64; EXIT_CLASSES.len()],
+    /// Aborts injected so far (for `el2::fault::worth_logging`).
+    faults: AtomicU64,
     /// Directed-yield state (`el2::onspin`): a leaf lock, taken under
     /// `SCHED` for every decision.
     spin: Mutex<VmSpin>,
@@ -311,6 +313,7 @@ fn build_vm(
         dispatcher,
         pv,
         exits: [const { AtomicU64::new(0) }; EXIT_CLASSES.len()],
+        faults: AtomicU64::new(0),
         spin: Mutex::new({
             let mut spin = VmSpin::new(vcpu_count);
             spin.set_boost(config.boost);
@@ -449,6 +452,12 @@ impl Vm {
         }
     }
 
+    /// Counts an injected abort; whether to log it, and its number.
+    fn fault_to_log(&self) -> Option<u64> {
+        let nth = self.faults.fetch_add(1, Ordering::Relaxed) + 1;
+        fault::worth_logging(nth).then_some(nth)
+    }
+
     fn count_exit(&self, exit: &Exit) {
         self.exits[exit.class_index()].fetch_add(1, Ordering::Relaxed);
     }
@@ -474,6 +483,7 @@ fn reset_context(index: u16) -> VcpuContext {
     let mut ctx = VcpuContext::default();
     ctx.el1.sctlr = SCTLR_EL1_RESET;
     ctx.el1.cpacr = CPACR_EL1_RESET;
+    ctx.debug = el2::sysreg::DebugState::reset();
     // MPIDR_EL1 bit 31 is RES1.
     ctx.vmpidr = layout::vcpu_mpidr(index).value() | (1 << 31);
     ctx
@@ -868,14 +878,41 @@ fn handle_exit(
         Exit::DataAbort => data_abort(vm, vcpu, ctx, esr),
         Exit::InstructionAbort => {
             let address = FAR_EL2.get();
-            log::warn!(
-                "{vcpu} ({}): instruction fetch at {address:#x} outside its memory; abort injected",
-                vm.name
-            );
+            if let Some(nth) = vm.fault_to_log() {
+                log::warn!(
+                    "{vcpu} ({}): instruction fetch at {address:#x} outside its memory; abort \
+                     injected (fault {nth} of this VM)",
+                    vm.name
+                );
+            }
             inject(ctx, GuestFault::InstructionAbort { address });
             Next::Resume
         }
-        Exit::SystemRegister | Exit::Other { .. } => {
+        Exit::SystemRegister => {
+            // A debug or PMU register the guest may touch (el2::sysreg).
+            let access = el2::sysreg::SysregAccess::from_iss(el2::esr::Esr::new(esr).iss());
+            let value = ctx.regs.reg(access.rt);
+            match el2::sysreg::emulate(&access, value, &mut ctx.debug) {
+                Some(done) => {
+                    if let el2::sysreg::Emulated::Read(v) = done {
+                        ctx.regs.set_reg(access.rt, v);
+                    }
+                    // ELR points at the trapped MSR/MRS: step over it.
+                    ctx.regs.pc += 4;
+                }
+                None => {
+                    log::debug!(
+                        "{vcpu} ({}): {access} at {:#x} not emulated; undefined instruction \
+                         injected",
+                        vm.name,
+                        ctx.regs.pc
+                    );
+                    inject(ctx, GuestFault::Undefined);
+                }
+            }
+            Next::Resume
+        }
+        Exit::Other { .. } => {
             log::debug!(
                 "{vcpu} ({}): {} (ESR {esr:#x}) at {:#x}; undefined instruction injected",
                 vm.name,
@@ -964,10 +1001,13 @@ fn data_abort(vm: &Vm, vcpu: VcpuId, ctx: &mut VcpuContext, esr: u64) -> Next {
     let access = match MmioAccess::decode(esr, far, hpfar) {
         Ok(access) => access,
         Err(why) => {
-            log::warn!(
-                "{vcpu} ({}): undecodable access at VA {far:#x}: {why}; abort injected",
-                vm.name
-            );
+            if let Some(nth) = vm.fault_to_log() {
+                log::warn!(
+                    "{vcpu} ({}): undecodable access at VA {far:#x}: {why}; abort injected \
+                     (fault {nth} of this VM)",
+                    vm.name
+                );
+            }
             inject(
                 ctx,
                 GuestFault::DataAbort {
@@ -1014,11 +1054,14 @@ fn data_abort(vm: &Vm, vcpu: VcpuId, ctx: &mut VcpuContext, esr: u64) -> Next {
         el2::mmio::skip_instruction(&mut ctx.regs, &access);
         return Next::Resume;
     }
-    log::warn!(
-        "{vcpu} ({}): {} at IPA {ipa:#x} outside its memory; synchronous external abort injected",
-        vm.name,
-        if access.write { "write" } else { "read" }
-    );
+    if let Some(nth) = vm.fault_to_log() {
+        log::warn!(
+            "{vcpu} ({}): {} at IPA {ipa:#x} outside its memory; synchronous external abort \
+             injected (fault {nth} of this VM)",
+            vm.name,
+            if access.write { "write" } else { "read" }
+        );
+    }
     inject(
         ctx,
         GuestFault::DataAbort {

@@ -1,0 +1,260 @@
+//! Guest system-register accesses that the hypervisor traps on purpose and
+//! emulates, instead of injecting an undefined instruction.
+//!
+//! el2 traps the debug registers (MDCR_EL2.TDA, TDOSA, TDRA) and the PMU
+//! (MDCR_EL2.TPM, TPMCR) so that a guest cannot reach the physical debug
+//! and performance-monitor state that other VMs share. A guest kernel
+//! touches some of them whether or not it debugs anything: Linux clears
+//! MDSCR_EL1, unlocks the OS lock and resets PMUSERENR_EL0 while it boots.
+//! Those get a per-vCPU, architecturally plausible view:
+//!
+//! | register | behaviour |
+//! |---|---|
+//! | MDSCR_EL1 | stored per vCPU, read back; no debug event is ever generated |
+//! | OSLAR_EL1 / OSLSR_EL1 | the OS lock: OSLAR.OSLK written, OSLSR reports it with OSLM = 0b10 (Arm ARM D19.2 "OSLSR_EL1") |
+//! | OSDLR_EL1, DBGPRCR_EL1, MDCCINT_EL1, MDRAR_EL1, breakpoint and watchpoint registers, claim tags, DBGAUTHSTATUS_EL1 | read as zero, writes ignored |
+//! | the PMU's EL0/EL1 registers (PMCR_EL0 ... PMEVTYPER<n>_EL0, PMUSERENR_EL0, PMINTEN*_EL1) | read as zero, writes ignored: no PMU is offered (the guest's DT has no PMU node) |
+//!
+//! Anything else trapped as a system-register access (EC 0x18) still gets
+//! an undefined instruction.
+
+use core::fmt;
+
+/// One trapped MSR/MRS, decoded from the ISS of an EC 0x18 exception (Arm
+/// ARM D24.2.41 "ESR_EL2", ISS encoding for an exception from MSR, MRS, or
+/// System instruction execution in AArch64 state).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SysregAccess {
+    pub op0: u8,
+    pub op1: u8,
+    pub crn: u8,
+    pub crm: u8,
+    pub op2: u8,
+    /// The general-purpose register (31 is XZR).
+    pub rt: u8,
+    /// MSR (a write) rather than MRS.
+    pub write: bool,
+}
+
+impl SysregAccess {
+    /// Decodes the ISS field (ESR_EL2 bits 24:0).
+    pub fn from_iss(iss: u64) -> Self {
+        let field = |shift: u32, bits: u32| ((iss >> shift) & ((1 << bits) - 1)) as u8;
+        Self {
+            op0: field(20, 2),
+            op2: field(17, 3),
+            op1: field(14, 3),
+            crn: field(10, 4),
+            rt: field(5, 5),
+            crm: field(1, 4),
+            // Direction: 0 = write (MSR), 1 = read (MRS).
+            write: iss & 1 == 0,
+        }
+    }
+
+    /// (op0, op1, CRn, CRm, op2).
+    pub const fn encoding(&self) -> (u8, u8, u8, u8, u8) {
+        (self.op0, self.op1, self.crn, self.crm, self.op2)
+    }
+}
+
+impl fmt::Display for SysregAccess {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} S{}_{}_C{}_C{}_{} {} x{}",
+            if self.write { "MSR" } else { "MRS" },
+            self.op0,
+            self.op1,
+            self.crn,
+            self.crm,
+            self.op2,
+            if self.write { "from" } else { "to" },
+            self.rt
+        )
+    }
+}
+
+/// A vCPU's emulated debug state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DebugState {
+    /// MDSCR_EL1 as the guest wrote it.
+    pub mdscr: u64,
+    /// OSLSR_EL1.OSLK: the OS lock is locked. Arm ARM: the OS lock resets
+    /// to locked on a cold reset.
+    pub os_locked: bool,
+}
+
+impl DebugState {
+    /// The state after a reset: OS lock locked, MDSCR_EL1 zero.
+    pub const fn reset() -> Self {
+        Self {
+            mdscr: 0,
+            os_locked: true,
+        }
+    }
+}
+
+/// OSLSR_EL1.OSLM = 0b10 (bit 3 set, bit 0 clear): the OS lock is
+/// implemented (the only value Armv8 permits).
+const OSLSR_OSLM_IMPLEMENTED: u64 = 1 << 3;
+/// OSLSR_EL1.OSLK and OSLAR_EL1.OSLK.
+const OSLK_SHIFT: u32 = 1;
+const OSLAR_OSLK: u64 = 1;
+
+/// What an emulated access did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Emulated {
+    /// A read: this value goes to Xt (nothing if Xt is XZR).
+    Read(u64),
+    /// A write, absorbed.
+    Written,
+}
+
+/// Emulates `access` (with `value` the content of Xt for a write) against
+/// `state`, or returns `None` for a register this module does not emulate.
+pub fn emulate(access: &SysregAccess, value: u64, state: &mut DebugState) -> Option<Emulated> {
+    let result = match access.encoding() {
+        // MDSCR_EL1.
+        (2, 0, 0, 2, 2) => {
+            if access.write {
+                state.mdscr = value;
+                Emulated::Written
+            } else {
+                Emulated::Read(state.mdscr)
+            }
+        }
+        // OSLAR_EL1 (write-only).
+        (2, 0, 1, 0, 4) if access.write => {
+            state.os_locked = value & OSLAR_OSLK != 0;
+            Emulated::Written
+        }
+        // OSLSR_EL1 (read-only).
+        (2, 0, 1, 1, 4) if !access.write => {
+            Emulated::Read(OSLSR_OSLM_IMPLEMENTED | u64::from(state.os_locked) << OSLK_SHIFT)
+        }
+        _ if is_raz_wi(access) => {
+            if access.write {
+                Emulated::Written
+            } else {
+                Emulated::Read(0)
+            }
+        }
+        _ => return None,
+    };
+    Some(result)
+}
+
+/// The registers that read as zero and ignore writes.
+fn is_raz_wi(access: &SysregAccess) -> bool {
+    match access.encoding() {
+        // MDCCINT_EL1, MDRAR_EL1, OSDLR_EL1, DBGPRCR_EL1.
+        (2, 0, 0, 2, 0) | (2, 0, 1, 0, 0) | (2, 0, 1, 3, 4) | (2, 0, 1, 4, 4) => true,
+        // DBGBVR<n>/DBGBCR<n>/DBGWVR<n>/DBGWCR<n>_EL1: op2 4..7, CRm = n.
+        (2, 0, 0, _, 4..=7) => true,
+        // DBGCLAIMSET_EL1, DBGCLAIMCLR_EL1, DBGAUTHSTATUS_EL1.
+        (2, 0, 7, 8, 6) | (2, 0, 7, 9, 6) | (2, 0, 7, 14, 6) => true,
+        // PMU, EL0 registers: PMCR_EL0 ... PMUSERENR_EL0, PMOVSSET_EL0
+        // (op1 3, CRn 9, CRm 12-14), PMEVCNTR<n>_EL0 / PMEVTYPER<n>_EL0
+        // (CRn 14, CRm 8-15).
+        (3, 3, 9, 12..=14, _) | (3, 3, 14, 8..=15, _) => true,
+        // PMINTENSET_EL1 / PMINTENCLR_EL1.
+        (3, 0, 9, 14, 1) | (3, 0, 9, 14, 2) => true,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An ISS for `MSR/MRS S<op0>_<op1>_C<crn>_C<crm>_<op2>, x<rt>`.
+    fn iss(op0: u64, op1: u64, crn: u64, crm: u64, op2: u64, rt: u64, write: bool) -> u64 {
+        op0 << 20 | op2 << 17 | op1 << 14 | crn << 10 | rt << 5 | crm << 1 | u64::from(!write)
+    }
+
+    #[test]
+    fn decodes_the_iss_linux_traps_first() {
+        // ESR 0x62240024: Linux's `msr mdscr_el1, x1` under MDCR_EL2.TDA.
+        let a = SysregAccess::from_iss(0x62240024 & 0x1ff_ffff);
+        assert_eq!(a.encoding(), (2, 0, 0, 2, 2));
+        assert_eq!((a.rt, a.write), (1, true));
+        assert_eq!(a.to_string(), "MSR S2_0_C0_C2_2 from x1");
+        // Round trip through the helper for a read.
+        let r = SysregAccess::from_iss(iss(3, 3, 9, 14, 0, 7, false));
+        assert_eq!((r.encoding(), r.rt, r.write), ((3, 3, 9, 14, 0), 7, false));
+    }
+
+    #[test]
+    fn mdscr_is_stored_per_vcpu() {
+        let mut a = DebugState::reset();
+        let mut b = DebugState::reset();
+        let write = SysregAccess::from_iss(iss(2, 0, 0, 2, 2, 3, true));
+        let read = SysregAccess::from_iss(iss(2, 0, 0, 2, 2, 3, false));
+        assert_eq!(emulate(&write, 0x8000, &mut a), Some(Emulated::Written));
+        assert_eq!(emulate(&read, 0, &mut a), Some(Emulated::Read(0x8000)));
+        assert_eq!(emulate(&read, 0, &mut b), Some(Emulated::Read(0)));
+    }
+
+    #[test]
+    fn the_os_lock_resets_locked_and_follows_oslar() {
+        let mut s = DebugState::reset();
+        let oslsr = SysregAccess::from_iss(iss(2, 0, 1, 1, 4, 0, false));
+        let oslar = SysregAccess::from_iss(iss(2, 0, 1, 0, 4, 0, true));
+        assert_eq!(emulate(&oslsr, 0, &mut s), Some(Emulated::Read(0b1010)));
+        assert_eq!(emulate(&oslar, 0, &mut s), Some(Emulated::Written));
+        assert_eq!(emulate(&oslsr, 0, &mut s), Some(Emulated::Read(0b1000)));
+        assert_eq!(emulate(&oslar, 1, &mut s), Some(Emulated::Written));
+        assert!(s.os_locked);
+        // OSLSR is read-only and OSLAR write-only: the other direction is
+        // not emulated (an undefined instruction, as on hardware).
+        let oslsr_write = SysregAccess::from_iss(iss(2, 0, 1, 1, 4, 0, true));
+        let oslar_read = SysregAccess::from_iss(iss(2, 0, 1, 0, 4, 0, false));
+        assert_eq!(emulate(&oslsr_write, 0, &mut s), None);
+        assert_eq!(emulate(&oslar_read, 0, &mut s), None);
+    }
+
+    #[test]
+    fn debug_and_pmu_registers_read_zero_and_ignore_writes() {
+        let mut s = DebugState::reset();
+        let raz_wi = [
+            (2, 0, 1, 3, 4),   // OSDLR_EL1
+            (2, 0, 1, 4, 4),   // DBGPRCR_EL1
+            (2, 0, 0, 2, 0),   // MDCCINT_EL1
+            (2, 0, 0, 0, 4),   // DBGBVR0_EL1
+            (2, 0, 0, 15, 7),  // DBGWCR15_EL1
+            (2, 0, 7, 8, 6),   // DBGCLAIMSET_EL1
+            (3, 3, 9, 12, 0),  // PMCR_EL0
+            (3, 3, 9, 14, 0),  // PMUSERENR_EL0
+            (3, 3, 14, 15, 7), // PMCCFILTR_EL0
+            (3, 0, 9, 14, 1),  // PMINTENSET_EL1
+        ];
+        for (op0, op1, crn, crm, op2) in raz_wi {
+            let r = SysregAccess::from_iss(iss(op0, op1, crn, crm, op2, 2, false));
+            let w = SysregAccess::from_iss(iss(op0, op1, crn, crm, op2, 2, true));
+            assert_eq!(emulate(&r, 0, &mut s), Some(Emulated::Read(0)), "{r}");
+            assert_eq!(
+                emulate(&w, u64::MAX, &mut s),
+                Some(Emulated::Written),
+                "{w}"
+            );
+        }
+        assert_eq!(s, DebugState::reset(), "RAZ/WI changes no state");
+    }
+
+    #[test]
+    fn everything_else_is_left_to_the_caller() {
+        let mut s = DebugState::reset();
+        // SCTLR_EL1 (never trapped here), an IMPLEMENTATION DEFINED register,
+        // ICC_SGI1R_EL1 (the vGIC's).
+        for (op0, op1, crn, crm, op2) in [(3, 0, 1, 0, 0), (3, 0, 15, 0, 0), (3, 0, 12, 11, 5)] {
+            let a = SysregAccess::from_iss(iss(op0, op1, crn, crm, op2, 0, true));
+            assert_eq!(emulate(&a, 0, &mut s), None, "{a}");
+        }
+        // No ISS value panics the decoder.
+        for i in 0..(1u64 << 16) {
+            let a = SysregAccess::from_iss(i.wrapping_mul(0x9e37_79b9) & 0x1ff_ffff);
+            let _ = emulate(&a, i, &mut s);
+        }
+    }
+}

@@ -1,0 +1,343 @@
+//! The stock Linux guest of `cargo xtask run --linux`: Debian 12's cloud
+//! arm64 kernel and a busybox initramfs, fetched with apt and cached under
+//! `target/xtask/linux/` (docs/ENVIRONMENT.md of the project's shared
+//! notes says where they come from).
+//!
+//! - the kernel: the newest `linux-image-6.1.0-N-cloud-arm64` that
+//!   `apt-cache` lists for arm64 (Debian 12's own 6.1 series), downloaded
+//!   with `apt-get download` and unpacked with `dpkg-deb -x`; its
+//!   `/boot/vmlinuz-*` is already an uncompressed arm64 Image;
+//! - the userland: `busybox-static:arm64`, put into a `newc` cpio archive
+//!   written here (no external `cpio`), whose `/init` prints what the boot
+//!   tests check and powers off.
+//!
+//! Fetching needs root (to add the arm64 architecture to dpkg and run
+//! `apt-get update` once) and the network; without them, and without a
+//! cache, the error says what is missing.
+
+use std::fmt::Write as _;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail, ensure};
+
+use crate::Workspace;
+
+/// What `/init` prints first, so that a test knows userspace was reached.
+pub const INIT_BANNER: &str = "linux-guest: init started";
+/// What `/init` prints last, before `poweroff -f`.
+pub const INIT_DONE: &str = "linux-guest: powering off";
+
+/// The kernel command line the guest gets: the PL011 console, early
+/// output on it, and the initramfs's `/init`.
+pub const BOOTARGS: &str = "console=ttyAMA0 earlycon=pl011,0x09000000 rdinit=/init";
+
+/// RAM per Linux VM: the 27 MiB kernel, its initramfs and room to run.
+pub const VM_MEMORY: u64 = 256 << 20;
+
+/// The cached guest: the kernel Image and the initramfs.
+pub struct LinuxGuest {
+    pub image: PathBuf,
+    pub initrd: PathBuf,
+    /// The Debian package the kernel came from.
+    pub kernel_package: String,
+}
+
+/// The guest, from the cache or fetched.
+pub fn obtain(ws: &Workspace) -> Result<LinuxGuest> {
+    let dir = ws.xtask_dir()?.join("linux");
+    fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let image = dir.join("Image");
+    let busybox = dir.join("busybox");
+    let package_file = dir.join("kernel-package");
+    if !image.exists() || !busybox.exists() || !package_file.exists() {
+        fetch(&dir, &image, &busybox, &package_file)?;
+    }
+    let initrd = dir.join("initramfs.cpio");
+    let busybox_bytes =
+        fs::read(&busybox).with_context(|| format!("cannot read {}", busybox.display()))?;
+    fs::write(&initrd, initramfs(&busybox_bytes))
+        .with_context(|| format!("cannot write {}", initrd.display()))?;
+    Ok(LinuxGuest {
+        image,
+        initrd,
+        kernel_package: fs::read_to_string(&package_file)?.trim().to_string(),
+    })
+}
+
+/// Downloads and unpacks the two packages into `dir`.
+fn fetch(dir: &Path, image: &Path, busybox: &Path, package_file: &Path) -> Result<()> {
+    let root = nix_is_root();
+    if !root {
+        bail!(
+            "the Linux guest is not cached in {} and fetching it needs root: run `sudo dpkg \
+             --add-architecture arm64 && sudo apt-get update`, then `apt-get download \
+             linux-image-6.1.0-<N>-cloud-arm64 busybox-static:arm64` and unpack them (see \
+             xtask/src/linux.rs), or run this command as root",
+            dir.display()
+        );
+    }
+    let foreign = output(Command::new("dpkg").arg("--print-foreign-architectures"))?;
+    if !foreign.split_whitespace().any(|a| a == "arm64") {
+        run(Command::new("dpkg").args(["--add-architecture", "arm64"]))?;
+        run(Command::new("apt-get").args(["update", "-qq"]))?;
+    }
+    let mut package = newest_kernel()?;
+    if package.is_none() {
+        run(Command::new("apt-get").args(["update", "-qq"]))?;
+        package = newest_kernel()?;
+    }
+    let Some(package) = package else {
+        bail!(
+            "apt-cache lists no linux-image-6.1.0-<N>-cloud-arm64 package even after apt-get \
+             update: is the network reachable?"
+        );
+    };
+    println!("xtask: fetching {package} and busybox-static:arm64 (about 22 MB)");
+    let debs = dir.join("debs");
+    let _ = fs::remove_dir_all(&debs);
+    fs::create_dir_all(&debs)?;
+    run(Command::new("apt-get").current_dir(&debs).args([
+        "download",
+        &format!("{package}:arm64"),
+        "busybox-static:arm64",
+    ]))
+    .context("apt-get download failed: is the network reachable?")?;
+    let unpacked = dir.join("unpacked");
+    let _ = fs::remove_dir_all(&unpacked);
+    for entry in fs::read_dir(&debs)? {
+        let deb = entry?.path();
+        run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&unpacked))?;
+    }
+    let boot = unpacked.join("boot");
+    let vmlinuz = fs::read_dir(&boot)
+        .with_context(|| format!("{} has no boot/ directory", package))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("vmlinuz-"))
+        })
+        .with_context(|| format!("{package} has no /boot/vmlinuz-*"))?;
+    let kernel = fs::read(&vmlinuz)?;
+    ensure!(
+        kernel.get(56..60) == Some(b"ARM\x64".as_slice()),
+        "{} is not an uncompressed arm64 Image (no ARM\\x64 magic at offset 56)",
+        vmlinuz.display()
+    );
+    fs::write(image, kernel)?;
+    fs::copy(unpacked.join("bin/busybox"), busybox)
+        .context("busybox-static has no /bin/busybox")?;
+    fs::write(package_file, &package)?;
+    let _ = fs::remove_dir_all(&unpacked);
+    let _ = fs::remove_dir_all(&debs);
+    Ok(())
+}
+
+/// The newest `linux-image-6.1.0-N-cloud-arm64` apt knows, if any.
+fn newest_kernel() -> Result<Option<String>> {
+    let list = output(Command::new("apt-cache").args([
+        "search",
+        "--names-only",
+        r"^linux-image-6\.1\.0-[0-9]+-cloud-arm64$",
+    ]))?;
+    Ok(pick_kernel(&list))
+}
+
+/// From `apt-cache search` lines, the package with the highest ABI number.
+pub fn pick_kernel(list: &str) -> Option<String> {
+    list.lines()
+        .filter_map(|line| line.split_whitespace().next())
+        .filter_map(|name| {
+            let abi = name
+                .strip_prefix("linux-image-6.1.0-")?
+                .strip_suffix("-cloud-arm64")?;
+            Some((abi.parse::<u32>().ok()?, name.to_string()))
+        })
+        .max()
+        .map(|(_, name)| name)
+}
+
+fn nix_is_root() -> bool {
+    output(Command::new("id").arg("-u")).is_ok_and(|uid| uid.trim() == "0")
+}
+
+fn run(cmd: &mut Command) -> Result<()> {
+    let status = cmd
+        .status()
+        .with_context(|| format!("cannot run {cmd:?}"))?;
+    ensure!(status.success(), "{cmd:?} failed ({status})");
+    Ok(())
+}
+
+fn output(cmd: &mut Command) -> Result<String> {
+    let out = cmd
+        .output()
+        .with_context(|| format!("cannot run {cmd:?}"))?;
+    ensure!(out.status.success(), "{cmd:?} failed ({})", out.status);
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The guest's `/init`: what the boot tests check (the kernel's own lines
+/// come from its log), then a clean power-off.
+pub fn init_script() -> String {
+    let mut s = String::from("#!/bin/sh\n");
+    let _ = writeln!(s, "/bin/busybox mount -t proc proc /proc");
+    let _ = writeln!(s, "/bin/busybox mount -t sysfs sys /sys");
+    let _ = writeln!(s, "echo \"{INIT_BANNER}\"");
+    let _ = writeln!(
+        s,
+        "echo \"linux-guest: cpus online $(cat /sys/devices/system/cpu/online)\""
+    );
+    let _ = writeln!(s, "echo \"linux-guest: $(head -n 1 /proc/stat)\"");
+    let _ = writeln!(s, "echo \"{INIT_DONE}\"");
+    let _ = writeln!(s, "/bin/busybox poweroff -f");
+    s
+}
+
+/// A `newc` cpio archive (the format Linux unpacks as an initramfs;
+/// Documentation/driver-api/early-userspace/buffer-format.rst): the
+/// directories, `/dev/console`, busybox with its applet links, `/init`.
+pub fn initramfs(busybox: &[u8]) -> Vec<u8> {
+    let mut cpio = Cpio::default();
+    for dir in ["bin", "dev", "proc", "sys", "etc", "tmp"] {
+        cpio.entry(dir, 0o040_755, &[], 0);
+    }
+    // The console the kernel opens for init: character device 5:1.
+    cpio.entry("dev/console", 0o020_600, &[], (5 << 8) | 1);
+    cpio.entry("bin/busybox", 0o100_755, busybox, 0);
+    for applet in [
+        "sh", "mount", "cat", "head", "echo", "poweroff", "reboot", "ls", "dmesg",
+    ] {
+        cpio.entry(&format!("bin/{applet}"), 0o120_777, b"busybox", 0);
+    }
+    cpio.entry("init", 0o100_755, init_script().as_bytes(), 0);
+    cpio.finish()
+}
+
+/// A writer of `newc` archives.
+#[derive(Default)]
+struct Cpio {
+    out: Vec<u8>,
+    inode: u32,
+}
+
+impl Cpio {
+    /// One entry; `rdev` is `major << 8 | minor` for device nodes.
+    fn entry(&mut self, name: &str, mode: u32, data: &[u8], rdev: u32) {
+        self.inode += 1;
+        let name_size = name.len() + 1;
+        let fields = [
+            self.inode,
+            mode,
+            0,
+            0,
+            1,
+            0,
+            data.len() as u32,
+            0,
+            0,
+            rdev >> 8,
+            rdev & 0xff,
+            name_size as u32,
+            0,
+        ];
+        self.out.extend_from_slice(b"070701");
+        for f in fields {
+            self.out.extend_from_slice(format!("{f:08X}").as_bytes());
+        }
+        self.out.extend_from_slice(name.as_bytes());
+        self.out.push(0);
+        self.pad();
+        self.out.extend_from_slice(data);
+        self.pad();
+    }
+
+    /// Header plus name, and data, are each padded to 4 bytes.
+    fn pad(&mut self) {
+        while !self.out.len().is_multiple_of(4) {
+            self.out.push(0);
+        }
+    }
+
+    fn finish(mut self) -> Vec<u8> {
+        self.entry("TRAILER!!!", 0, &[], 0);
+        self.out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_newest_6_1_kernel_is_picked() {
+        let list = "linux-image-6.1.0-47-cloud-arm64 - Linux 6.1 for arm64 cloud (signed)\n\
+                    linux-image-6.1.0-57-cloud-arm64 - Linux 6.1 for arm64 cloud (signed)\n\
+                    linux-image-6.1.0-9-cloud-arm64 - Linux 6.1 for arm64 cloud (signed)\n\
+                    linux-image-6.12.117+deb12-cloud-arm64 - Linux 6.12 (signed)\n";
+        assert_eq!(
+            pick_kernel(list).as_deref(),
+            Some("linux-image-6.1.0-57-cloud-arm64")
+        );
+        assert_eq!(pick_kernel(""), None);
+        assert_eq!(pick_kernel("linux-image-6.12-cloud-arm64 - meta\n"), None);
+    }
+
+    /// Reads a newc archive back: (name, mode, rdev, data) per entry.
+    fn entries(cpio: &[u8]) -> Vec<(String, u32, u32, Vec<u8>)> {
+        let mut out = Vec::new();
+        let mut at = 0;
+        let field = |at: usize, i: usize| {
+            u32::from_str_radix(
+                std::str::from_utf8(&cpio[at + 6 + 8 * i..at + 14 + 8 * i]).unwrap(),
+                16,
+            )
+            .unwrap()
+        };
+        loop {
+            assert_eq!(&cpio[at..at + 6], b"070701", "magic at {at}");
+            let (mode, size, rmaj, rmin, name_size) = (
+                field(at, 1),
+                field(at, 6),
+                field(at, 9),
+                field(at, 10),
+                field(at, 11),
+            );
+            let name_at = at + 110;
+            let name = String::from_utf8(cpio[name_at..name_at + name_size as usize - 1].to_vec())
+                .unwrap();
+            assert_eq!(cpio[name_at + name_size as usize - 1], 0);
+            let data_at = (name_at + name_size as usize).next_multiple_of(4);
+            let data = cpio[data_at..data_at + size as usize].to_vec();
+            at = (data_at + size as usize).next_multiple_of(4);
+            if name == "TRAILER!!!" {
+                assert_eq!(at, cpio.len());
+                return out;
+            }
+            out.push((name, mode, rmaj << 8 | rmin, data));
+        }
+    }
+
+    #[test]
+    fn the_initramfs_has_init_busybox_and_a_console() {
+        let cpio = initramfs(b"\x7fELF fake busybox");
+        let all = entries(&cpio);
+        let find = |n: &str| all.iter().find(|e| e.0 == n).unwrap();
+        assert_eq!(find("init").1, 0o100_755);
+        let init = String::from_utf8(find("init").3.clone()).unwrap();
+        assert!(init.starts_with("#!/bin/sh\n"));
+        assert!(init.contains(INIT_BANNER) && init.contains(INIT_DONE));
+        assert!(init.trim_end().ends_with("poweroff -f"));
+        assert_eq!(find("bin/busybox").3, b"\x7fELF fake busybox");
+        assert_eq!(find("bin/sh").1, 0o120_777);
+        assert_eq!(find("bin/sh").3, b"busybox");
+        assert_eq!(
+            (find("dev/console").1, find("dev/console").2),
+            (0o020_600, 0x501)
+        );
+        assert_eq!(find("proc").1, 0o040_755);
+        // Every inode differs.
+        assert!(cpio.len().is_multiple_of(4));
+    }
+}
