@@ -15,6 +15,14 @@
 //! | OSDLR_EL1, DBGPRCR_EL1, MDCCINT_EL1, MDRAR_EL1, breakpoint and watchpoint registers, claim tags, DBGAUTHSTATUS_EL1 | read as zero, writes ignored |
 //! | the PMU's EL0/EL1 registers (PMCR_EL0 ... PMEVTYPER<n>_EL0, PMUSERENR_EL0, PMINTEN*_EL1) | read as zero, writes ignored: no PMU is offered (the guest's DT has no PMU node) |
 //!
+//! The ID registers (op0 3, op1 0, CRn 0, CRm 1-7; HCR_EL2.TID3) are
+//! trapped too, and read as the hardware's values with the features a VM
+//! does not get taken out ([`sanitize_id`]): SVE and SME (their register
+//! state is not switched), the PMU and the statistical profiling and trace
+//! units (not offered), MTE, MPAM and the activity monitors. Linux sizes
+//! its SVE support from ID_AA64PFR0_EL1 and would otherwise write ZCR_EL1,
+//! which traps.
+//!
 //! Anything else trapped as a system-register access (EC 0x18) still gets
 //! an undefined instruction.
 
@@ -101,6 +109,38 @@ const OSLSR_OSLM_IMPLEMENTED: u64 = 1 << 3;
 /// OSLSR_EL1.OSLK and OSLAR_EL1.OSLK.
 const OSLK_SHIFT: u32 = 1;
 const OSLAR_OSLK: u64 = 1;
+
+/// Whether `access` reads an ID register (op0 3, op1 0, CRn 0, CRm 1-7:
+/// the registers HCR_EL2.TID3 traps; Arm ARM D19.2 "identification
+/// registers"). Writes to them are not ID reads (undefined).
+pub fn is_id_read(access: &SysregAccess) -> bool {
+    matches!(access.encoding(), (3, 0, 0, 1..=7, _)) && !access.write
+}
+
+/// A 4-bit ID field at `shift`.
+const fn field(shift: u32) -> u64 {
+    0xf << shift
+}
+
+/// The value a VM reads from the ID register (op0 3, op1 0, CRn 0, `crm`,
+/// `op2`) whose hardware value is `hw`: the hardware's, with the fields of
+/// features the VM does not get set to "not implemented" (0).
+pub fn sanitize_id(crm: u8, op2: u8, hw: u64) -> u64 {
+    match (crm, op2) {
+        // ID_AA64PFR0_EL1: SVE 35:32, MPAM 43:40, AMU 47:44.
+        (4, 0) => hw & !(field(32) | field(40) | field(44)),
+        // ID_AA64PFR1_EL1: MTE 11:8, SME 27:24, MPAM_frac 19:16, NMI 39:36.
+        (4, 1) => hw & !(field(8) | field(16) | field(24) | field(36)),
+        // ID_AA64ZFR0_EL1 (SVE features), ID_AA64SMFR0_EL1 (SME features).
+        (4, 4) | (4, 5) => 0,
+        // ID_AA64DFR0_EL1: PMUVer 11:8, PMSVer 35:32, TraceFilt 43:40,
+        // TraceBuffer 47:44, MTPMU 51:48, BRBE 55:52.
+        (5, 0) => hw & !(field(8) | field(32) | field(40) | field(44) | field(48) | field(52)),
+        // ID_DFR0_EL1 (AArch32 view): PerfMon 27:24.
+        (1, 2) => hw & !field(24),
+        _ => hw,
+    }
+}
 
 /// What an emulated access did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -240,6 +280,45 @@ mod tests {
             );
         }
         assert_eq!(s, DebugState::reset(), "RAZ/WI changes no state");
+    }
+
+    #[test]
+    fn id_registers_hide_what_a_vm_does_not_get() {
+        // QEMU 7.2 -cpu max: ID_AA64PFR0_EL1 with SVE (1 at 35:32), GIC
+        // sysregs (1 at 27:24), EL2/EL3 AArch64.
+        let pfr0 = 0x0000_0001_0100_2222u64;
+        let vm = sanitize_id(4, 0, pfr0);
+        assert_eq!((vm >> 32) & 0xf, 0, "no SVE");
+        assert_eq!((vm >> 24) & 0xf, 1, "GIC system registers kept");
+        assert_eq!(vm & 0xffff, pfr0 & 0xffff, "EL0-EL3 fields kept");
+        // ID_AA64PFR1_EL1 with MTE and SME.
+        let pfr1 = 0x0000_0001_0100_0320u64;
+        let vm1 = sanitize_id(4, 1, pfr1);
+        assert_eq!(((vm1 >> 8) & 0xf, (vm1 >> 24) & 0xf), (0, 0));
+        assert_eq!(vm1 & 0xf0, 0x20, "SSBS kept");
+        // SVE and SME feature registers vanish.
+        assert_eq!(sanitize_id(4, 4, u64::MAX), 0);
+        assert_eq!(sanitize_id(4, 5, u64::MAX), 0);
+        // ID_AA64DFR0_EL1: no PMU, SPE, trace buffer; debug version and
+        // breakpoint counts kept.
+        let dfr0 = 0x0000_0001_f010_5f09u64;
+        let d = sanitize_id(5, 0, dfr0);
+        assert_eq!((d >> 8) & 0xf, 0, "PMUVer");
+        assert_eq!((d >> 32) & 0xf, 0, "PMSVer");
+        assert_eq!(d & 0xf, 9, "DebugVer");
+        assert_eq!((d >> 12) & 0xf, 5, "BRPs");
+        // The instruction-set registers pass through.
+        assert_eq!(sanitize_id(6, 0, 0x1234_5678), 0x1234_5678);
+        // Reads of CRm 1-7 are ID reads; writes and other spaces are not.
+        let id = SysregAccess::from_iss(iss(3, 0, 0, 4, 0, 1, false));
+        assert!(is_id_read(&id));
+        assert!(!is_id_read(&SysregAccess { write: true, ..id }));
+        assert!(!is_id_read(&SysregAccess::from_iss(iss(
+            3, 0, 0, 0, 5, 1, false
+        ))));
+        assert!(!is_id_read(&SysregAccess::from_iss(iss(
+            3, 0, 1, 0, 0, 1, false
+        ))));
     }
 
     #[test]

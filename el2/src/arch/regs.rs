@@ -268,3 +268,41 @@ pub fn id_aa64pfr0() -> tock_registers::LocalRegisterCopy<u64, ID_AA64PFR0_CSV::
     }
     tock_registers::LocalRegisterCopy::new(value)
 }
+
+/// Reads the ID register op0 3, op1 0, CRn 0, CRm `crm`, op2 `op2` (the
+/// space HCR_EL2.TID3 traps for guests); 0 outside CRm 1-7.
+pub fn read_id_register(crm: u8, op2: u8) -> u64 {
+    macro_rules! id_registers {
+        ($($crm:literal => [$($op2:literal),*]);* $(;)?) => {
+            match (crm, op2) {
+                $($(
+                    ($crm, $op2) => {
+                        let value: u64;
+                        // SAFETY: every encoding of this space is an ID
+                        // register or reserved RAZ (Arm ARM D19.2, the
+                        // "ID register space" of op0 3, op1 0, CRn 0), so
+                        // reading it at EL2 has no effect but the read.
+                        unsafe {
+                            core::arch::asm!(
+                                concat!("mrs {}, S3_0_C0_C", $crm, "_", $op2),
+                                out(reg) value,
+                                options(nomem, nostack, preserves_flags),
+                            )
+                        };
+                        value
+                    }
+                )*)*
+                _ => 0,
+            }
+        };
+    }
+    id_registers! {
+        1 => [0, 1, 2, 3, 4, 5, 6, 7];
+        2 => [0, 1, 2, 3, 4, 5, 6, 7];
+        3 => [0, 1, 2, 3, 4, 5, 6, 7];
+        4 => [0, 1, 2, 3, 4, 5, 6, 7];
+        5 => [0, 1, 2, 3, 4, 5, 6, 7];
+        6 => [0, 1, 2, 3, 4, 5, 6, 7];
+        7 => [0, 1, 2, 3, 4, 5, 6, 7];
+    }
+}

@@ -523,6 +523,8 @@ fn guest_hcr() -> u64 {
         + HCR_EL2::AMO::SET
         + HCR_EL2::TSC::EnableTrapEl1SmcToEl2
         + HCR_EL2::TWI::SET
+        // ID registers: answered with el2::sysreg::sanitize_id.
+        + HCR_EL2::TID3::SET
         + HCR_EL2::FB::SET
         + HCR_EL2::BSU::InnerShareable)
         .value
@@ -891,6 +893,13 @@ fn handle_exit(
         Exit::SystemRegister => {
             // A debug or PMU register the guest may touch (el2::sysreg).
             let access = el2::sysreg::SysregAccess::from_iss(el2::esr::Esr::new(esr).iss());
+            if el2::sysreg::is_id_read(&access) {
+                let hw = super::regs::read_id_register(access.crm, access.op2);
+                let value = el2::sysreg::sanitize_id(access.crm, access.op2, hw);
+                ctx.regs.set_reg(access.rt, value);
+                ctx.regs.pc += 4;
+                return Next::Resume;
+            }
             let value = ctx.regs.reg(access.rt);
             match el2::sysreg::emulate(&access, value, &mut ctx.debug) {
                 Some(done) => {
