@@ -26,6 +26,7 @@ pub mod smccc;
 pub mod smp;
 pub mod sysreg;
 pub mod vcpu;
+pub mod vgic;
 pub mod wallclock;
 
 /// Printed at the start of every fatal report; `cargo xtask` treats a console
