@@ -77,7 +77,7 @@ pub enum Exit {
 impl Exit {
     /// Decodes the exit from the lower-EL `vector` taken and `esr`.
     pub fn decode(vector: u64, esr: u64) -> Exit {
-        match vector.wrapping_sub(VECTOR_LOWER_FIRST) % 4 {
+        match vector_kind(vector) {
             1 => return Exit::Irq,
             2 => return Exit::Fiq,
             3 => return Exit::SError,
@@ -184,12 +184,18 @@ impl Exit {
     }
 }
 
+/// Which kind of exception a lower-EL vector takes: 0 synchronous, 1 IRQ,
+/// 2 FIQ, 3 SError (the vector table's order, Arm ARM D1.3.1).
+fn vector_kind(vector: u64) -> u64 {
+    vector.wrapping_sub(VECTOR_LOWER_FIRST) % 4
+}
+
 /// Whether the exit from lower-EL `vector` with `esr` is an SMCCC call
 /// by HVC (EC = HVC64, immediate 0; Arm ARM D24.2.41 "ESR_EL2"), decided
 /// with two field reads: the check before the hypervisor's constant-call
 /// fast path, which must cost less than a full [`Exit::decode`].
 pub fn is_hvc_call(vector: u64, esr: u64) -> bool {
-    if !vector.wrapping_sub(VECTOR_LOWER_FIRST).is_multiple_of(4) {
+    if vector_kind(vector) != 0 {
         return false;
     }
     let esr = LocalRegisterCopy::<u64, ESR_EL2::Register>::new(esr);

@@ -287,6 +287,13 @@ pub const fn plausible_lock_count(raw: u32) -> u32 {
     }
 }
 
+/// How much longer a vCPU inside a critical section may run when its
+/// slice ends ([`slice_extension_reason`]), once per slice: an eighth of
+/// el2's 4 ms slice, ample for a critical section of thousands of
+/// instructions, small enough that a guest claiming a lock all the time
+/// gains little.
+pub const SLICE_EXTENSION_US: u64 = 500;
+
 /// Whether a vCPU whose time slice just ended should run a little longer
 /// (`Scheduler::extend_slice`), and why: the seed 000 boost applied at
 /// preemption time instead of at yield time. A vCPU inside a critical

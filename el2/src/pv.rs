@@ -122,6 +122,27 @@ pub struct PvConfig {
 }
 
 impl PvConfig {
+    /// Every configuration that [`Self::validate`] accepts (tests).
+    #[cfg(test)]
+    pub(crate) fn every_valid() -> Vec<PvConfig> {
+        let mut configs = Vec::new();
+        for lock in [None].into_iter().chain(Variant::ALL.map(Some)) {
+            for steal_time in [false, true] {
+                for ptp in [false, true] {
+                    let config = PvConfig {
+                        lock,
+                        steal_time,
+                        ptp,
+                    };
+                    if config.validate().is_ok() {
+                        configs.push(config);
+                    }
+                }
+            }
+        }
+        configs
+    }
+
     /// Nothing enabled: the VM still gets the KVM vendor discovery calls.
     pub const NONE: Self = Self {
         lock: None,

@@ -13,7 +13,7 @@
 //! | MDSCR_EL1 | stored per vCPU, read back; no debug event is ever generated |
 //! | OSLAR_EL1 / OSLSR_EL1 | the OS lock: OSLAR.OSLK written, OSLSR reports it with OSLM = 0b10 (Arm ARM D19.2 "OSLSR_EL1") |
 //! | OSDLR_EL1, DBGPRCR_EL1, MDCCINT_EL1, MDRAR_EL1, breakpoint and watchpoint registers, claim tags, DBGAUTHSTATUS_EL1 | read as zero, writes ignored |
-//! | the PMU's EL0/EL1 registers (PMCR_EL0 ... PMEVTYPER<n>_EL0, PMUSERENR_EL0, PMINTEN*_EL1) | read as zero, writes ignored: no PMU is offered (the guest's DT has no PMU node) |
+//! | the PMU's EL0/EL1 registers (PMCR_EL0 ... `PMEVTYPER<n>_EL0`, PMUSERENR_EL0, PMINTEN*_EL1) | read as zero, writes ignored: no PMU is offered (the guest's DT has no PMU node) |
 //!
 //! The ID registers (op0 3, op1 0, CRn 0, CRm 1-7; HCR_EL2.TID3) are
 //! trapped too, and read as the hardware's values with the features a VM
@@ -26,7 +26,46 @@
 //! Anything else trapped as a system-register access (EC 0x18) still gets
 //! an undefined instruction.
 
+use aarch64_cpu::registers::{ID_AA64DFR0_EL1, ID_AA64PFR0_EL1, ID_AA64PFR1_EL1};
 use core::fmt;
+use tock_registers::fields::Field;
+use tock_registers::{LocalRegisterCopy, RegisterLongName, register_bitfields};
+
+register_bitfields! {u64,
+    /// ISS of a trapped MSR/MRS (Arm ARM D24.2.41 "ESR_EL2", ISS encoding
+    /// for an exception from MSR, MRS, or System instruction execution in
+    /// AArch64 state).
+    SYSREG_ISS [
+        OP0 OFFSET(20) NUMBITS(2) [],
+        OP2 OFFSET(17) NUMBITS(3) [],
+        OP1 OFFSET(14) NUMBITS(3) [],
+        CRN OFFSET(10) NUMBITS(4) [],
+        RT OFFSET(5) NUMBITS(5) [],
+        CRM OFFSET(1) NUMBITS(4) [],
+        DIRECTION OFFSET(0) NUMBITS(1) [
+            Write = 0,
+            Read = 1,
+        ],
+    ],
+    /// The ID register fields that aarch64-cpu does not name (Arm ARM D19.2).
+    ID_AA64PFR0_MORE [
+        /// Memory Partitioning and Monitoring.
+        MPAM OFFSET(40) NUMBITS(4) [],
+    ],
+    ID_AA64PFR1_MORE [
+        /// Non-maskable interrupts.
+        NMI OFFSET(36) NUMBITS(4) [],
+        /// Scalable Matrix Extension.
+        SME OFFSET(24) NUMBITS(4) [],
+        /// MPAM minor version.
+        MPAM_FRAC OFFSET(16) NUMBITS(4) [],
+    ],
+    /// ID_DFR0_EL1, the AArch32 debug features.
+    ID_DFR0 [
+        /// The PMU's version.
+        PERFMON OFFSET(24) NUMBITS(4) [],
+    ],
+}
 
 /// One trapped MSR/MRS, decoded from the ISS of an EC 0x18 exception (Arm
 /// ARM D24.2.41 "ESR_EL2", ISS encoding for an exception from MSR, MRS, or
@@ -47,21 +86,22 @@ pub struct SysregAccess {
 impl SysregAccess {
     /// Decodes the ISS field (ESR_EL2 bits 24:0).
     pub fn from_iss(iss: u64) -> Self {
-        let field = |shift: u32, bits: u32| ((iss >> shift) & ((1 << bits) - 1)) as u8;
+        let iss = LocalRegisterCopy::<u64, SYSREG_ISS::Register>::new(iss);
+        // Each field is at most 5 bits wide.
+        let field = |f| iss.read(f) as u8;
         Self {
-            op0: field(20, 2),
-            op2: field(17, 3),
-            op1: field(14, 3),
-            crn: field(10, 4),
-            rt: field(5, 5),
-            crm: field(1, 4),
-            // Direction: 0 = write (MSR), 1 = read (MRS).
-            write: iss & 1 == 0,
+            op0: field(SYSREG_ISS::OP0),
+            op1: field(SYSREG_ISS::OP1),
+            crn: field(SYSREG_ISS::CRN),
+            crm: field(SYSREG_ISS::CRM),
+            op2: field(SYSREG_ISS::OP2),
+            rt: field(SYSREG_ISS::RT),
+            write: iss.matches_all(SYSREG_ISS::DIRECTION::Write),
         }
     }
 
     /// (op0, op1, CRn, CRm, op2).
-    pub const fn encoding(&self) -> (u8, u8, u8, u8, u8) {
+    pub const fn encoding(&self) -> Encoding {
         (self.op0, self.op1, self.crn, self.crm, self.op2)
     }
 }
@@ -81,6 +121,27 @@ impl fmt::Display for SysregAccess {
             self.rt
         )
     }
+}
+
+/// A system register's encoding: (op0, op1, CRn, CRm, op2).
+pub type Encoding = (u8, u8, u8, u8, u8);
+
+/// The registers emulated by name (Arm ARM D19 register descriptions).
+pub mod encoding {
+    use super::Encoding;
+
+    pub const MDCCINT_EL1: Encoding = (2, 0, 0, 2, 0);
+    pub const MDSCR_EL1: Encoding = (2, 0, 0, 2, 2);
+    pub const MDRAR_EL1: Encoding = (2, 0, 1, 0, 0);
+    pub const OSLAR_EL1: Encoding = (2, 0, 1, 0, 4);
+    pub const OSLSR_EL1: Encoding = (2, 0, 1, 1, 4);
+    pub const OSDLR_EL1: Encoding = (2, 0, 1, 3, 4);
+    pub const DBGPRCR_EL1: Encoding = (2, 0, 1, 4, 4);
+    pub const DBGCLAIMSET_EL1: Encoding = (2, 0, 7, 8, 6);
+    pub const DBGCLAIMCLR_EL1: Encoding = (2, 0, 7, 9, 6);
+    pub const DBGAUTHSTATUS_EL1: Encoding = (2, 0, 7, 14, 6);
+    pub const PMINTENSET_EL1: Encoding = (3, 0, 9, 14, 1);
+    pub const PMINTENCLR_EL1: Encoding = (3, 0, 9, 14, 2);
 }
 
 /// A vCPU's emulated debug state.
@@ -117,27 +178,46 @@ pub fn is_id_read(access: &SysregAccess) -> bool {
     matches!(access.encoding(), (3, 0, 0, 1..=7, _)) && !access.write
 }
 
-/// A 4-bit ID field at `shift`.
-const fn field(shift: u32) -> u64 {
-    0xf << shift
+/// `hw` with the fields in `hidden` set to 0 ("not implemented").
+fn hide<R: RegisterLongName>(hw: u64, hidden: &[Field<u64, R>]) -> u64 {
+    hidden
+        .iter()
+        .fold(hw, |value, field| value & !(field.mask << field.shift))
 }
 
 /// The value a VM reads from the ID register (op0 3, op1 0, CRn 0, `crm`,
 /// `op2`) whose hardware value is `hw`: the hardware's, with the fields of
 /// features the VM does not get set to "not implemented" (0).
 pub fn sanitize_id(crm: u8, op2: u8, hw: u64) -> u64 {
+    use ID_AA64DFR0_EL1 as Dfr0;
     match (crm, op2) {
-        // ID_AA64PFR0_EL1: SVE 35:32, MPAM 43:40, AMU 47:44.
-        (4, 0) => hw & !(field(32) | field(40) | field(44)),
-        // ID_AA64PFR1_EL1: MTE 11:8, SME 27:24, MPAM_frac 19:16, NMI 39:36.
-        (4, 1) => hw & !(field(8) | field(16) | field(24) | field(36)),
+        (4, 0) => hide(
+            hide(hw, &[ID_AA64PFR0_EL1::SVE, ID_AA64PFR0_EL1::AMU]),
+            &[ID_AA64PFR0_MORE::MPAM],
+        ),
+        (4, 1) => hide(
+            hide(hw, &[ID_AA64PFR1_EL1::MTE]),
+            &[
+                ID_AA64PFR1_MORE::SME,
+                ID_AA64PFR1_MORE::MPAM_FRAC,
+                ID_AA64PFR1_MORE::NMI,
+            ],
+        ),
         // ID_AA64ZFR0_EL1 (SVE features), ID_AA64SMFR0_EL1 (SME features).
         (4, 4) | (4, 5) => 0,
-        // ID_AA64DFR0_EL1: PMUVer 11:8, PMSVer 35:32, TraceFilt 43:40,
-        // TraceBuffer 47:44, MTPMU 51:48, BRBE 55:52.
-        (5, 0) => hw & !(field(8) | field(32) | field(40) | field(44) | field(48) | field(52)),
-        // ID_DFR0_EL1 (AArch32 view): PerfMon 27:24.
-        (1, 2) => hw & !field(24),
+        (5, 0) => hide(
+            hw,
+            &[
+                Dfr0::PMUVer,
+                Dfr0::PMSVer,
+                Dfr0::TraceFilt,
+                Dfr0::TraceBuffer,
+                Dfr0::MTPMU,
+                Dfr0::BRBE,
+            ],
+        ),
+        // ID_DFR0_EL1, the AArch32 view of the PMU.
+        (1, 2) => hide(hw, &[ID_DFR0::PERFMON]),
         _ => hw,
     }
 }
@@ -154,9 +234,9 @@ pub enum Emulated {
 /// Emulates `access` (with `value` the content of Xt for a write) against
 /// `state`, or returns `None` for a register this module does not emulate.
 pub fn emulate(access: &SysregAccess, value: u64, state: &mut DebugState) -> Option<Emulated> {
+    use encoding::*;
     let result = match access.encoding() {
-        // MDSCR_EL1.
-        (2, 0, 0, 2, 2) => {
+        MDSCR_EL1 => {
             if access.write {
                 state.mdscr = value;
                 Emulated::Written
@@ -164,8 +244,8 @@ pub fn emulate(access: &SysregAccess, value: u64, state: &mut DebugState) -> Opt
                 Emulated::Read(state.mdscr)
             }
         }
-        // OSLAR_EL1 (write-only).
-        (2, 0, 1, 0, 4) if access.write => {
+        // Write-only.
+        OSLAR_EL1 if access.write => {
             state.os_locked = value & OSLAR_OSLK != 0;
             Emulated::Written
         }
@@ -187,19 +267,17 @@ pub fn emulate(access: &SysregAccess, value: u64, state: &mut DebugState) -> Opt
 
 /// The registers that read as zero and ignore writes.
 fn is_raz_wi(access: &SysregAccess) -> bool {
+    use encoding::*;
     match access.encoding() {
-        // MDCCINT_EL1, MDRAR_EL1, OSDLR_EL1, DBGPRCR_EL1.
-        (2, 0, 0, 2, 0) | (2, 0, 1, 0, 0) | (2, 0, 1, 3, 4) | (2, 0, 1, 4, 4) => true,
+        MDCCINT_EL1 | MDRAR_EL1 | OSDLR_EL1 | DBGPRCR_EL1 => true,
         // DBGBVR<n>/DBGBCR<n>/DBGWVR<n>/DBGWCR<n>_EL1: op2 4..7, CRm = n.
         (2, 0, 0, _, 4..=7) => true,
-        // DBGCLAIMSET_EL1, DBGCLAIMCLR_EL1, DBGAUTHSTATUS_EL1.
-        (2, 0, 7, 8, 6) | (2, 0, 7, 9, 6) | (2, 0, 7, 14, 6) => true,
+        DBGCLAIMSET_EL1 | DBGCLAIMCLR_EL1 | DBGAUTHSTATUS_EL1 => true,
         // PMU, EL0 registers: PMCR_EL0 ... PMUSERENR_EL0, PMOVSSET_EL0
         // (op1 3, CRn 9, CRm 12-14), PMEVCNTR<n>_EL0 / PMEVTYPER<n>_EL0
         // (CRn 14, CRm 8-15).
         (3, 3, 9, 12..=14, _) | (3, 3, 14, 8..=15, _) => true,
-        // PMINTENSET_EL1 / PMINTENCLR_EL1.
-        (3, 0, 9, 14, 1) | (3, 0, 9, 14, 2) => true,
+        PMINTENSET_EL1 | PMINTENCLR_EL1 => true,
         _ => false,
     }
 }

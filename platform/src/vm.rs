@@ -366,30 +366,28 @@ impl VmNode<'_, '_, '_> {
     /// Everything but the name, which [`parse_vms`] has read and checked
     /// for uniqueness.
     fn config(&self, name: String) -> Result<VmConfig, PlatformError> {
-        let mut config = VmConfig {
-            node: self.tree.fdt.path(self.node),
-            name,
-            vcpus: self.vcpus()?,
-            memory_size: self.memory()?,
-            kernel: self
-                .module(property::KERNEL)?
-                .ok_or_else(|| self.tree.missing(self.node, property::KERNEL))?,
-            initrd: self.module(property::INITRD)?,
-            bootargs: self
-                .tree
-                .string(self.node, property::BOOTARGS)?
-                .unwrap_or_default()
-                .to_string(),
-            cpu_affinity: self.cpu_affinity()?,
-            pv_lock: self.pv_lock()?,
-            pv_time: self.switch(property::PV_TIME)?.unwrap_or(DEFAULT_PV_TIME),
-            kvm_ptp: DEFAULT_KVM_PTP,
-            wfe_trap: DEFAULT_WFE_TRAP,
-            wfe_trap_vcpus: Vec::new(),
-            wfi_trap: DEFAULT_WFI_TRAP,
-            control: DEFAULT_CONTROL,
-            boost: DEFAULT_BOOST,
-        };
+        // Read in binding order, so the first bad property is the one named.
+        let vcpus = self.vcpus()?;
+        let memory_size = self.memory()?;
+        let kernel = self
+            .module(property::KERNEL)?
+            .ok_or_else(|| self.tree.missing(self.node, property::KERNEL))?;
+        let mut config = VmConfig::new(
+            &self.tree.fdt.path(self.node),
+            &name,
+            vcpus,
+            memory_size,
+            kernel,
+        );
+        config.initrd = self.module(property::INITRD)?;
+        config.bootargs = self
+            .tree
+            .string(self.node, property::BOOTARGS)?
+            .unwrap_or_default()
+            .to_string();
+        config.cpu_affinity = self.cpu_affinity()?;
+        config.pv_lock = self.pv_lock()?;
+        config.pv_time = self.switch(property::PV_TIME)?.unwrap_or(DEFAULT_PV_TIME);
         // After `pv-lock`: whether it may be on depends on it.
         config.kvm_ptp = self.kvm_ptp(config.pv_lock)?;
         config.wfe_trap = self

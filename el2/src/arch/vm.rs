@@ -106,12 +106,6 @@ static ALL_OFF: AtomicBool = AtomicBool::new(false);
 
 /// Default vCPU time slice.
 const SLICE_MS: u64 = 4;
-/// How much longer a vCPU inside a critical section may run when its
-/// slice ends (`el2::onspin::slice_extension_reason`), once per slice: an
-/// eighth of a slice, ample for a critical section of thousands of
-/// instructions, small enough that a guest claiming a lock all the time
-/// gains little.
-const SLICE_EXTENSION_US: u64 = 500;
 /// An idle pCPU looks at the scheduler at least this often even if nobody
 /// sends it an IPI (a safety net, not the mechanism).
 const IDLE_RECHECK_MS: u64 = 50;
@@ -794,7 +788,8 @@ fn resumes_in_place(exit: &Exit) -> bool {
 
 /// The running vCPU's slice has ended: if it is inside a critical section
 /// (boosts on, its guest declares a lock or it runs with IRQs masked) and
-/// only its own VM's vCPUs wait, let it run [`SLICE_EXTENSION_US`] longer.
+/// only its own VM's vCPUs wait, let it run `onspin::SLICE_EXTENSION_US`
+/// longer.
 fn extend_slice(
     pcpu: usize,
     vm: &Vm,
@@ -811,7 +806,7 @@ fn extend_slice(
         return false;
     }
     let now = cpu::counter();
-    let ticks = cpu::counter_frequency() * SLICE_EXTENSION_US / 1_000_000;
+    let ticks = cpu::counter_frequency() * onspin::SLICE_EXTENSION_US / 1_000_000;
     let extended = sched.lock().extend_slice(vcpu, pcpu, now, ticks).is_some();
     if extended {
         vm.spin.lock().record_extension();

@@ -168,25 +168,6 @@ mod tests {
         .unwrap()
     }
 
-    fn every_pv_config() -> Vec<PvConfig> {
-        let mut configs = vec![];
-        for lock in [None].into_iter().chain(Variant::ALL.map(Some)) {
-            for steal_time in [false, true] {
-                for ptp in [false, true] {
-                    let config = PvConfig {
-                        lock,
-                        steal_time,
-                        ptp,
-                    };
-                    if config.validate().is_ok() {
-                        configs.push(config);
-                    }
-                }
-            }
-        }
-        configs
-    }
-
     /// Dispatches from vCPU 1 of VM 0 with X1.. = `args` (garbage past
     /// them); checks X4..X30, PC and PSTATE are untouched.
     fn call(table: &Dispatcher, view: &dyn VmView, x0: u64, args: &[u64]) -> ([u64; 4], Action) {
@@ -251,7 +232,7 @@ mod tests {
     fn only_control_vms_have_the_call() {
         let unknown = 0xC600_0024;
         let view = machine();
-        for pv in every_pv_config() {
+        for pv in PvConfig::every_valid() {
             let plain = table(pv, false);
             assert!(!plain.services().any(|s| s.name() == "control"));
             for args in [[0, 0, 1], [2, control::ALL_VCPUS, 2], [9, 9, 9]] {

@@ -6,7 +6,6 @@
 use super::*;
 use crate::pv::{ConfigError, LockRecord, PvConfig, PvRegistry};
 use crate::vcpu::VmId;
-use alloc::vec;
 use alloc::vec::Vec;
 use platform::MemRange;
 use pvlock_abi::arch as abi_arch;
@@ -165,26 +164,6 @@ fn lock_vm(variant: Variant) -> Vm {
     vm_with(Some(variant), false, false)
 }
 
-/// Every configuration a VM can have.
-fn every_config() -> Vec<PvConfig> {
-    let mut configs = vec![];
-    for lock in [None].into_iter().chain(Variant::ALL.map(Some)) {
-        for steal_time in [false, true] {
-            for ptp in [false, true] {
-                let config = PvConfig {
-                    lock,
-                    steal_time,
-                    ptp,
-                };
-                if config.validate().is_ok() {
-                    configs.push(config);
-                }
-            }
-        }
-    }
-    configs
-}
-
 /// Dispatches `fid` from vCPU `caller` with X1.. = `args` (garbage past
 /// them) and checks that X4..X30, PC and PSTATE are untouched.
 fn call_from(
@@ -239,7 +218,7 @@ fn services(vm: &Vm) -> Vec<&'static str> {
 
 #[test]
 fn every_vm_has_the_standard_and_kvm_services() {
-    for config in every_config() {
+    for config in PvConfig::every_valid() {
         let vm = vm_with(config.lock, config.steal_time, config.ptp);
         let names = services(&vm);
         assert_eq!(names[..3], ["arm-arch", "psci", "kvm"], "{config:?}");
@@ -259,7 +238,7 @@ fn every_vm_has_the_standard_and_kvm_services() {
 
 #[test]
 fn call_uid_is_kvm_s_on_every_vm() {
-    for config in every_config() {
+    for config in PvConfig::every_valid() {
         let vm = vm_with(config.lock, config.steal_time, config.ptp);
         let (x, action) = call_from(&vm.table, &CLOCK, 1, abi::CALL_UID, &[9, 9, 9]);
         assert_eq!(x, abi::UID_WORDS, "{config:?}");
@@ -613,7 +592,7 @@ fn pv_time() {
 
 #[test]
 fn services_answer_only_on_vms_that_enabled_them() {
-    for config in every_config() {
+    for config in PvConfig::every_valid() {
         let vm = vm_with(config.lock, config.steal_time, config.ptp);
         let mine: Vec<u32> = config
             .lock
@@ -857,7 +836,10 @@ fn pv_sched_yield_to() {
         }
     }
     // VMs without PV-lock: not offered, not advertised.
-    for config in every_config().into_iter().filter(|c| c.lock.is_none()) {
+    for config in PvConfig::every_valid()
+        .into_iter()
+        .filter(|c| c.lock.is_none())
+    {
         let vm = vm_with(config.lock, config.steal_time, config.ptp);
         assert_eq!(
             call_from(&vm.table, &CLOCK, 0, abi::YIELD_TO, &[1]),
@@ -899,7 +881,7 @@ fn constant_replies_are_exactly_what_dispatch_answers() {
     use pvlock_abi::arch::{SMCCC_ARCH_FEATURES, SMCCC_VERSION};
     use pvlock_abi::kvm::{CALL_UID, FEATURES};
     use pvlock_abi::psci::PSCI_VERSION;
-    for config in every_config() {
+    for config in PvConfig::every_valid() {
         let vm = vm_with(config.lock, config.steal_time, config.ptp);
         let mut constants = 0;
         for fid in [SMCCC_VERSION, PSCI_VERSION, CALL_UID, FEATURES] {

@@ -4,7 +4,7 @@
 use super::regs::*;
 use super::{Access, Bank, BitReg, Decoded, PRIVATE_COUNT, Reg, VGic, VgicError, Width};
 
-/// Highest INTID with a GICD_IROUTER<n>.
+/// Highest INTID with a `GICD_IROUTER<n>`.
 const LAST_ROUTED_INTID: u64 = 1019;
 
 impl VGic {

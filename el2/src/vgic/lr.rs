@@ -1,6 +1,6 @@
-//! The list registers of the GICv3 virtual CPU interface (ICH_LR<n>_EL2):
+//! The list registers of the GICv3 virtual CPU interface (`ICH_LR<n>_EL2`):
 //! the values the hypervisor writes before entering a vCPU and reads back
-//! after it exits (Arm IHI 0069, "ICH_LR<n>_EL2, Interrupt Controller List
+//! after it exits (Arm IHI 0069, "`ICH_LR<n>_EL2`, Interrupt Controller List
 //! Registers").
 
 use super::regs::{
@@ -13,7 +13,7 @@ use super::regs::{
 /// ICH_LR0_EL2..ICH_LR15_EL2.
 pub const MAX_LIST_REGISTERS: usize = 16;
 
-/// ICH_LR<n>_EL2.State, bits 63:62.
+/// `ICH_LR<n>_EL2`.State, bits 63:62.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum LrState {
     /// 0b00: the entry holds no interrupt, or the guest has acknowledged
@@ -96,7 +96,7 @@ pub struct Lr {
 }
 
 impl Lr {
-    /// The ICH_LR<n>_EL2 value for this entry. A `physical` INTID wider
+    /// The `ICH_LR<n>_EL2` value for this entry. A `physical` INTID wider
     /// than 13 bits is truncated; with `physical`, `eoi_maintenance` is
     /// not encoded (bit 41 then belongs to pINTID).
     pub const fn encode(&self) -> u64 {
@@ -119,7 +119,7 @@ impl Lr {
         value
     }
 
-    /// Decodes an ICH_LR<n>_EL2 value; RES0 bits are ignored.
+    /// Decodes an `ICH_LR<n>_EL2` value; RES0 bits are ignored.
     pub const fn decode(value: u64) -> Self {
         let hw = value & ICH_LR_HW != 0;
         Self {
@@ -176,7 +176,7 @@ impl ListRegisters {
         self.entries.iter().map_while(Option::as_ref)
     }
 
-    /// The ICH_LR<n>_EL2 values to write: the encoded entries, 0 for the
+    /// The `ICH_LR<n>_EL2` values to write: the encoded entries, 0 for the
     /// empty ones.
     pub fn values(&self) -> [u64; MAX_LIST_REGISTERS] {
         self.entries.map(|e| e.map_or(0, |lr| lr.encode()))

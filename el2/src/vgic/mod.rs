@@ -6,7 +6,7 @@
 //! of stage 2, so the guest's accesses trap and [`crate::mmio`] decodes
 //! them; it hands them to [`VGic::dist_read`] / [`VGic::dist_write`] and
 //! [`VGic::redist_read`] / [`VGic::redist_write`], and copies
-//! [`ListRegisters`] to and from ICH_LR<n>_EL2 around every run of a vCPU.
+//! [`ListRegisters`] to and from `ICH_LR<n>_EL2` around every run of a vCPU.
 //! The guest talks to the virtual CPU interface (ICV_* registers) in
 //! hardware; only ICC_SGI1R_EL1 traps, and goes to [`VGic::send_sgi`].
 //!
@@ -21,9 +21,9 @@
 //!   Non-secure guest the shifted "Non-secure view" of every priority
 //!   (Arm IHI 0069, "Software accesses of interrupt priority"). So
 //!   GICD_CTLR has EnableGrp0 (bit 0) and EnableGrp1 (bit 1, where a
-//!   two-Security-state GIC has EnableGrp1NS) writable; GICD_IGROUPR<n>
+//!   two-Security-state GIC has EnableGrp1NS) writable; `GICD_IGROUPR<n>`
 //!   and GICR_IGROUPR0 are read-write storage of each interrupt's group,
-//!   which goes into the list register; GICD_IGRPMODR<n>, GICR_IGRPMODR0
+//!   which goes into the list register; `GICD_IGRPMODR<n>`, GICR_IGRPMODR0
 //!   and the NSACRs are RAZ/WI, as the architecture has them when DS is 1.
 //!   Every interrupt resets to Group 1 (the architecture leaves the reset
 //!   value UNKNOWN; KVM chooses the same), so a guest that never programs
@@ -31,11 +31,11 @@
 //! - **Affinity routing only**: GICD_CTLR.ARE (bit 4, where a
 //!   two-Security-state GIC has ARE_NS) is RAO/WI; GICv2 compatibility
 //!   (legacy operation, ARE = 0) is not offered. Accordingly
-//!   GICD_ITARGETSR<n>, GICD_CPENDSGIR<n> and GICD_SPENDSGIR<n> are
+//!   `GICD_ITARGETSR<n>`, `GICD_CPENDSGIR<n>` and `GICD_SPENDSGIR<n>` are
 //!   RAZ/WI, the GICv2 GICD_SGIR is not implemented, and the distributor's
 //!   registers for INTIDs 0..=31 are RAZ/WI: SGIs and PPIs are programmed
 //!   in each vCPU's redistributor (Arm IHI 0069, "Affinity routing").
-//!   SPIs go where GICD_IROUTER<n> says: the vCPU whose MPIDR affinity
+//!   SPIs go where `GICD_IROUTER<n>` says: the vCPU whose MPIDR affinity
 //!   matches Aff3.Aff2.Aff1.Aff0 (none if no vCPU does: the SPI stays
 //!   pending), or with IRM = 1 any one of the vCPUs that participate in
 //!   1-of-N distribution, which here are those whose GICR_WAKER has
@@ -51,7 +51,7 @@
 //! - SGIs are always edge-triggered (GICR_ICFGR0 reads 0xaaaa_aaaa and
 //!   ignores writes); PPIs and SPIs reset level-sensitive and are
 //!   configurable. All priorities reset to 0, all interrupts disabled,
-//!   inactive, not pending, every GICD_IROUTER<n> to 0 (vCPU 0 in the
+//!   inactive, not pending, every `GICD_IROUTER<n>` to 0 (vCPU 0 in the
 //!   usual numbering), every redistributor asleep (GICR_WAKER
 //!   ProcessorSleep and ChildrenAsleep set).
 //! - GICD_CTLR.RWP and GICR_CTLR.RWP read 0: every write takes effect
@@ -61,7 +61,7 @@
 //!
 //! Accesses may be 32-bit to any register, 8-bit to the byte-wide
 //! IPRIORITYR and ITARGETSR-class registers, and 64-bit or 32-bit (either
-//! half) to the 64-bit GICD_IROUTER<n> and GICR_TYPER (Arm IHI 0069, "GIC
+//! half) to the 64-bit `GICD_IROUTER<n>` and GICR_TYPER (Arm IHI 0069, "GIC
 //! memory-mapped register access"). The outcome of anything else is a
 //! [`VgicError`], and the model's state is unchanged (a read's value is
 //! zero):
@@ -92,10 +92,10 @@
 //!
 //! The caller keeps this contract for each vCPU:
 //! 1. before entering it, [`VGic::fill`] its list registers and write
-//!    [`ListRegisters::values`] to all of ICH_LR<n>_EL2; if
+//!    [`ListRegisters::values`] to all of `ICH_LR<n>_EL2`; if
 //!    [`VGic::underflow_needed`], enable the maintenance interrupt that
 //!    asks for a refill (ICH_HCR_EL2.UIE, or NPIE);
-//! 2. after it exits, read back the ICH_LR<n>_EL2 that `fill` filled and
+//! 2. after it exits, read back the `ICH_LR<n>_EL2` that `fill` filled and
 //!    give them, decoded, to [`VGic::sync_back`].
 //!
 //! `fill` moves the pending state of the interrupts it picks into the
@@ -452,7 +452,7 @@ impl Irq {
 /// Routing of one SPI.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct Route {
-    /// GICD_IROUTER<n>, RES0 bits clear.
+    /// `GICD_IROUTER<n>`, RES0 bits clear.
     router: u64,
     /// The vCPU whose affinity matches (IRM = 0).
     target: Option<u16>,
@@ -496,7 +496,7 @@ enum Reg {
     Config(Bank, u32),
     /// GICD_CTLR.
     GicdCtlr,
-    /// GICD_IROUTER<n> of this INTID.
+    /// `GICD_IROUTER<n>` of this INTID.
     Router(u32),
     /// This vCPU's GICR_WAKER.
     Waker(u16),
@@ -891,7 +891,7 @@ impl VGic {
 
     /// Folds the list registers of `vcpu`, read back after it ran, into the
     /// model: `lrs` are the entries [`Self::fill`] filled, decoded from
-    /// ICH_LR<n>_EL2 (entries for interrupts `fill` did not give this vCPU
+    /// `ICH_LR<n>_EL2` (entries for interrupts `fill` did not give this vCPU
     /// are ignored; any it gave that are missing count as unchanged). Per
     /// entry:
     /// - still pending (Pending, PendingActive): not acknowledged; the
@@ -953,7 +953,7 @@ impl VGic {
         })
     }
 
-    /// The vCPUs SPI `intid` is routed to now: the one GICD_IROUTER<n>
+    /// The vCPUs SPI `intid` is routed to now: the one `GICD_IROUTER<n>`
     /// names (none if no vCPU has that affinity), or with IRM every vCPU
     /// participating in 1-of-N distribution.
     pub fn spi_targets(&self, intid: u32) -> Option<VcpuMask> {
@@ -1269,7 +1269,7 @@ impl VGic {
 
     /// A write to a one-bit-per-interrupt register. Set/clear registers act
     /// on the interrupts whose bit is 1 and ignore zeros (Arm IHI 0069,
-    /// e.g. "GICD_ISENABLER<n>, Interrupt Set-Enable Registers"); the group
+    /// e.g. "`GICD_ISENABLER<n>`, Interrupt Set-Enable Registers"); the group
     /// register stores every bit.
     fn write_bits(&mut self, kind: BitReg, bank: Bank, first: u32, value: u32) {
         for bit in 0..32 {
@@ -1314,7 +1314,7 @@ impl VGic {
     }
 
     /// Two bits per interrupt, Int_config in the odd one: 1 edge, 0 level;
-    /// SGIs always read edge ("GICD_ICFGR<n>, Interrupt Configuration
+    /// SGIs always read edge ("`GICD_ICFGR<n>`, Interrupt Configuration
     /// Registers").
     fn read_config(&self, bank: Bank, first: u32) -> u32 {
         (0..16).fold(0, |value, i| {
@@ -1371,7 +1371,7 @@ impl VGic {
         }
     }
 
-    /// GICD_IROUTER<n> of SPI `intid` (0 for an unimplemented one).
+    /// `GICD_IROUTER<n>` of SPI `intid` (0 for an unimplemented one).
     fn router(&self, intid: u32) -> u64 {
         self.spi_slot(intid)
             .and_then(|slot| self.routes.get(self.spi_index(slot)?))

@@ -54,7 +54,7 @@ pub const GICD_CPENDSGIR: u64 = 0x0f10;
 /// SGI Set-Pending Registers: RAZ/WI with affinity routing.
 pub const GICD_SPENDSGIR: u64 = 0x0f20;
 /// Base of the Interrupt Routing Registers: INTID `n`'s 64-bit
-/// GICD_IROUTER<n> is at `GICD_IROUTER_BASE + 8 * n`, for SPIs only
+/// `GICD_IROUTER<n>` is at `GICD_IROUTER_BASE + 8 * n`, for SPIs only
 /// (n = 32..=1019), so the first one is [`GICD_IROUTER`].
 pub const GICD_IROUTER_BASE: u64 = 0x6000;
 /// GICD_IROUTER<32>, the first Interrupt Routing Register.
@@ -147,12 +147,12 @@ pub const GICD_TYPER_NO1N: u32 = 1 << 25;
 /// GICD_TYPER.RSS: SGI targets with Aff0 above 15 (0 here).
 pub const GICD_TYPER_RSS: u32 = 1 << 26;
 
-/// GICD_IROUTER<n>.IRM: 1-of-N routing, to any one participating PE.
+/// `GICD_IROUTER<n>`.IRM: 1-of-N routing, to any one participating PE.
 pub const IROUTER_IRM: u64 = 1 << 31;
-/// The writable bits of GICD_IROUTER<n>: Aff3 (39:32), IRM (31) and
+/// The writable bits of `GICD_IROUTER<n>`: Aff3 (39:32), IRM (31) and
 /// Aff2.Aff1.Aff0 (23:0); the rest is RES0.
 pub const IROUTER_MASK: u64 = 0xff_80ff_ffff;
-/// The affinity bits of GICD_IROUTER<n>, which sit where MPIDR_EL1 has them.
+/// The affinity bits of `GICD_IROUTER<n>`, which sit where MPIDR_EL1 has them.
 pub const AFFINITY_MASK: u64 = 0xff_00ff_ffff;
 
 /// GICR_TYPER.Last: the last redistributor of the region.
@@ -207,20 +207,20 @@ pub const ID_VALUES: [u32; 12] = [
 /// Shift of PIDR2.ArchRev, bits 7:4.
 pub const PIDR2_ARCHREV_SHIFT: u32 = 4;
 
-/// ICH_LR<n>_EL2.vINTID, bits 31:0.
+/// `ICH_LR<n>_EL2`.vINTID, bits 31:0.
 pub const ICH_LR_VINTID_MASK: u64 = 0xffff_ffff;
-/// Shift of ICH_LR<n>_EL2.pINTID, bits 44:32 (when HW is 1).
+/// Shift of `ICH_LR<n>_EL2`.pINTID, bits 44:32 (when HW is 1).
 pub const ICH_LR_PINTID_SHIFT: u32 = 32;
-/// ICH_LR<n>_EL2.pINTID, unshifted width (13 bits).
+/// `ICH_LR<n>_EL2`.pINTID, unshifted width (13 bits).
 pub const ICH_LR_PINTID_MASK: u64 = 0x1fff;
-/// ICH_LR<n>_EL2.EOI, bit 41 (when HW is 0): a maintenance interrupt when
+/// `ICH_LR<n>_EL2`.EOI, bit 41 (when HW is 0): a maintenance interrupt when
 /// the guest deactivates the interrupt.
 pub const ICH_LR_EOI: u64 = 1 << 41;
-/// Shift of ICH_LR<n>_EL2.Priority, bits 55:48.
+/// Shift of `ICH_LR<n>_EL2`.Priority, bits 55:48.
 pub const ICH_LR_PRIORITY_SHIFT: u32 = 48;
-/// ICH_LR<n>_EL2.Group, bit 60: Group 1.
+/// `ICH_LR<n>_EL2`.Group, bit 60: Group 1.
 pub const ICH_LR_GROUP: u64 = 1 << 60;
-/// ICH_LR<n>_EL2.HW, bit 61: deactivation also deactivates pINTID.
+/// `ICH_LR<n>_EL2`.HW, bit 61: deactivation also deactivates pINTID.
 pub const ICH_LR_HW: u64 = 1 << 61;
-/// Shift of ICH_LR<n>_EL2.State, bits 63:62.
+/// Shift of `ICH_LR<n>_EL2`.State, bits 63:62.
 pub const ICH_LR_STATE_SHIFT: u32 = 62;
