@@ -142,6 +142,39 @@ pub mod encoding {
     pub const DBGAUTHSTATUS_EL1: Encoding = (2, 0, 7, 14, 6);
     pub const PMINTENSET_EL1: Encoding = (3, 0, 9, 14, 1);
     pub const PMINTENCLR_EL1: Encoding = (3, 0, 9, 14, 2);
+    pub const ICC_SGI1R_EL1: Encoding = (3, 0, 12, 11, 5);
+    pub const ICC_ASGI1R_EL1: Encoding = (3, 0, 12, 11, 6);
+    pub const ICC_SGI0R_EL1: Encoding = (3, 0, 12, 11, 7);
+}
+
+/// The GICv3 SGI generation registers, which trap to EL2 from EL1 while
+/// HCR_EL2.IMO/FMO route interrupts to the hypervisor (Arm IHI 0069,
+/// "ICC_SGI1R_EL1": "traps to EL2 when HCR_EL2.IMO == 1").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SgiRegister {
+    /// ICC_SGI1R_EL1: Group 1 SGIs of the current Security state; what
+    /// Linux and every guest of a single-Security-state GIC use.
+    Group1,
+    /// ICC_ASGI1R_EL1: Group 1 SGIs of the other Security state. The
+    /// virtual GIC has one Security state (GICD_CTLR.DS = 1), so these
+    /// have no target.
+    OtherGroup1,
+    /// ICC_SGI0R_EL1: Group 0 SGIs (virtual FIQs).
+    Group0,
+}
+
+/// Whether `access` is a write to an SGI generation register, and which.
+pub fn sgi_register(access: &SysregAccess) -> Option<SgiRegister> {
+    use encoding::*;
+    if !access.write {
+        return None;
+    }
+    match access.encoding() {
+        ICC_SGI1R_EL1 => Some(SgiRegister::Group1),
+        ICC_ASGI1R_EL1 => Some(SgiRegister::OtherGroup1),
+        ICC_SGI0R_EL1 => Some(SgiRegister::Group0),
+        _ => None,
+    }
 }
 
 /// A vCPU's emulated debug state.
@@ -289,6 +322,27 @@ mod tests {
     /// An ISS for `MSR/MRS S<op0>_<op1>_C<crn>_C<crm>_<op2>, x<rt>`.
     fn iss(op0: u64, op1: u64, crn: u64, crm: u64, op2: u64, rt: u64, write: bool) -> u64 {
         op0 << 20 | op2 << 17 | op1 << 14 | crn << 10 | rt << 5 | crm << 1 | u64::from(!write)
+    }
+
+    #[test]
+    fn sgi_generation_writes_are_recognised() {
+        // Linux's `msr_s SYS_ICC_SGI1R_EL1, x0`: ESR 0x623a_3016 (EC 0x18, IL, op0 3, op2 5, CRn 12, CRm 11, x0).
+        let a = SysregAccess::from_iss(0x623a_3016 & 0x1ff_ffff);
+        assert_eq!(a.encoding(), (3, 0, 12, 11, 5));
+        assert_eq!(sgi_register(&a), Some(SgiRegister::Group1));
+        let asgi = SysregAccess::from_iss(iss(3, 0, 12, 11, 6, 2, true));
+        assert_eq!(sgi_register(&asgi), Some(SgiRegister::OtherGroup1));
+        let sgi0 = SysregAccess::from_iss(iss(3, 0, 12, 11, 7, 2, true));
+        assert_eq!(sgi_register(&sgi0), Some(SgiRegister::Group0));
+        // Reads (the registers are write-only) and neighbours are not SGIs.
+        assert_eq!(
+            sgi_register(&SysregAccess::from_iss(iss(3, 0, 12, 11, 5, 2, false))),
+            None
+        );
+        assert_eq!(
+            sgi_register(&SysregAccess::from_iss(iss(3, 0, 12, 12, 5, 2, true))),
+            None
+        );
     }
 
     #[test]

@@ -207,7 +207,7 @@ pub fn vector_base() -> u64 {
 extern "C" fn handle_exception(vector: u64, frame: &mut Frame) {
     let vector = Vector(vector);
     if vector.is_irq() && vector.0 < 8 {
-        super::irq::handle();
+        let _ = super::irq::handle();
         return;
     }
     fatal(vector, frame)

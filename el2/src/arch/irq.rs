@@ -1,44 +1,93 @@
 //! Interrupts taken at EL2.
 
 use super::regs::{ICC_EOIR1_EL1, ICC_INTID, acknowledge_interrupt};
+use aarch64_cpu::registers::CNTV_CTL_EL0;
 use core::sync::atomic::{AtomicU32, Ordering};
-use tock_registers::interfaces::Writeable;
+use tock_registers::interfaces::{ReadWriteable, Writeable};
 
 /// INTIDs 1020..=1023 are special: 1023 means nothing was pending.
 const FIRST_SPECIAL_INTID: u32 = 1020;
 
 /// The SGI one pCPU sends another to make it look at the scheduler again
-/// (a vCPU became runnable there, or a VM it runs is stopping).
+/// (a vCPU became runnable there, a vCPU running there has a new virtual
+/// interrupt, or a VM it runs is stopping).
 pub const RESCHEDULE_SGI: u8 = 0;
 
 /// The INTID of the EL2 physical timer, from the device tree.
 static TICK_INTID: AtomicU32 = AtomicU32::new(u32::MAX);
+/// The INTID of the EL1 virtual timer (the running guest's), from the
+/// device tree.
+static VTIMER_INTID: AtomicU32 = AtomicU32::new(u32::MAX);
+/// The INTID of the GIC's virtual CPU interface maintenance interrupt.
+static MAINTENANCE_INTID: AtomicU32 = AtomicU32::new(u32::MAX);
 
 pub fn set_tick_intid(intid: u32) {
     TICK_INTID.store(intid, Ordering::Relaxed);
 }
 
+pub fn set_vtimer_intid(intid: u32) {
+    VTIMER_INTID.store(intid, Ordering::Relaxed);
+}
+
+pub fn set_maintenance_intid(intid: u32) {
+    MAINTENANCE_INTID.store(intid, Ordering::Relaxed);
+}
+
+/// What an interrupt taken at EL2 means for the vCPU that was running.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Taken {
+    /// Nothing for the guest (the hypervisor's tick, a reschedule SGI, a
+    /// spurious interrupt): the run loop re-reads the scheduler.
+    Hypervisor,
+    /// The running guest's virtual timer condition was met. The timer is
+    /// masked (CNTV_CTL_EL0.IMASK) so that its level-sensitive line drops;
+    /// the caller injects the virtual timer interrupt. The guest's handler
+    /// reprograms the timer, which unmasks it.
+    VirtualTimer,
+    /// The virtual CPU interface wants its list registers looked at (an
+    /// EOI of a level-sensitive interrupt, or an underflow).
+    Maintenance,
+}
+
 /// Acknowledges, handles and ends one interrupt.
-pub fn handle() {
+pub fn handle() -> Taken {
     let intid = acknowledge_interrupt();
     let cpu = super::cpu::current();
     if intid >= FIRST_SPECIAL_INTID {
         if let Some(cpu) = cpu {
             cpu.count_other_irq();
         }
-        return;
+        return Taken::Hypervisor;
     }
-    if intid == TICK_INTID.load(Ordering::Relaxed) {
+    let taken = if intid == TICK_INTID.load(Ordering::Relaxed) {
         super::timer::on_tick();
         if let Some(cpu) = cpu {
             cpu.count_tick();
         }
-    } else if intid == u32::from(RESCHEDULE_SGI) {
-        // Nothing to do here: the run loop re-reads the scheduler after
-        // every interrupt.
-    } else if let Some(cpu) = cpu {
-        cpu.count_other_irq();
-    }
+        Taken::Hypervisor
+    } else if intid == VTIMER_INTID.load(Ordering::Relaxed) {
+        // Only a loaded vCPU has its virtual timer enabled in hardware
+        // (`VtimerContext::save` disables it), so this is the running
+        // guest's. Masked before the end of the interrupt, or the
+        // level-sensitive line would fire again at once.
+        CNTV_CTL_EL0.modify(CNTV_CTL_EL0::IMASK::SET);
+        Taken::VirtualTimer
+    } else if intid == MAINTENANCE_INTID.load(Ordering::Relaxed) {
+        // The line stays high until the list registers are rewritten, which
+        // the run loop does before the next guest entry (IRQs stay masked
+        // at EL2 until then).
+        Taken::Maintenance
+    } else {
+        // RESCHEDULE_SGI needs nothing here: the run loop re-reads the
+        // scheduler after every interrupt.
+        if intid != u32::from(RESCHEDULE_SGI)
+            && let Some(cpu) = cpu
+        {
+            cpu.count_other_irq();
+        }
+        Taken::Hypervisor
+    };
     // ICC_CTLR_EL1.EOImode = 0: this write both drops priority and deactivates.
     ICC_EOIR1_EL1.write(ICC_INTID::INTID.val(u64::from(intid)));
+    taken
 }

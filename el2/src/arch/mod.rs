@@ -8,6 +8,7 @@ pub mod console;
 pub mod cpu;
 pub mod exceptions;
 pub mod gic;
+pub mod gicv;
 pub mod head;
 pub mod heap;
 pub mod irq;
@@ -204,6 +205,8 @@ pub extern "C" fn primary_main(dtb: u64) -> ! {
     }
     let tick_intid = platform.timer.hyp_phys.intid();
     irq::set_tick_intid(tick_intid);
+    irq::set_vtimer_intid(platform.timer.virt.intid());
+    irq::set_maintenance_intid(maintenance_intid(platform));
     timer::set_period(cpu::counter_frequency() * u64::from(args.tick_ms) / 1000);
     if let Err(error) = init_cpu_interrupts(platform, &cpus[0]) {
         stop(format_args!("GIC on the boot CPU: {error}"));
@@ -334,8 +337,23 @@ fn init_cpu_interrupts(platform: &Platform, this: &PerCpu) -> Result<(), &'stati
     // memory, and this runs on the CPU whose MPIDR is `this.mpidr`.
     let interface = unsafe { gic::init_cpu(&platform.gic, this.mpidr) }?;
     interface.enable_ppi_level(platform.timer.hyp_phys.intid());
+    // The running guest's virtual timer and the virtual CPU interface's
+    // maintenance interrupt both exit the guest to EL2 (HCR_EL2.IMO).
+    interface.enable_ppi_level(platform.timer.virt.intid());
+    interface.enable_ppi_level(maintenance_intid(platform));
     interface.enable_sgi(u32::from(irq::RESCHEDULE_SGI));
     Ok(())
+}
+
+/// The maintenance interrupt's INTID: the GIC node's `interrupts`, else
+/// PPI 9 (INTID 25), the Server Base System Architecture's assignment that
+/// QEMU `virt` and the Kunpeng boards follow.
+fn maintenance_intid(platform: &Platform) -> u32 {
+    const SBSA_MAINTENANCE_INTID: u32 = 25;
+    platform
+        .gic
+        .maintenance_irq
+        .map_or(SBSA_MAINTENANCE_INTID, |irq| irq.intid())
 }
 
 /// Counts this CPU's ticks for `window_ms` with interrupts unmasked.

@@ -186,6 +186,9 @@ pub struct VcpuContext {
     pub fp_live: bool,
     /// The emulated debug registers (`el2::sysreg`).
     pub debug: el2::sysreg::DebugState,
+    /// The virtual GIC CPU interface: ICH_VMCR_EL2, the active
+    /// priorities, and which list registers hold this vCPU's interrupts.
+    pub gic: super::gicv::CpuInterfaceState,
 }
 
 impl VcpuContext {
@@ -197,6 +200,7 @@ impl VcpuContext {
     pub fn load(&mut self) {
         self.el1.restore();
         self.vtimer.restore();
+        self.gic.restore();
         VMPIDR_EL2.set(self.vmpidr);
         self.fp_live = false;
         CPTR_EL2.modify(CPTR_EL2_NVHE::TFP::SET);
@@ -214,9 +218,11 @@ impl VcpuContext {
     }
 
     /// Saves the vCPU's system state from this CPU (FP/SIMD only if it was
-    /// loaded).
+    /// loaded). Its list registers must have been read back into the VM's
+    /// virtual GIC first: this empties them.
     pub fn save(&mut self) {
         self.el1.save();
+        self.gic.save();
         if self.fp_live {
             self.fp.save();
             self.fp_live = false;

@@ -13,11 +13,12 @@
 //! *before* the scheduler is told it is off.
 
 use super::cpu;
+use super::irq::Taken;
 use super::regs::{COUNT64, CPACR_EL1_RESET, SCTLR_EL1_RESET, VPIDR_EL2};
 use super::stage2::{self, Stage2Tables};
 use super::sync::Mutex;
 use super::vcpu::{VcpuContext, enter_guest};
-use super::{cache, gic, irq, mmu, psci, timer};
+use super::{cache, gic, gicv, irq, mmu, psci, timer};
 use crate::println;
 use aarch64_cpu::registers::*;
 use alloc::string::String;
@@ -39,6 +40,7 @@ use el2::pv::{self, PvRegistry};
 use el2::sched::{CpuSet, InitialState, PutOutcome, PutReason, Scheduler, Wakeup};
 use el2::smccc::{Action, Dispatcher, PowerState, VmServices, VmView};
 use el2::vcpu::{VcpuId, VmId};
+use el2::vgic::{VGic, VcpuMask};
 use platform::{MemRange, Mpidr, Platform, VmConfig};
 use spin::Once;
 use tock_registers::interfaces::{Readable, Writeable};
@@ -72,6 +74,17 @@ pub struct Vm {
     /// Where its vCPUs' PV-lock and stolen-time records are.
     pv: Arc<PvRegistry>,
     console: Mutex<Pl011>,
+    /// The level of the UART's interrupt line as the virtual GIC last saw
+    /// it (changed only under the `console` lock).
+    uart_line: AtomicBool,
+    /// The virtual GICv3 (`el2::vgic`): a leaf lock, never held while
+    /// taking another.
+    vgic: Mutex<VGic>,
+    /// vCPUs whose list registers are out of date: something was injected
+    /// for them, or their virtual CPU interface asked for maintenance. Set
+    /// after the `vgic` change it announces; cleared by the vCPU's next
+    /// refill ([`vgic_refresh`]).
+    irq_attention: AtomicU64,
     exits: [AtomicU64; EXIT_CLASSES.len()],
     /// Aborts injected so far (for `el2::fault::worth_logging`).
     faults: AtomicU64,
@@ -103,6 +116,10 @@ pub fn set_wall_clock(epoch_secs: u64, counter: u64, hz: u64) {
 
 /// Set when the last VM has powered off.
 static ALL_OFF: AtomicBool = AtomicBool::new(false);
+
+/// SPIs each VM's virtual GIC has (INTIDs 32..64): room for the emulated
+/// devices (the PL011 is SPI 1), the least GICD_TYPER can say.
+const VGIC_SPIS: u32 = 32;
 
 /// Default vCPU time slice.
 const SLICE_MS: u64 = 4;
@@ -163,21 +180,28 @@ pub fn create_vms(
     for &(index, _) in pcpus {
         online.insert(index);
     }
-    let now = cpu::counter();
     let mut sched = Scheduler::new(online, ms_to_ticks(SLICE_MS));
     let several = configs.len() > 1;
-    let mut vms = Vec::new();
+    let mut built = Vec::new();
     for (config, placed) in configs.iter().zip(placements) {
         let created = placed.and_then(|placement| {
-            let id = VmId(u16::try_from(vms.len()).unwrap_or(u16::MAX));
+            let id = VmId(u16::try_from(built.len()).unwrap_or(u16::MAX));
             build_vm(id, config, placement, &mut ownership, several)
         });
         match created {
-            Ok(vm) => match register_vcpus(&mut sched, &vm, now) {
-                Ok(()) => vms.push(vm),
-                Err(why) => log::error!("VM {} not started: {why}", config.name),
-            },
+            Ok(vm) => built.push(vm),
             Err(error) => log::error!("VM not started: {error}"),
+        }
+    }
+    // The vCPUs' clocks (run, steal) start once every VM is loaded: loading
+    // (zeroing and copying hundreds of MiB) is not time a vCPU waited for a
+    // pCPU, and it would show in its guest as stolen time.
+    let now = cpu::counter();
+    let mut vms = Vec::new();
+    for vm in built {
+        match register_vcpus(&mut sched, &vm, now) {
+            Ok(()) => vms.push(vm),
+            Err(why) => log::error!("VM {} not started: {why}", vm.config.name),
         }
     }
     for vm in &vms {
@@ -290,10 +314,17 @@ fn build_vm(
     let pv = Arc::new(registry);
     let dispatcher = el2::smccc::dispatcher_for(services, pv.clone(), cpu_vulnerabilities())
         .map_err(|e| fail("pv-lock", alloc::format!("{e}")))?;
+    let vgic = VGic::new(vcpu_count, VGIC_SPIS, |index| {
+        layout::vcpu_mpidr(index).value()
+    })
+    .map_err(|e| fail("vcpus", alloc::format!("virtual GIC: {e}")))?;
     let name = config.name.clone();
     let vm = Vm {
         id,
         console: Mutex::new(Pl011::new(several.then_some(name.as_str()))),
+        uart_line: AtomicBool::new(false),
+        vgic: Mutex::new(vgic),
+        irq_attention: AtomicU64::new(0),
         name,
         config: config.clone(),
         placement,
@@ -536,6 +567,7 @@ pub fn init_pcpu_for_guests() {
     // guests get the virtual timer (their DT names it).
     CNTHCTL_EL2.write(CNTHCTL_EL2::EL1PCTEN::SET + CNTHCTL_EL2::EL1PCEN::CLEAR);
     timer::set_one_shot();
+    gicv::init_pcpu();
 }
 
 /// The run loop of pCPU `pcpu`: picks vCPUs and runs them until every VM
@@ -653,7 +685,7 @@ impl Picked {
 /// so nothing but this pCPU changes its slice meanwhile.
 fn run_vcpu(pcpu: usize, vm: &Vm, vcpu: VcpuId, picked: Picked, sched: &Mutex<Scheduler>) {
     let mut ctx = vm.vcpus[usize::from(vcpu.index)].lock();
-    vcpu_load(vm, vcpu, &mut ctx, picked.steal_ticks);
+    vcpu_load(pcpu, vm, vcpu, &mut ctx, picked.steal_ticks, sched);
     vm.spin.lock().resumed(vcpu.index);
     let mut first = Some((picked.slice_end, picked.runnable));
     let reason = loop {
@@ -669,7 +701,14 @@ fn run_vcpu(pcpu: usize, vm: &Vm, vcpu: VcpuId, picked: Picked, sched: &Mutex<Sc
         };
         HCR_EL2.set(vm.wfx.lock().hcr_for(guest_hcr(), vcpu.index, runnable));
         timer::arm_at(slice_end);
+        let attention = 1u64 << vcpu.index;
         let next = loop {
+            // New interrupts for this vCPU (or a maintenance request) since
+            // its list registers were last written: one load when there
+            // are none.
+            if vm.irq_attention.load(Ordering::Acquire) & attention != 0 {
+                refresh_and_deliver(pcpu, vm, vcpu, &mut ctx, sched);
+            }
             // SAFETY: the context is loaded and stage 2 active (vcpu_load),
             // and `ctx.regs` outlives the call.
             let vector = unsafe { enter_guest(&mut ctx.regs) };
@@ -709,7 +748,7 @@ fn run_vcpu(pcpu: usize, vm: &Vm, vcpu: VcpuId, picked: Picked, sched: &Mutex<Sc
             }
             Next::Put(reason) => reason,
             Next::Yielded => {
-                vcpu_put(&mut ctx);
+                vcpu_put(pcpu, vm, vcpu, &mut ctx, sched);
                 return;
             }
         };
@@ -733,19 +772,19 @@ fn run_vcpu(pcpu: usize, vm: &Vm, vcpu: VcpuId, picked: Picked, sched: &Mutex<Sc
         match outcome {
             Ok(PutOutcome::KeepRunning) => continue,
             Ok(_) => {
-                vcpu_put(&mut ctx);
+                vcpu_put(pcpu, vm, vcpu, &mut ctx, sched);
                 return;
             }
             Err(e) => {
                 log::error!("{vcpu}: scheduler refused put: {e}");
-                vcpu_put(&mut ctx);
+                vcpu_put(pcpu, vm, vcpu, &mut ctx, sched);
                 return;
             }
         }
     };
     // Powering off: save and release the context before the scheduler
     // marks the vCPU Off (see the module docs on lock order).
-    vcpu_put(&mut ctx);
+    vcpu_put(pcpu, vm, vcpu, &mut ctx, sched);
     drop(ctx);
     let now = cpu::counter();
     let mut s = sched.lock();
@@ -815,9 +854,17 @@ fn extend_slice(
 }
 
 /// Loads a vCPU onto this pCPU: its VM's stage 2, the vCPU's system
-/// registers, and its PV records: "not preempted" and the stolen time it
-/// has accumulated (`steal_ticks`), both before it runs.
-fn vcpu_load(vm: &Vm, vcpu: VcpuId, ctx: &mut VcpuContext, steal_ticks: u64) {
+/// registers and virtual CPU interface, its pending interrupts into the
+/// list registers, and its PV records: "not preempted" and the stolen time
+/// it has accumulated (`steal_ticks`), both before it runs.
+fn vcpu_load(
+    pcpu: usize,
+    vm: &Vm,
+    vcpu: VcpuId,
+    ctx: &mut VcpuContext,
+    steal_ticks: u64,
+    sched: &Mutex<Scheduler>,
+) {
     vm.write_preempted(vcpu.index, pv::preempted_on_load());
     vm.write_stolen_time(vcpu.index, steal_ticks);
     HCR_EL2.set(guest_hcr());
@@ -825,12 +872,104 @@ fn vcpu_load(vm: &Vm, vcpu: VcpuId, ctx: &mut VcpuContext, steal_ticks: u64) {
     CNTVOFF_EL2.set(vm.cntvoff);
     aarch64_cpu::asm::barrier::isb(aarch64_cpu::asm::barrier::SY);
     ctx.load();
+    refresh_and_deliver(pcpu, vm, vcpu, ctx, sched);
 }
 
-/// Saves the running vCPU's system registers. (Its PV "preempted" flag was
-/// written with the scheduler's decision, under the scheduler lock.)
-fn vcpu_put(ctx: &mut VcpuContext) {
+/// Saves the running vCPU: what the guest did with its list registers goes
+/// back into the virtual GIC (an interrupt it left pending may now go to
+/// another vCPU), then its system registers. (Its PV "preempted" flag was
+/// written with the scheduler's decision, under the scheduler lock.) Takes
+/// the scheduler lock: call it without.
+fn vcpu_put(pcpu: usize, vm: &Vm, vcpu: VcpuId, ctx: &mut VcpuContext, sched: &Mutex<Scheduler>) {
+    let (read_back, used) = ctx.gic.read_lrs();
+    let woken = vm.vgic.lock().sync_back(vcpu.index, &read_back[..used]);
     ctx.save();
+    deliver(pcpu, vm, None, woken, sched);
+}
+
+/// Brings the running `vcpu`'s list registers up to date: what the guest
+/// did with the current ones goes back into the virtual GIC, and its most
+/// urgent deliverable interrupts go in (with the underflow maintenance
+/// interrupt if more wait than fit). Returns the other vCPUs the change
+/// made something deliverable to, and whether `vcpu` itself has an
+/// interrupt to take (what ends a WFI).
+fn vgic_refresh(vm: &Vm, vcpu: u16, ctx: &mut VcpuContext) -> (VcpuMask, bool) {
+    // Cleared before the virtual GIC is read: an injection after this
+    // point sets it again and is picked up at the next entry.
+    vm.irq_attention
+        .fetch_and(!(1u64 << vcpu), Ordering::AcqRel);
+    let (read_back, used) = ctx.gic.read_lrs();
+    let mut gic = vm.vgic.lock();
+    let mut woken = gic.sync_back(vcpu, &read_back[..used]);
+    let lrs = gic.fill(vcpu, gicv::list_registers());
+    let underflow = gic.underflow_needed(vcpu);
+    let pending = gic.has_pending(vcpu);
+    woken |= gic.take_wakeups();
+    drop(gic);
+    ctx.gic.load_lrs(&lrs.values(), lrs.len(), underflow);
+    (woken.without(vcpu), pending)
+}
+
+/// [`vgic_refresh`], then wakes whom it names. Returns whether `vcpu` has
+/// an interrupt to take.
+fn refresh_and_deliver(
+    pcpu: usize,
+    vm: &Vm,
+    vcpu: VcpuId,
+    ctx: &mut VcpuContext,
+    sched: &Mutex<Scheduler>,
+) -> bool {
+    let (woken, pending) = vgic_refresh(vm, vcpu.index, ctx);
+    deliver(pcpu, vm, Some(vcpu.index), woken, sched);
+    pending
+}
+
+/// After a virtual GIC change made an interrupt deliverable to `targets`:
+/// marks their list registers out of date and gets each to look — a
+/// blocked one is woken, one running on another pCPU gets the reschedule
+/// SGI, which exits it to refill. `running` is the vCPU this pCPU runs,
+/// which needs no more than the mark. Call without the scheduler lock.
+fn deliver(
+    pcpu: usize,
+    vm: &Vm,
+    running: Option<u16>,
+    targets: VcpuMask,
+    sched: &Mutex<Scheduler>,
+) {
+    if targets.is_empty() {
+        return;
+    }
+    // After the vGIC change (the caller has released its lock), before the
+    // wake-up: the target's next entry sees the mark.
+    vm.irq_attention.fetch_or(targets.bits(), Ordering::AcqRel);
+    let others = match running {
+        Some(index) => targets.without(index),
+        None => targets,
+    };
+    if others.is_empty() {
+        return;
+    }
+    let now = cpu::counter();
+    let mut s = sched.lock();
+    for index in others.iter() {
+        let target = VcpuId { vm: vm.id, index };
+        match s.wake(target, now) {
+            Ok(Wakeup::Kicked {
+                running_on: Some(other),
+            }) => {
+                if other != pcpu {
+                    send_reschedule(other);
+                }
+            }
+            Ok(wakeup) => {
+                if let Some(value) = pv::preempted_on_wake(wakeup) {
+                    vm.write_preempted(index, value);
+                }
+                poke(pcpu, wakeup);
+            }
+            Err(_) => {}
+        }
+    }
 }
 
 fn handle_exit(
@@ -844,7 +983,23 @@ fn handle_exit(
 ) -> Next {
     match exit {
         Exit::Irq => {
-            irq::handle();
+            match irq::handle() {
+                Taken::VirtualTimer => {
+                    // Latched rather than driven as a level: the hardware
+                    // timer is masked now, and the guest's handler reprograms
+                    // (and so unmasks) it, which fires again if due.
+                    let intid = layout::TIMER.virt.intid();
+                    let woken = vm.vgic.lock().raise_edge(intid, vcpu.index);
+                    if let Ok(woken) = woken {
+                        deliver(pcpu, vm, Some(vcpu.index), woken, sched);
+                    }
+                }
+                Taken::Maintenance => {
+                    vm.irq_attention
+                        .fetch_or(1u64 << vcpu.index, Ordering::AcqRel);
+                }
+                Taken::Hypervisor => {}
+            }
             Next::Resume
         }
         Exit::Hvc { imm } => hypercall(pcpu, vm, vcpu, ctx, imm, sched),
@@ -864,6 +1019,13 @@ fn handle_exit(
                 // WFIT also until its own deadline (Rt, in virtual counter
                 // ticks; Arm ARM C6.2.397 "WFIT").
                 WfxKind::Wfi => {
+                    // WFI completes at once if an interrupt is pending for
+                    // the vCPU (Arm ARM D1.6.2 "Wait for Interrupt"), masked
+                    // by PSTATE or not: look, with the list registers read
+                    // back first (the guest may have taken what they held).
+                    if refresh_and_deliver(pcpu, vm, vcpu, ctx, sched) {
+                        return Next::Resume;
+                    }
                     let own = deadline_register.map(|r| ctx.regs.reg(r).wrapping_add(vm.cntvoff));
                     Next::Put(PutReason::Wfi {
                         deadline: el2::exit::wfi_deadline(live_vtimer_deadline(), own),
@@ -872,7 +1034,7 @@ fn handle_exit(
                 WfxKind::Wfe => on_spin(pcpu, vm, vcpu, ctx, sched),
             }
         }
-        Exit::DataAbort => data_abort(vm, vcpu, ctx, esr),
+        Exit::DataAbort => data_abort(pcpu, vm, vcpu, ctx, esr, sched),
         Exit::InstructionAbort => {
             let address = FAR_EL2.get();
             if let Some(nth) = vm.fault_to_log() {
@@ -888,6 +1050,11 @@ fn handle_exit(
         Exit::SystemRegister => {
             // A debug or PMU register the guest may touch (el2::sysreg).
             let access = el2::sysreg::SysregAccess::from_iss(el2::esr::Esr::new(esr).iss());
+            if let Some(register) = el2::sysreg::sgi_register(&access) {
+                send_sgi(pcpu, vm, vcpu, register, ctx.regs.reg(access.rt), sched);
+                ctx.regs.pc += 4;
+                return Next::Resume;
+            }
             if el2::sysreg::is_id_read(&access) {
                 let hw = super::regs::read_id_register(access.crm, access.op2);
                 let value = el2::sysreg::sanitize_id(access.crm, access.op2, hw);
@@ -950,6 +1117,8 @@ fn on_spin(
     let now = cpu::counter();
     let mut s = sched.lock();
     let mut spin = vm.spin.lock();
+    // Lock order: SCHED, then the spin state, then the virtual GIC (a leaf).
+    let gic = vm.vgic.lock();
     let candidates: Vec<onspin::Candidate> = s
         .vcpus(vm.id)
         .map(|v| {
@@ -959,9 +1128,12 @@ fn on_spin(
             } else {
                 0
             };
-            spin.candidate(v.index, waiting, locks)
+            let mut candidate = spin.candidate(v.index, waiting, locks);
+            candidate.has_pending_virtual_interrupt = waiting && gic.has_pending(v.index);
+            candidate
         })
         .collect();
+    drop(gic);
     let plan = spin.plan(Spinner::from_pstate(vcpu, ctx.regs.pstate), &candidates);
     for choice in plan.iter() {
         let yielded = s.yield_to(vcpu, choice.target, pcpu, now).is_ok();
@@ -999,7 +1171,14 @@ fn inject(ctx: &mut VcpuContext, what: GuestFault) {
     ctx.regs.pstate = entry.pstate;
 }
 
-fn data_abort(vm: &Vm, vcpu: VcpuId, ctx: &mut VcpuContext, esr: u64) -> Next {
+fn data_abort(
+    pcpu: usize,
+    vm: &Vm,
+    vcpu: VcpuId,
+    ctx: &mut VcpuContext,
+    esr: u64,
+    sched: &Mutex<Scheduler>,
+) -> Next {
     let far = FAR_EL2.get();
     let hpfar = HPFAR_EL2.get();
     let access = match MmioAccess::decode(esr, far, hpfar) {
@@ -1033,7 +1212,11 @@ fn data_abort(vm: &Vm, vcpu: VcpuId, ctx: &mut VcpuContext, esr: u64) -> Next {
             uart.read(offset, access.size)
                 .map(|value| el2::mmio::complete_read(&mut ctx.regs, &access, value))
         };
+        let line = uart_line_change(vm, &uart);
         drop(uart);
+        if let Some(level) = line {
+            set_uart_line(pcpu, vm, Some(vcpu.index), level, sched);
+        }
         match result {
             Ok(()) => el2::mmio::skip_instruction(&mut ctx.regs, &access),
             Err(e) => {
@@ -1049,13 +1232,9 @@ fn data_abort(vm: &Vm, vcpu: VcpuId, ctx: &mut VcpuContext, esr: u64) -> Next {
         }
         return Next::Resume;
     }
-    if layout::GICD.contains(ipa) || layout::redistributors(vm.layout.vcpus).contains(ipa) {
-        // The virtual GIC arrives with the Linux-guest work; until then its
-        // frames read as zero and ignore writes.
-        if !access.write {
-            el2::mmio::complete_read(&mut ctx.regs, &access, 0);
-        }
-        el2::mmio::skip_instruction(&mut ctx.regs, &access);
+    let redistributors = layout::redistributors(vm.layout.vcpus);
+    if layout::GICD.contains(ipa) || redistributors.contains(ipa) {
+        gic_access(pcpu, vm, vcpu, ctx, &access, far, sched);
         return Next::Resume;
     }
     if let Some(nth) = vm.fault_to_log() {
@@ -1074,6 +1253,117 @@ fn data_abort(vm: &Vm, vcpu: VcpuId, ctx: &mut VcpuContext, esr: u64) -> Next {
         },
     );
     Next::Resume
+}
+
+/// The UART's interrupt line after an access, if it changed (call with
+/// the `console` lock held, which orders the changes).
+fn uart_line_change(vm: &Vm, uart: &Pl011) -> Option<bool> {
+    let level = uart.irq_level();
+    (vm.uart_line.swap(level, Ordering::AcqRel) != level).then_some(level)
+}
+
+/// Drives the UART's SPI in the virtual GIC.
+fn set_uart_line(
+    pcpu: usize,
+    vm: &Vm,
+    running: Option<u16>,
+    level: bool,
+    sched: &Mutex<Scheduler>,
+) {
+    let woken = vm.vgic.lock().set_level(layout::UART_IRQ.intid(), 0, level);
+    if let Ok(woken) = woken {
+        deliver(pcpu, vm, running, woken, sched);
+    }
+}
+
+/// A guest access to its virtual GIC's distributor or redistributors.
+/// Reserved offsets and read-only registers are RAZ/WI as on a real GIC;
+/// an access of a size or alignment the register does not take gets a
+/// synchronous external abort.
+fn gic_access(
+    pcpu: usize,
+    vm: &Vm,
+    vcpu: VcpuId,
+    ctx: &mut VcpuContext,
+    access: &MmioAccess,
+    far: u64,
+    sched: &Mutex<Scheduler>,
+) {
+    let ipa = access.ipa;
+    let value = el2::mmio::write_value(&ctx.regs, access);
+    let (result, woken) = {
+        let mut gic = vm.vgic.lock();
+        let result = match (layout::GICD.contains(ipa), access.write) {
+            (true, false) => gic.dist_read(ipa - layout::GICD.base, access.size),
+            (true, true) => gic
+                .dist_write(ipa - layout::GICD.base, access.size, value)
+                .map(|()| 0),
+            (false, false) => gic.redist_read(ipa - layout::GICR_BASE, access.size),
+            (false, true) => gic
+                .redist_write(ipa - layout::GICR_BASE, access.size, value)
+                .map(|()| 0),
+        };
+        (result, gic.take_wakeups())
+    };
+    deliver(pcpu, vm, Some(vcpu.index), woken, sched);
+    match result {
+        Ok(read) => {
+            if !access.write {
+                el2::mmio::complete_read(&mut ctx.regs, access, read);
+            }
+            el2::mmio::skip_instruction(&mut ctx.regs, access);
+        }
+        Err(e) if !e.aborts() => {
+            log::debug!("{vcpu} ({}): GIC access at IPA {ipa:#x}: {e}", vm.name);
+            if !access.write {
+                el2::mmio::complete_read(&mut ctx.regs, access, 0);
+            }
+            el2::mmio::skip_instruction(&mut ctx.regs, access);
+        }
+        Err(e) => {
+            if let Some(nth) = vm.fault_to_log() {
+                log::warn!(
+                    "{vcpu} ({}): GIC access at IPA {ipa:#x}: {e}; abort injected (fault {nth} \
+                     of this VM)",
+                    vm.name
+                );
+            }
+            inject(
+                ctx,
+                GuestFault::DataAbort {
+                    address: far,
+                    write: access.write,
+                },
+            );
+        }
+    }
+}
+
+/// A guest write to an SGI generation register (it traps: HCR_EL2.IMO).
+fn send_sgi(
+    pcpu: usize,
+    vm: &Vm,
+    vcpu: VcpuId,
+    register: el2::sysreg::SgiRegister,
+    value: u64,
+    sched: &Mutex<Scheduler>,
+) {
+    use el2::sysreg::SgiRegister;
+    match register {
+        SgiRegister::Group1 => {
+            let woken = vm.vgic.lock().send_sgi(vcpu.index, value);
+            if let Ok(woken) = woken {
+                deliver(pcpu, vm, Some(vcpu.index), woken, sched);
+            }
+        }
+        // One Security state (GICD_CTLR.DS = 1): no other state's Group 1
+        // to send to; and every SGI is Group 1 unless the guest made it
+        // Group 0, which only a Group 0 SGI register write would reach —
+        // not offered: both are ignored, as docs/linux-guests.md says.
+        SgiRegister::OtherGroup1 | SgiRegister::Group0 => {
+            log::debug!("{vcpu} ({}): {register:?} SGI write ignored", vm.name);
+        }
+    }
 }
 
 /// The dispatcher's view of a VM: its vCPUs' MPIDRs and power states, its RAM.
@@ -1192,9 +1482,16 @@ fn hypercall(
             Next::Resume
         }
         Action::CpuOff => Next::Put(PutReason::PowerOff),
-        Action::CpuSuspend => Next::Put(PutReason::Wfi {
-            deadline: live_vtimer_deadline(),
-        }),
+        Action::CpuSuspend => {
+            // Like WFI: no suspension with an interrupt pending.
+            drop(s);
+            if refresh_and_deliver(pcpu, vm, vcpu, ctx, sched) {
+                return Next::Resume;
+            }
+            Next::Put(PutReason::Wfi {
+                deadline: live_vtimer_deadline(),
+            })
+        }
         Action::SystemOff | Action::SystemReset => {
             let reset = action == Action::SystemReset;
             stop_vm(pcpu, vm, &mut s, reset);
@@ -1308,6 +1605,14 @@ fn vm_stopped(vm: &Vm, sched: &Mutex<Scheduler>) {
             log::info!("vm {}: restarting (SYSTEM_RESET)", vm.name);
             vm.pv.reset_all();
             vm.spin.lock().reset();
+            // Every vCPU is off and saved: no list register holds anything.
+            vm.vgic.lock().reset();
+            vm.irq_attention.store(0, Ordering::Release);
+            {
+                let mut uart = vm.console.lock();
+                uart.reset();
+                vm.uart_line.store(false, Ordering::Release);
+            }
             {
                 let s = sched.lock();
                 let now = cpu::counter();
