@@ -104,6 +104,9 @@ pub enum Check {
         iterations: u64,
         under_el2: bool,
     },
+    /// Stock Linux VMs booted, found the hypervisor and powered off
+    /// ([`crate::linuxtest::LinuxExpect`]).
+    Linux(crate::linuxtest::LinuxExpect),
 }
 
 /// How close a CPU's tick count must be to what its period promises.
@@ -1008,6 +1011,7 @@ impl Check {
                 }
             }
             Check::SmpOnline(n) => check_smp(lines, *n),
+            Check::Linux(expect) => crate::linuxtest::check(lines, expect),
             Check::PvServices { expect, vcpus } => check_pv_check(lines, expect, *vcpus),
             Check::LockContention {
                 lock,

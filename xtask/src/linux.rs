@@ -44,17 +44,27 @@ pub struct LinuxGuest {
     pub kernel_package: String,
 }
 
+/// The kernel Image's file name in the cache.
+pub const IMAGE_FILE: &str = "Image";
+/// The initramfs's file name in the cache.
+pub const INITRD_FILE: &str = "initramfs.cpio";
+
+/// Where the guest is cached: `target/xtask/linux/`.
+pub fn cache_dir(ws: &Workspace) -> Result<PathBuf> {
+    Ok(ws.xtask_dir()?.join("linux"))
+}
+
 /// The guest, from the cache or fetched.
 pub fn obtain(ws: &Workspace) -> Result<LinuxGuest> {
-    let dir = ws.xtask_dir()?.join("linux");
+    let dir = cache_dir(ws)?;
     fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let image = dir.join("Image");
+    let image = dir.join(IMAGE_FILE);
     let busybox = dir.join("busybox");
     let package_file = dir.join("kernel-package");
     if !image.exists() || !busybox.exists() || !package_file.exists() {
         fetch(&dir, &image, &busybox, &package_file)?;
     }
-    let initrd = dir.join("initramfs.cpio");
+    let initrd = dir.join(INITRD_FILE);
     let busybox_bytes =
         fs::read(&busybox).with_context(|| format!("cannot read {}", busybox.display()))?;
     fs::write(&initrd, initramfs(&busybox_bytes))
@@ -178,22 +188,83 @@ fn output(cmd: &mut Command) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// What `/init` prints when told to reboot (`lgtest=reboot` on the kernel
+/// command line, which Linux hands to init as an environment variable)
+/// on the VM's first boot; it then runs `reboot -f` (PSCI SYSTEM_RESET).
+pub const INIT_REBOOTING: &str = "linux-guest: rebooting";
+
+/// Kernel messages that mean a guest suffered from how it was scheduled
+/// (RCU stalls, soft and hard lockups, a clocksource judged unstable) or
+/// broke: the Linux boot tests fail if any console line contains one, and
+/// `/init` counts them in `dmesg` (`linux-guest: kernel warnings N`).
+pub const KERNEL_TROUBLE: [&str; 10] = [
+    "self-detected stall",
+    "detected stalls",
+    "soft lockup",
+    "hard LOCKUP",
+    "as unstable",
+    "timekeeping watchdog",
+    "BUG:",
+    "Oops",
+    "WARNING: CPU",
+    "Kernel panic",
+];
+
 /// The guest's `/init`: what the boot tests check (the kernel's own lines
-/// come from its log), then a clean power-off.
+/// come from its log), then a clean power-off. Environment variables from
+/// the kernel command line steer it: `lgtest=reboot` restarts the VM once
+/// (the device tree's `/chosen/pvlock,reset-count` tells the first boot
+/// from the second), `lgbusy=S` keeps every CPU busy with a CPU-bound
+/// loop for S seconds (default 1) before the stolen time is read.
 pub fn init_script() -> String {
     let mut s = String::from("#!/bin/sh\n");
-    let _ = writeln!(s, "/bin/busybox mount -t proc proc /proc");
-    let _ = writeln!(s, "/bin/busybox mount -t sysfs sys /sys");
+    let _ = writeln!(s, "mount -t proc proc /proc");
+    let _ = writeln!(s, "mount -t sysfs sys /sys");
     let _ = writeln!(s, "echo \"{INIT_BANNER}\"");
     let _ = writeln!(
         s,
         "echo \"linux-guest: cpus online $(cat /sys/devices/system/cpu/online)\""
     );
-    let _ = writeln!(s, "echo \"linux-guest: $(head -n 1 /proc/stat)\"");
+    let _ = writeln!(
+        s,
+        "reset=$(od -An -tx1 /proc/device-tree/chosen/{} | tr -d ' \\n')",
+        pvlock_abi::dt::RESET_COUNT
+    );
+    let _ = writeln!(s, "echo \"linux-guest: reset count 0x$reset\"");
+    let _ = writeln!(
+        s,
+        "if [ \"$lgtest\" = reboot ] && [ \"$reset\" = 00000000 ]; then\n  \
+         echo \"{INIT_REBOOTING}\"\n  reboot -f\nfi"
+    );
+    let _ = writeln!(s, "busy=${{lgbusy:-1}}");
+    let _ = writeln!(s, "cpus=$(nproc)");
+    let _ = writeln!(s, "echo \"linux-guest: busy for $busy s on $cpus cpus\"");
+    let _ = writeln!(
+        s,
+        "pids=\"\"\ni=0\nwhile [ $i -lt $cpus ]; do\n  \
+         ( while :; do :; done ) &\n  pids=\"$pids $!\"\n  i=$((i + 1))\ndone"
+    );
+    let _ = writeln!(s, "sleep $busy\nkill $pids");
+    // /proc/stat's first line: cpu user nice system idle iowait irq softirq steal ...
+    let _ = writeln!(
+        s,
+        "echo \"linux-guest: steal $(awk '/^cpu / {{ print $9 }}' /proc/stat)\""
+    );
+    let _ = writeln!(
+        s,
+        "echo \"linux-guest: kernel warnings $(dmesg | grep -c -e '{}')\"",
+        KERNEL_TROUBLE.join("' -e '")
+    );
     let _ = writeln!(s, "echo \"{INIT_DONE}\"");
-    let _ = writeln!(s, "/bin/busybox poweroff -f");
+    let _ = writeln!(s, "poweroff -f");
     s
 }
+
+/// The busybox applets `/init` runs, linked into `/bin`.
+const INIT_APPLETS: [&str; 17] = [
+    "sh", "mount", "cat", "echo", "od", "tr", "nproc", "sleep", "kill", "awk", "grep", "dmesg",
+    "poweroff", "reboot", "ls", "head", "uptime",
+];
 
 /// A `newc` cpio archive (the format Linux unpacks as an initramfs;
 /// Documentation/driver-api/early-userspace/buffer-format.rst): the
@@ -205,10 +276,10 @@ pub fn initramfs(busybox: &[u8]) -> Vec<u8> {
     }
     // The console the kernel opens for init: character device 5:1.
     cpio.entry("dev/console", 0o020_600, &[], (5 << 8) | 1);
+    // The shell gives background jobs /dev/null as stdin: 1:3.
+    cpio.entry("dev/null", 0o020_666, &[], (1 << 8) | 3);
     cpio.entry("bin/busybox", 0o100_755, busybox, 0);
-    for applet in [
-        "sh", "mount", "cat", "head", "echo", "poweroff", "reboot", "ls", "dmesg",
-    ] {
+    for applet in INIT_APPLETS {
         cpio.entry(&format!("bin/{applet}"), 0o120_777, b"busybox", 0);
     }
     cpio.entry("init", 0o100_755, init_script().as_bytes(), 0);

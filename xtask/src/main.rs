@@ -10,6 +10,7 @@ mod gdb;
 mod guests;
 mod image;
 mod linux;
+mod linuxtest;
 mod qemu;
 mod setup;
 mod suite;

@@ -16,7 +16,7 @@ use crate::dtedit::DtEdit;
 use crate::guests::{self, Guests};
 use crate::qemu::{self, Console, Echo, RunSpec};
 use crate::setup::{self, Tool};
-use crate::{FATAL_GRACE, Workspace, display_command, dtedit, image, vm};
+use crate::{FATAL_GRACE, Workspace, display_command, dtedit, image, linux, linuxtest, vm};
 
 /// The host checks: (name, cargo arguments).
 const HOST_CHECKS: [(&str, &[&str]); 5] = [
@@ -99,8 +99,10 @@ impl Tally {
 }
 
 pub fn test(ws: &Workspace, o: &TestOpts) -> Result<ExitCode> {
+    let linux_dir = linux::cache_dir(ws)?;
     let mut all = boottest::boot_tests();
     all.extend(boottest::vm_tests());
+    all.extend(linuxtest::tests(&linux_dir));
     let tests: Vec<BootTest> = all
         .into_iter()
         .filter(|t| o.filters.is_empty() || o.filters.iter().any(|f| t.name.contains(f.as_str())))
@@ -181,7 +183,30 @@ fn boot_tests(ws: &Workspace, o: &TestOpts, tests: &[BootTest], tally: &mut Tall
             return;
         }
     };
+    // The stock Linux guest is fetched (once; then cached) only if a test
+    // that boots it is selected. Without it those tests fail, saying why.
+    let linux_dir = linux::cache_dir(ws);
+    let needs_linux = |t: &BootTest| {
+        linux_dir
+            .as_ref()
+            .is_ok_and(|dir| linuxtest::needs_guest(t, dir))
+    };
+    let linux_guest = if tests.iter().any(needs_linux) {
+        Some(linux::obtain(ws).map_err(|e| format!("{e:#}")))
+    } else {
+        None
+    };
     for t in tests {
+        if needs_linux(t)
+            && let Some(Err(why)) = &linux_guest
+        {
+            tally.record(
+                &t.name,
+                Err(format!("not run: no Linux guest: {why}")),
+                false,
+            );
+            continue;
+        }
         run_one(t, &art.image, &guests, &logs, o.verbose, tally);
     }
 }

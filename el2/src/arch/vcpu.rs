@@ -157,6 +157,10 @@ const _: () = assert!(offset_of!(FpContext, fpcr) == 512);
 pub struct VtimerContext {
     pub ctl: u64,
     pub cval: u64,
+    /// The timer fired while the guest ran and the hypervisor masked it
+    /// (CNTV_CTL_EL0.IMASK) to inject its interrupt; the guest's handler
+    /// reprograms it. Consumed by the next wait's deadline.
+    pub fired: bool,
 }
 
 impl VtimerContext {

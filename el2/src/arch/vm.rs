@@ -985,6 +985,7 @@ fn handle_exit(
         Exit::Irq => {
             match irq::handle() {
                 Taken::VirtualTimer => {
+                    ctx.vtimer.fired = true;
                     // Latched rather than driven as a level: the hardware
                     // timer is masked now, and the guest's handler reprograms
                     // (and so unmasks) it, which fires again if due.
@@ -1028,7 +1029,7 @@ fn handle_exit(
                     }
                     let own = deadline_register.map(|r| ctx.regs.reg(r).wrapping_add(vm.cntvoff));
                     Next::Put(PutReason::Wfi {
-                        deadline: el2::exit::wfi_deadline(live_vtimer_deadline(), own),
+                        deadline: el2::exit::wfi_deadline(vtimer_wait_deadline(ctx), own),
                     })
                 }
                 WfxKind::Wfe => on_spin(pcpu, vm, vcpu, ctx, sched),
@@ -1150,11 +1151,20 @@ fn on_spin(
 }
 
 /// The virtual timer's deadline in physical counter ticks, read from the
-/// live registers (CNTVOFF_EL2 is 0: virtual time is physical time).
-fn live_vtimer_deadline() -> Option<u64> {
+/// live registers (CNTVOFF_EL2 is 0: virtual time is physical time), for a
+/// vCPU about to wait. A timer the hypervisor masked when it fired (see
+/// `irq::Taken::VirtualTimer`) and the guest has not reprogrammed since
+/// counts once more: its interrupt is injected, but if the guest has that
+/// interrupt disabled in its GIC the wait still ends at the deadline (a
+/// spurious wake-up, which WFI permits), as it did before the guest had a
+/// GIC to program — bare guests poll the counter after WFI.
+fn vtimer_wait_deadline(ctx: &mut VcpuContext) -> Option<u64> {
     let ctl = CNTV_CTL_EL0.extract();
-    (ctl.is_set(CNTV_CTL_EL0::ENABLE) && !ctl.is_set(CNTV_CTL_EL0::IMASK))
-        .then(|| CNTV_CVAL_EL0.get())
+    if !ctl.is_set(CNTV_CTL_EL0::ENABLE) {
+        return None;
+    }
+    let masked_by_hypervisor = core::mem::take(&mut ctx.vtimer.fired);
+    (!ctl.is_set(CNTV_CTL_EL0::IMASK) || masked_by_hypervisor).then(|| CNTV_CVAL_EL0.get())
 }
 
 /// Writes an injected exception into the live EL1 registers and the
@@ -1489,7 +1499,7 @@ fn hypercall(
                 return Next::Resume;
             }
             Next::Put(PutReason::Wfi {
-                deadline: live_vtimer_deadline(),
+                deadline: vtimer_wait_deadline(ctx),
             })
         }
         Action::SystemOff | Action::SystemReset => {
