@@ -193,6 +193,10 @@ fn output(cmd: &mut Command) -> Result<String> {
 /// on the VM's first boot; it then runs `reboot -f` (PSCI SYSTEM_RESET).
 pub const INIT_REBOOTING: &str = "linux-guest: rebooting";
 
+/// What `/init` prints before it reads a line from its console
+/// (`lgtest=input`); it then prints `linux-guest: read '<line>'`.
+pub const INIT_PROMPT: &str = "linux-guest: type a line";
+
 /// Kernel messages that mean a guest suffered from how it was scheduled
 /// (RCU stalls, soft and hard lockups, a clocksource judged unstable) or
 /// broke: the Linux boot tests fail if any console line contains one, and
@@ -215,7 +219,8 @@ pub const KERNEL_TROUBLE: [&str; 10] = [
 /// the kernel command line steer it: `lgtest=reboot` restarts the VM once
 /// (the device tree's `/chosen/pvlock,reset-count` tells the first boot
 /// from the second), `lgbusy=S` keeps every CPU busy with a CPU-bound
-/// loop for S seconds (default 1) before the stolen time is read.
+/// loop for S seconds (default 1) before the stolen time is read,
+/// `lgtest=input` reads a line from the console and prints it.
 pub fn init_script() -> String {
     let mut s = String::from("#!/bin/sh\n");
     let _ = writeln!(s, "mount -t proc proc /proc");
@@ -235,6 +240,11 @@ pub fn init_script() -> String {
         s,
         "if [ \"$lgtest\" = reboot ] && [ \"$reset\" = 00000000 ]; then\n  \
          echo \"{INIT_REBOOTING}\"\n  reboot -f\nfi"
+    );
+    let _ = writeln!(
+        s,
+        "if [ \"$lgtest\" = input ]; then\n  echo \"{INIT_PROMPT}\"\n  read -r line\n  \
+         echo \"linux-guest: read '$line'\"\nfi"
     );
     let _ = writeln!(s, "busy=${{lgbusy:-1}}");
     let _ = writeln!(s, "cpus=$(nproc)");

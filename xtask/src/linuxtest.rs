@@ -6,8 +6,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::boottest::{BootTest, Check, Kernel, Outcome};
-use crate::linux::{self, INIT_BANNER, INIT_DONE, INIT_REBOOTING, KERNEL_TROUBLE};
-use crate::qemu::Machine;
+use crate::linux::{self, INIT_BANNER, INIT_DONE, INIT_PROMPT, INIT_REBOOTING, KERNEL_TROUBLE};
+use crate::qemu::{Machine, Script, Step};
 use crate::vm::VmConfig;
 
 /// What the kernel prints, once per boot of each VM, when it finds the
@@ -38,7 +38,13 @@ pub struct LinuxExpect {
     pub overcommitted: bool,
     /// Each VM reboots once (`reboot -f`) and boots again.
     pub reboots: bool,
+    /// The line typed on the console for `/init` to read back
+    /// ([`console_script`]).
+    pub input: Option<&'static str>,
 }
+
+/// The line the console-input test types.
+pub const TYPED_LINE: &str = "hello from the console";
 
 /// The Linux boot tests, for the guest cached in `dir` ([`linux::obtain`]
 /// fetches it before they run).
@@ -70,6 +76,12 @@ pub fn tests(dir: &Path) -> Vec<BootTest> {
             true,
         ),
         linux_test(
+            "console input vcpus=2",
+            machine(2),
+            vm(2, 1, "lgtest=input"),
+            false,
+        ),
+        linux_test(
             &format!("soak {SOAK_SECS} s vcpus=4"),
             machine(2),
             vm(4, 1, &format!("lgbusy={SOAK_SECS}")),
@@ -82,6 +94,7 @@ fn linux_test(name: &str, machine: Machine, vm: VmConfig, reboots: bool) -> Boot
     let vms = vm.count as usize;
     let vcpus = vm.vcpus as usize;
     let overcommitted = vms * vcpus > machine.smp as usize;
+    let input = vm.bootargs.contains("lgtest=input").then_some(TYPED_LINE);
     BootTest {
         name: format!("linux {name} {}", machine.describe()),
         timeout: TIMEOUT,
@@ -94,6 +107,7 @@ fn linux_test(name: &str, machine: Machine, vm: VmConfig, reboots: bool) -> Boot
                 vcpus,
                 overcommitted,
                 reboots,
+                input,
             }),
             Check::HypervisorSummary {
                 vcpus_per_vm: vec![vcpus; vms],
@@ -105,6 +119,24 @@ fn linux_test(name: &str, machine: Machine, vm: VmConfig, reboots: bool) -> Boot
         vms: vec![vm],
         machine,
     }
+}
+
+/// What to type on the console of `test`: after `/init`'s prompt, the
+/// line of the console-input test (which the guest's tty reads through the
+/// UART's receive interrupt).
+pub fn console_script(test: &BootTest) -> Option<Script> {
+    let expect = test.checks.iter().find_map(|c| match c {
+        Check::Linux(expect) => Some(expect),
+        _ => None,
+    })?;
+    let line = expect.input?;
+    Some(Script {
+        steps: vec![Step {
+            wait_for: vec![INIT_PROMPT],
+            send: format!("{line}\r"),
+        }],
+        fail_after: Vec::new(),
+    })
 }
 
 /// Whether `test` boots the Linux guest (so it must be fetched first).
@@ -141,6 +173,9 @@ pub fn check(lines: &[&str], expect: &LinuxExpect) -> Result<(), String> {
         return Err(format!("a kernel complained: {trouble:?}"));
     }
     exactly("linux-guest: kernel warnings 0", expect.vms)?;
+    if let Some(line) = expect.input {
+        exactly(&format!("linux-guest: read '{line}'"), expect.vms)?;
+    }
     if expect.reboots {
         exactly(INIT_REBOOTING, expect.vms)?;
         exactly("restarting (SYSTEM_RESET)", expect.vms)?;
@@ -228,6 +263,7 @@ mod tests {
             vcpus,
             overcommitted,
             reboots,
+            input: None,
         }
     }
 
@@ -327,10 +363,25 @@ mod tests {
                 "linux vcpus=4 max,pauth=off smp=2",
                 "linux 2 VMs vcpus=2 max,pauth=off smp=2",
                 "linux reboot vcpus=2 max,pauth=off smp=2",
+                "linux console input vcpus=2 max,pauth=off smp=2",
                 "linux soak 60 s vcpus=4 max,pauth=off smp=2",
             ]
         );
         assert!(all.iter().all(|t| needs_guest(t, dir)));
+        // Only the console-input test types, and it checks the echo.
+        let scripted: Vec<bool> = all.iter().map(|t| console_script(t).is_some()).collect();
+        assert_eq!(scripted, [false, false, false, false, true, false]);
+        let script = console_script(&all[4]).unwrap();
+        assert_eq!(script.steps[0].wait_for, [INIT_PROMPT]);
+        assert_eq!(script.steps[0].send, format!("{TYPED_LINE}\r"));
+        let mut lines = boot("", 2, 0, 0, true);
+        lines.push("el2: vm vm0 powered off".into());
+        lines.push("el2: all VMs powered off".into());
+        let mut with_input = expect(1, 2, false, false);
+        with_input.input = Some(TYPED_LINE);
+        assert!(judge(&lines, &with_input).is_err());
+        lines.push(format!("linux-guest: read '{TYPED_LINE}'"));
+        assert_eq!(judge(&lines, &with_input), Ok(()));
         let overcommitted: Vec<bool> = all
             .iter()
             .map(|t| {
@@ -345,8 +396,8 @@ mod tests {
                 })
             })
             .collect();
-        assert_eq!(overcommitted, [false, true, true, false, true]);
-        assert!(all[4].vms[0].bootargs.ends_with("lgbusy=60"));
+        assert_eq!(overcommitted, [false, true, true, false, false, true]);
+        assert!(all[5].vms[0].bootargs.ends_with("lgbusy=60"));
         assert!(all[3].vms[0].bootargs.ends_with("lgtest=reboot"));
     }
 }

@@ -285,7 +285,10 @@ fn run_one(
     let spec = RunSpec {
         timeout: Some(t.timeout),
         echo: if verbose { Echo::Terminal } else { Echo::None },
-        script: t.machine.console_script(),
+        script: t
+            .machine
+            .console_script()
+            .or_else(|| linuxtest::console_script(t)),
         fatal_grace: Some(FATAL_GRACE),
         ..RunSpec::default()
     };

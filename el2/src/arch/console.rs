@@ -47,6 +47,17 @@ pub unsafe fn init(base: u64) {
     *CONSOLE.lock() = Some(Console { uart });
 }
 
+/// Takes one byte of input from the console, if one has arrived (receive
+/// errors — framing, parity, break — drop the byte).
+pub fn read_byte() -> Option<u8> {
+    let mut console = CONSOLE.lock();
+    let uart = &mut console.as_mut()?.uart;
+    if uart.is_rx_fifo_empty() {
+        return None;
+    }
+    uart.read_word().ok().flatten()
+}
+
 /// Writes `args` to the console, if there is one.
 pub fn print(args: fmt::Arguments) {
     if let Some(console) = CONSOLE.lock().as_mut() {

@@ -594,8 +594,47 @@ pub fn run(pcpu: usize) -> ! {
             Some((vcpu, picked)) => {
                 run_vcpu(pcpu, &vms[usize::from(vcpu.vm.0)], vcpu, picked, sched)
             }
-            None => idle(pcpu, sched),
+            None => {
+                idle(pcpu, sched);
+                forward_console_input(pcpu, vms, None, sched);
+            }
         }
+    }
+}
+
+/// Interactive input: when a single VM runs, it owns the console, and the
+/// bytes typed on it go to that VM's UART (raising its receive interrupt).
+/// The boot CPU polls the console's receive FIFO whenever it passes
+/// through the scheduler (at least every slice while it runs a vCPU, and
+/// every `IDLE_RECHECK_MS` while idle); bytes the guest's FIFO has no room
+/// for wait in the console's own FIFO. With several VMs, input is ignored
+/// (their output shares the console, prefixed with each VM's name).
+/// `running` is the vCPU this pCPU runs, if any.
+fn forward_console_input(
+    pcpu: usize,
+    vms: &[Vm],
+    running: Option<VcpuId>,
+    sched: &Mutex<Scheduler>,
+) {
+    let [vm] = vms else {
+        return;
+    };
+    if pcpu != 0 || vm.state() != VM_RUNNING {
+        return;
+    }
+    let line = {
+        let mut uart = vm.console.lock();
+        while uart.rx_space() > 0 {
+            let Some(byte) = super::console::read_byte() else {
+                break;
+            };
+            uart.push_input(byte);
+        }
+        uart_line_change(vm, &uart)
+    };
+    if let Some(level) = line {
+        let running = running.filter(|v| v.vm == vm.id).map(|v| v.index);
+        set_uart_line(pcpu, vm, running, level, sched);
     }
 }
 
@@ -688,10 +727,12 @@ fn run_vcpu(pcpu: usize, vm: &Vm, vcpu: VcpuId, picked: Picked, sched: &Mutex<Sc
     vcpu_load(pcpu, vm, vcpu, &mut ctx, picked.steal_ticks, sched);
     vm.spin.lock().resumed(vcpu.index);
     let mut first = Some((picked.slice_end, picked.runnable));
+    let vms = VMS.get().map_or(&[][..], |v| v.as_slice());
     let reason = loop {
         if vm.state() != VM_RUNNING {
             break PutReason::PowerOff;
         }
+        forward_console_input(pcpu, vms, Some(vcpu), sched);
         let (slice_end, runnable) = first.take().unwrap_or_else(|| {
             let s = sched.lock();
             (s.slice_end(vcpu), s.runnable_on(pcpu))
