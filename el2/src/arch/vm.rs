@@ -114,6 +114,9 @@ pub fn set_wall_clock(epoch_secs: u64, counter: u64, hz: u64) {
     }
 }
 
+/// When the boot CPU next looks for console input (counter ticks).
+static NEXT_INPUT_POLL: AtomicU64 = AtomicU64::new(0);
+
 /// Set when the last VM has powered off.
 static ALL_OFF: AtomicBool = AtomicBool::new(false);
 
@@ -604,9 +607,10 @@ pub fn run(pcpu: usize) -> ! {
 
 /// Interactive input: when a single VM runs, it owns the console, and the
 /// bytes typed on it go to that VM's UART (raising its receive interrupt).
-/// The boot CPU polls the console's receive FIFO whenever it passes
-/// through the scheduler (at least every slice while it runs a vCPU, and
-/// every `IDLE_RECHECK_MS` while idle); bytes the guest's FIFO has no room
+/// The boot CPU polls the console's receive FIFO at its hypervisor
+/// interrupts (the slice tick, at least once a slice, while it runs a
+/// vCPU) and whenever it wakes from idle (at least every
+/// `IDLE_RECHECK_MS`), at most once a millisecond; bytes the guest's FIFO has no room
 /// for wait in the console's own FIFO. With several VMs, input is ignored
 /// (their output shares the console, prefixed with each VM's name).
 /// `running` is the vCPU this pCPU runs, if any.
@@ -622,6 +626,13 @@ fn forward_console_input(
     if pcpu != 0 || vm.state() != VM_RUNNING {
         return;
     }
+    // At most once per millisecond: faster than anyone types (and than a
+    // 115200-baud line fills a 16-byte FIFO), and off the vCPU-switch path.
+    let now = cpu::counter();
+    if now < NEXT_INPUT_POLL.load(Ordering::Relaxed) {
+        return;
+    }
+    NEXT_INPUT_POLL.store(now + ms_to_ticks(1), Ordering::Relaxed);
     let line = {
         let mut uart = vm.console.lock();
         while uart.rx_space() > 0 {
@@ -724,15 +735,13 @@ impl Picked {
 /// so nothing but this pCPU changes its slice meanwhile.
 fn run_vcpu(pcpu: usize, vm: &Vm, vcpu: VcpuId, picked: Picked, sched: &Mutex<Scheduler>) {
     let mut ctx = vm.vcpus[usize::from(vcpu.index)].lock();
-    vcpu_load(pcpu, vm, vcpu, &mut ctx, picked.steal_ticks, sched);
+    vcpu_load(vm, vcpu, &mut ctx, picked.steal_ticks);
     vm.spin.lock().resumed(vcpu.index);
     let mut first = Some((picked.slice_end, picked.runnable));
-    let vms = VMS.get().map_or(&[][..], |v| v.as_slice());
     let reason = loop {
         if vm.state() != VM_RUNNING {
             break PutReason::PowerOff;
         }
-        forward_console_input(pcpu, vms, Some(vcpu), sched);
         let (slice_end, runnable) = first.take().unwrap_or_else(|| {
             let s = sched.lock();
             (s.slice_end(vcpu), s.runnable_on(pcpu))
@@ -895,17 +904,10 @@ fn extend_slice(
 }
 
 /// Loads a vCPU onto this pCPU: its VM's stage 2, the vCPU's system
-/// registers and virtual CPU interface, its pending interrupts into the
-/// list registers, and its PV records: "not preempted" and the stolen time
-/// it has accumulated (`steal_ticks`), both before it runs.
-fn vcpu_load(
-    pcpu: usize,
-    vm: &Vm,
-    vcpu: VcpuId,
-    ctx: &mut VcpuContext,
-    steal_ticks: u64,
-    sched: &Mutex<Scheduler>,
-) {
+/// registers and virtual CPU interface, and its PV records: "not
+/// preempted" and the stolen time it has accumulated (`steal_ticks`), both
+/// before it runs.
+fn vcpu_load(vm: &Vm, vcpu: VcpuId, ctx: &mut VcpuContext, steal_ticks: u64) {
     vm.write_preempted(vcpu.index, pv::preempted_on_load());
     vm.write_stolen_time(vcpu.index, steal_ticks);
     HCR_EL2.set(guest_hcr());
@@ -913,7 +915,9 @@ fn vcpu_load(
     CNTVOFF_EL2.set(vm.cntvoff);
     aarch64_cpu::asm::barrier::isb(aarch64_cpu::asm::barrier::SY);
     ctx.load();
-    refresh_and_deliver(pcpu, vm, vcpu, ctx, sched);
+    // The list registers are empty now; whatever waits for this vCPU has
+    // its `irq_attention` bit set (see `vcpu_put`), so the run loop's
+    // check before the first entry fills them.
 }
 
 /// Saves the running vCPU: what the guest did with its list registers goes
@@ -922,10 +926,29 @@ fn vcpu_load(
 /// written with the scheduler's decision, under the scheduler lock.) Takes
 /// the scheduler lock: call it without.
 fn vcpu_put(pcpu: usize, vm: &Vm, vcpu: VcpuId, ctx: &mut VcpuContext, sched: &Mutex<Scheduler>) {
+    if ctx.gic.lrs_used == 0 && !ctx.gic.underflow {
+        // Nothing of the virtual GIC's is in this pCPU's list registers:
+        // the common case of a vCPU switch, kept to the register save.
+        ctx.save();
+        return;
+    }
     let (read_back, used) = ctx.gic.read_lrs();
     let woken = vm.vgic.lock().sync_back(vcpu.index, &read_back[..used]);
+    // Anything the guest had not finished with (pending or active), or
+    // that did not fit, is back in the model: the vCPU's next load must
+    // fill its list registers again. Without it, the empty list registers
+    // it will be loaded with are all it is owed — the cheap vCPU switch.
+    let unfinished = read_back[..used]
+        .iter()
+        .any(|lr| lr.state != el2::vgic::LrState::Invalid);
+    if unfinished || ctx.gic.underflow {
+        // Marked, not woken: a wake-up is owed only for a new interrupt,
+        // and WFI has already looked at these.
+        vm.irq_attention
+            .fetch_or(1u64 << vcpu.index, Ordering::AcqRel);
+    }
     ctx.save();
-    deliver(pcpu, vm, None, woken, sched);
+    deliver(pcpu, vm, None, woken.without(vcpu.index), sched);
 }
 
 /// Brings the running `vcpu`'s list registers up to date: what the guest
@@ -1040,7 +1063,12 @@ fn handle_exit(
                     vm.irq_attention
                         .fetch_or(1u64 << vcpu.index, Ordering::AcqRel);
                 }
-                Taken::Hypervisor => {}
+                Taken::Hypervisor => {
+                    // The slice tick or an IPI: also when the boot CPU
+                    // looks for console input while it runs a vCPU.
+                    let vms = VMS.get().map_or(&[][..], |v| v.as_slice());
+                    forward_console_input(pcpu, vms, Some(vcpu), sched);
+                }
             }
             Next::Resume
         }
