@@ -1219,21 +1219,17 @@ fn on_spin(
     Next::Put(PutReason::Yield)
 }
 
-/// The virtual timer's deadline in physical counter ticks, read from the
-/// live registers (CNTVOFF_EL2 is 0: virtual time is physical time), for a
-/// vCPU about to wait. A timer the hypervisor masked when it fired (see
-/// `irq::Taken::VirtualTimer`) and the guest has not reprogrammed since
-/// counts once more: its interrupt is injected, but if the guest has that
-/// interrupt disabled in its GIC the wait still ends at the deadline (a
-/// spurious wake-up, which WFI permits), as it did before the guest had a
-/// GIC to program — bare guests poll the counter after WFI.
+/// The virtual timer's part of a waiting vCPU's deadline, from the live
+/// registers (CNTVOFF_EL2 is 0: virtual time is physical time); see
+/// `el2::exit::vtimer_wait_deadline`.
 fn vtimer_wait_deadline(ctx: &mut VcpuContext) -> Option<u64> {
     let ctl = CNTV_CTL_EL0.extract();
-    if !ctl.is_set(CNTV_CTL_EL0::ENABLE) {
-        return None;
-    }
-    let masked_by_hypervisor = core::mem::take(&mut ctx.vtimer.fired);
-    (!ctl.is_set(CNTV_CTL_EL0::IMASK) || masked_by_hypervisor).then(|| CNTV_CVAL_EL0.get())
+    el2::exit::vtimer_wait_deadline(el2::exit::VtimerState {
+        enabled: ctl.is_set(CNTV_CTL_EL0::ENABLE),
+        masked: ctl.is_set(CNTV_CTL_EL0::IMASK),
+        masked_by_hypervisor: core::mem::take(&mut ctx.vtimer.fired),
+        deadline: CNTV_CVAL_EL0.get(),
+    })
 }
 
 /// Writes an injected exception into the live EL1 registers and the
