@@ -85,6 +85,8 @@ pub struct Vm {
     /// after the `vgic` change it announces; cleared by the vCPU's next
     /// refill ([`vgic_refresh`]).
     irq_attention: AtomicU64,
+    /// What the virtual GIC delivered (`el2::vgic::DeliveryStats`).
+    vgic_stats: VgicCounters,
     exits: [AtomicU64; EXIT_CLASSES.len()],
     /// Aborts injected so far (for `el2::fault::worth_logging`).
     faults: AtomicU64,
@@ -328,6 +330,7 @@ fn build_vm(
         uart_line: AtomicBool::new(false),
         vgic: Mutex::new(vgic),
         irq_attention: AtomicU64::new(0),
+        vgic_stats: VgicCounters::default(),
         name,
         config: config.clone(),
         placement,
@@ -354,6 +357,31 @@ fn build_vm(
     vm.load()
         .map_err(|e| fail("memory", alloc::format!("{e}")))?;
     Ok(vm)
+}
+
+/// The counters behind `el2::vgic::DeliveryStats`, bumped where the
+/// events happen.
+#[derive(Default)]
+struct VgicCounters {
+    sgis: AtomicU64,
+    timer: AtomicU64,
+    spi: AtomicU64,
+    maintenance: AtomicU64,
+}
+
+impl VgicCounters {
+    fn count(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn snapshot(&self) -> el2::vgic::DeliveryStats {
+        el2::vgic::DeliveryStats {
+            sgis: self.sgis.load(Ordering::Relaxed),
+            timer: self.timer.load(Ordering::Relaxed),
+            spi: self.spi.load(Ordering::Relaxed),
+            maintenance: self.maintenance.load(Ordering::Relaxed),
+        }
+    }
 }
 
 /// `len` bytes of host memory at `pa`.
@@ -1050,6 +1078,7 @@ fn handle_exit(
             match irq::handle() {
                 Taken::VirtualTimer => {
                     ctx.vtimer.fired = true;
+                    VgicCounters::count(&vm.vgic_stats.timer);
                     // Latched rather than driven as a level: the hardware
                     // timer is masked now, and the guest's handler reprograms
                     // (and so unmasks) it, which fires again if due.
@@ -1060,6 +1089,7 @@ fn handle_exit(
                     }
                 }
                 Taken::Maintenance => {
+                    VgicCounters::count(&vm.vgic_stats.maintenance);
                     vm.irq_attention
                         .fetch_or(1u64 << vcpu.index, Ordering::AcqRel);
                 }
@@ -1345,6 +1375,9 @@ fn set_uart_line(
     level: bool,
     sched: &Mutex<Scheduler>,
 ) {
+    if level {
+        VgicCounters::count(&vm.vgic_stats.spi);
+    }
     let woken = vm.vgic.lock().set_level(layout::UART_IRQ.intid(), 0, level);
     if let Ok(woken) = woken {
         deliver(pcpu, vm, running, woken, sched);
@@ -1426,6 +1459,7 @@ fn send_sgi(
     use el2::sysreg::SgiRegister;
     match register {
         SgiRegister::Group1 => {
+            VgicCounters::count(&vm.vgic_stats.sgis);
             let woken = vm.vgic.lock().send_sgi(vcpu.index, value);
             if let Ok(woken) = woken {
                 deliver(pcpu, vm, Some(vcpu.index), woken, sched);
@@ -1754,6 +1788,7 @@ fn finish(vms: &[Vm], sched: &Mutex<Scheduler>) -> ! {
             exits
         );
         println!("summary:   wait/yield: {}", vm.spin.lock().stats());
+        println!("summary:   vgic: {}", vm.vgic_stats.snapshot());
         for v in s.vcpus(vm.id) {
             if let Some(stats) = s.stats(v, now) {
                 println!("summary:   {v}: {}", stats.display(hz));

@@ -371,6 +371,32 @@ pub struct PendingIrq {
     pub group1: bool,
 }
 
+/// What a VM's virtual GIC delivered over a run, as the hypervisor
+/// counts it (its end-of-run summary prints it with `Display`:
+/// `sgis S timer T spi P maintenance M`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeliveryStats {
+    /// SGI generation register writes by the VM's vCPUs.
+    pub sgis: u64,
+    /// Virtual timer interrupts injected.
+    pub timer: u64,
+    /// Rising edges of emulated devices' SPI lines.
+    pub spi: u64,
+    /// Maintenance interrupts taken (list-register refills and EOIs of
+    /// level-sensitive interrupts).
+    pub maintenance: u64,
+}
+
+impl fmt::Display for DeliveryStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "sgis {} timer {} spi {} maintenance {}",
+            self.sgis, self.timer, self.spi, self.maintenance
+        )
+    }
+}
+
 /// A snapshot of one interrupt, for diagnostics and tests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IrqStatus {

@@ -1576,3 +1576,17 @@ fn random_accesses_never_panic_and_keep_the_model_consistent() {
     }
     assert!(g.irqs.iter().all(|irq| irq.in_lr.is_none()));
 }
+
+#[test]
+fn delivery_stats_print_as_the_summary_reads_them() {
+    let stats = DeliveryStats {
+        sgis: 12,
+        timer: 3,
+        spi: 1,
+        maintenance: 4,
+    };
+    assert_eq!(
+        alloc::format!("{stats}"),
+        "sgis 12 timer 3 spi 1 maintenance 4"
+    );
+}
