@@ -3,7 +3,7 @@
 use super::regs::{ICC_EOIR1_EL1, ICC_INTID, acknowledge_interrupt};
 use aarch64_cpu::registers::CNTV_CTL_EL0;
 use core::sync::atomic::{AtomicU32, Ordering};
-use tock_registers::interfaces::{ReadWriteable, Writeable};
+use tock_registers::interfaces::{ReadWriteable, Readable, Writeable};
 
 /// INTIDs 1020..=1023 are special: 1023 means nothing was pending.
 const FIRST_SPECIAL_INTID: u32 = 1020;
@@ -67,11 +67,23 @@ pub fn handle() -> Taken {
         Taken::Hypervisor
     } else if intid == VTIMER_INTID.load(Ordering::Relaxed) {
         // Only a loaded vCPU has its virtual timer enabled in hardware
-        // (`VtimerContext::save` disables it), so this is the running
-        // guest's. Masked before the end of the interrupt, or the
-        // level-sensitive line would fire again at once.
-        CNTV_CTL_EL0.modify(CNTV_CTL_EL0::IMASK::SET);
-        Taken::VirtualTimer
+        // (`VtimerContext::save` disables it), so a timer whose condition
+        // holds now is the running guest's. One that does not was raised
+        // for a vCPU since put (the line had not yet dropped when the
+        // interrupt was signalled): nothing to inject, and masking would
+        // silence the current guest's timer.
+        let ctl = CNTV_CTL_EL0.extract();
+        if ctl.is_set(CNTV_CTL_EL0::ENABLE) && ctl.is_set(CNTV_CTL_EL0::ISTATUS) {
+            // Masked before the end of the interrupt, or the
+            // level-sensitive line would fire again at once.
+            CNTV_CTL_EL0.modify(CNTV_CTL_EL0::IMASK::SET);
+            Taken::VirtualTimer
+        } else {
+            if let Some(cpu) = cpu {
+                cpu.count_other_irq();
+            }
+            Taken::Hypervisor
+        }
     } else if intid == MAINTENANCE_INTID.load(Ordering::Relaxed) {
         // The line stays high until the list registers are rewritten, which
         // the run loop does before the next guest entry (IRQs stay masked
