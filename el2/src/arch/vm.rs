@@ -87,6 +87,12 @@ pub struct Vm {
     irq_attention: AtomicU64,
     /// What the virtual GIC delivered (`el2::vgic::DeliveryStats`).
     vgic_stats: VgicCounters,
+    /// Per vCPU, the physical counter value at which its virtual timer
+    /// fires, as of its last put (`u64::MAX`: not armed): a descheduled
+    /// vCPU whose timer is due has an interrupt to take, which the
+    /// directed-yield decision reads without taking the vCPU's context
+    /// (KVM's `kvm_timer_is_pending`).
+    vtimer_due: Vec<AtomicU64>,
     exits: [AtomicU64; EXIT_CLASSES.len()],
     /// Aborts injected so far (for `el2::fault::worth_logging`).
     faults: AtomicU64,
@@ -331,6 +337,7 @@ fn build_vm(
         vgic: Mutex::new(vgic),
         irq_attention: AtomicU64::new(0),
         vgic_stats: VgicCounters::default(),
+        vtimer_due: (0..layout.vcpus).map(|_| AtomicU64::new(u64::MAX)).collect(),
         name,
         config: config.clone(),
         placement,
@@ -506,6 +513,28 @@ impl Vm {
             let record = &*(pa as *const pvlock_abi::pvtime::StolenTime);
             record.store_stolen_time(ns, Ordering::Release);
         }
+    }
+
+    /// Records when the saved virtual timer of vCPU `index` fires.
+    fn note_vtimer(&self, index: u16, ctx: &VcpuContext) {
+        let ctl = ctx.vtimer.ctl;
+        let armed = ctl & CNTV_CTL_EL0::ENABLE::SET.value != 0
+            && ctl & CNTV_CTL_EL0::IMASK::SET.value == 0;
+        let due = if armed {
+            ctx.vtimer.cval.wrapping_add(self.cntvoff)
+        } else {
+            u64::MAX
+        };
+        if let Some(slot) = self.vtimer_due.get(usize::from(index)) {
+            slot.store(due, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether vCPU `index`, off its pCPU, has its virtual timer due.
+    fn vtimer_is_due(&self, index: u16, now: u64) -> bool {
+        self.vtimer_due
+            .get(usize::from(index))
+            .is_some_and(|due| due.load(Ordering::Relaxed) <= now)
     }
 
     /// Counts an injected abort; whether to log it, and its number.
@@ -958,6 +987,7 @@ fn vcpu_put(pcpu: usize, vm: &Vm, vcpu: VcpuId, ctx: &mut VcpuContext, sched: &M
         // Nothing of the virtual GIC's is in this pCPU's list registers:
         // the common case of a vCPU switch, kept to the register save.
         ctx.save();
+        vm.note_vtimer(vcpu.index, ctx);
         return;
     }
     let (read_back, used) = ctx.gic.read_lrs();
@@ -976,6 +1006,7 @@ fn vcpu_put(pcpu: usize, vm: &Vm, vcpu: VcpuId, ctx: &mut VcpuContext, sched: &M
             .fetch_or(1u64 << vcpu.index, Ordering::AcqRel);
     }
     ctx.save();
+    vm.note_vtimer(vcpu.index, ctx);
     deliver(pcpu, vm, None, woken.without(vcpu.index), sched);
 }
 
@@ -1229,7 +1260,8 @@ fn on_spin(
                 0
             };
             let mut candidate = spin.candidate(v.index, waiting, locks);
-            candidate.has_pending_virtual_interrupt = waiting && gic.has_pending(v.index);
+            candidate.has_pending_virtual_interrupt =
+                waiting && (gic.has_pending(v.index) || vm.vtimer_is_due(v.index, now));
             candidate
         })
         .collect();
