@@ -17,6 +17,9 @@ pub enum SelfTest {
     Undef,
     /// Recurse until the thread stack runs into its guard page.
     StackOverflow,
+    /// Panic on every CPU at once, after the tick check: one report, and
+    /// the machine stops.
+    PanicAll,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -24,7 +27,7 @@ pub struct BootArgs {
     /// `loglevel=`: a `log` level name (`off`, `error`, `warn`, `info`,
     /// `debug`, `trace`) or a Linux console level number 0..=8.
     pub log_level: LevelFilter,
-    /// `el2.selftest=undef|stack-overflow`.
+    /// `el2.selftest=undef|stack-overflow|panic-all`.
     pub selftest: Option<SelfTest>,
     /// `el2.tick_ms=`: period of the EL2 physical timer tick (1..=1000).
     pub tick_ms: u32,
@@ -60,6 +63,10 @@ pub fn parse(cmdline: &str) -> (BootArgs, Vec<String>) {
                 }
                 "stack-overflow" => {
                     args.selftest = Some(SelfTest::StackOverflow);
+                    true
+                }
+                "panic-all" => {
+                    args.selftest = Some(SelfTest::PanicAll);
                     true
                 }
                 _ => false,
@@ -118,6 +125,19 @@ mod tests {
         assert_eq!(args.selftest, Some(SelfTest::StackOverflow));
         assert_eq!(args.tick_ms, 4);
         assert_eq!(args.tick_check_ms, 0);
+    }
+
+    #[test]
+    fn every_selftest_has_a_name() {
+        for (name, test) in [
+            ("undef", SelfTest::Undef),
+            ("stack-overflow", SelfTest::StackOverflow),
+            ("panic-all", SelfTest::PanicAll),
+        ] {
+            let (args, warnings) = parse(&alloc::format!("el2.selftest={name}"));
+            assert_eq!((args.selftest, warnings.len()), (Some(test), 0), "{name}");
+        }
+        assert_eq!(parse("el2.selftest=panic").1.len(), 1);
     }
 
     #[test]

@@ -13,6 +13,7 @@ mod arch;
 #[cfg(target_os = "none")]
 #[panic_handler]
 fn panic(info: &core::panic::PanicInfo) -> ! {
+    arch::exceptions::begin_fatal();
     let cpu = arch::cpu::current().map_or(0, |c| c.index);
     arch::console::print_fatal(format_args!(
         "*** {}: panic on cpu {cpu}: {info} ***\n",

@@ -217,10 +217,24 @@ extern "C" fn handle_exception(vector: u64, frame: &mut Frame) {
 /// on another CPU meanwhile) parks instead of interleaving reports.
 static FATAL_IN_PROGRESS: AtomicBool = AtomicBool::new(false);
 
-fn fatal(vector: Vector, frame: &Frame) -> ! {
+/// Makes this CPU the one that reports a fatal error and stops the others
+/// (they park at the stop SGI, or at their own fatal error); every other
+/// caller parks here. A fatal error on one CPU thus stops the machine with
+/// one report, whatever the other CPUs were doing.
+pub fn begin_fatal() {
     if FATAL_IN_PROGRESS.swap(true, Ordering::AcqRel) {
         psci::park();
     }
+    super::stop_other_cpus();
+}
+
+/// Whether a fatal error is being reported (the stop SGI then parks).
+pub fn fatal_in_progress() -> bool {
+    FATAL_IN_PROGRESS.load(Ordering::Acquire)
+}
+
+fn fatal(vector: Vector, frame: &Frame) -> ! {
+    begin_fatal();
     let mut report = Report::default();
     let _ = write_report(&mut report, vector, frame);
     report.flush();

@@ -13,6 +13,10 @@ const FIRST_SPECIAL_INTID: u32 = 1020;
 /// interrupt, or a VM it runs is stopping).
 pub const RESCHEDULE_SGI: u8 = 0;
 
+/// The SGI the CPU reporting a fatal error sends every other CPU, which
+/// parks: nothing runs on after the hypervisor has failed.
+pub const STOP_SGI: u8 = 1;
+
 /// The INTID of the EL2 physical timer, from the device tree.
 static TICK_INTID: AtomicU32 = AtomicU32::new(u32::MAX);
 /// The INTID of the EL1 virtual timer (the running guest's), from the
@@ -58,6 +62,10 @@ pub fn handle() -> Taken {
             cpu.count_other_irq();
         }
         return Taken::Hypervisor;
+    }
+    if intid == u32::from(STOP_SGI) && super::exceptions::fatal_in_progress() {
+        ICC_EOIR1_EL1.write(ICC_INTID::INTID.val(u64::from(intid)));
+        super::psci::park();
     }
     let taken = if intid == TICK_INTID.load(Ordering::Relaxed) {
         super::timer::on_tick();

@@ -234,6 +234,8 @@ pub extern "C" fn primary_main(dtb: u64) -> ! {
             let depth = overflow_stack(0);
             log::error!("selftest: stack overflow not caught (depth {depth})");
         }
+        // After the tick check, on every CPU (below).
+        Some(SelfTest::PanicAll) => log::info!("selftest: every CPU will panic"),
         None => {}
     }
 
@@ -242,6 +244,9 @@ pub extern "C" fn primary_main(dtb: u64) -> ! {
     aarch64_cpu::asm::sev();
     if args.tick_check_ms > 0 {
         tick_check(cpus, &report.online, args);
+    }
+    if args.selftest == Some(SelfTest::PanicAll) {
+        panic_with_the_others();
     }
 
     let hypervisor = [
@@ -273,6 +278,14 @@ pub extern "C" fn primary_main(dtb: u64) -> ! {
     RUN_VMS.store(true, Ordering::Release);
     aarch64_cpu::asm::sev();
     vm::run(0)
+}
+
+/// `el2.selftest=panic-all`: every CPU panics at about the same moment
+/// (the boot CPU once the tick check is over, each secondary once it has
+/// counted its ticks); exactly one report must come out.
+fn panic_with_the_others() -> ! {
+    let index = cpu::current().map_or(0, |c| c.index);
+    panic!("selftest: panic on every CPU (this is cpu {index})")
 }
 
 /// Recurses with a 1 KiB frame until the guard page stops it (the bound is
@@ -324,6 +337,12 @@ pub extern "C" fn secondary_main(index: usize) -> ! {
         count_ticks(args.tick_check_ms);
     }
     TICK_CHECK_DONE.fetch_add(1, Ordering::AcqRel);
+    if BOOT_ARGS
+        .get()
+        .is_some_and(|args| args.selftest == Some(SelfTest::PanicAll))
+    {
+        panic_with_the_others();
+    }
     // Either the boot CPU starts VMs, or it powers the machine off.
     while !RUN_VMS.load(Ordering::Acquire) {
         aarch64_cpu::asm::wfe();
@@ -342,7 +361,25 @@ fn init_cpu_interrupts(platform: &Platform, this: &PerCpu) -> Result<(), &'stati
     interface.enable_ppi_level(platform.timer.virt.intid());
     interface.enable_ppi_level(maintenance_intid(platform));
     interface.enable_sgi(u32::from(irq::RESCHEDULE_SGI));
+    interface.enable_sgi(u32::from(irq::STOP_SGI));
     Ok(())
+}
+
+/// Sends the stop SGI to every other online CPU (the fatal-error path).
+/// A CPU running a guest exits to EL2 and parks in the IRQ handler; an
+/// idle one parks at its next interrupt. A CPU spinning at EL2 with
+/// interrupts masked does not stop, but the power-off that follows the
+/// report stops the machine.
+pub fn stop_other_cpus() {
+    let Some(cpus) = CPUS.get() else {
+        return;
+    };
+    let this = cpu::current().map(|c| c.index);
+    for other in cpus.iter() {
+        if Some(other.index) != this && other.is_online() {
+            gic::send_sgi(other.mpidr, irq::STOP_SGI);
+        }
+    }
 }
 
 /// The maintenance interrupt's INTID: the GIC node's `interrupts`, else
@@ -503,6 +540,7 @@ fn print_platform(platform: &Platform, image: &ImageLayout, dtb: MemRange) {
 
 /// Reports a fatal configuration error on the (running) console and powers off.
 fn stop(what: core::fmt::Arguments) -> ! {
+    exceptions::begin_fatal();
     println!("*** {FATAL_MARKER}: {what} ***");
     psci::power_off()
 }

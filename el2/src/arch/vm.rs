@@ -337,7 +337,9 @@ fn build_vm(
         vgic: Mutex::new(vgic),
         irq_attention: AtomicU64::new(0),
         vgic_stats: VgicCounters::default(),
-        vtimer_due: (0..layout.vcpus).map(|_| AtomicU64::new(u64::MAX)).collect(),
+        vtimer_due: (0..layout.vcpus)
+            .map(|_| AtomicU64::new(u64::MAX))
+            .collect(),
         name,
         config: config.clone(),
         placement,
@@ -518,8 +520,8 @@ impl Vm {
     /// Records when the saved virtual timer of vCPU `index` fires.
     fn note_vtimer(&self, index: u16, ctx: &VcpuContext) {
         let ctl = ctx.vtimer.ctl;
-        let armed = ctl & CNTV_CTL_EL0::ENABLE::SET.value != 0
-            && ctl & CNTV_CTL_EL0::IMASK::SET.value == 0;
+        let armed =
+            ctl & CNTV_CTL_EL0::ENABLE::SET.value != 0 && ctl & CNTV_CTL_EL0::IMASK::SET.value == 0;
         let due = if armed {
             ctx.vtimer.cval.wrapping_add(self.cntvoff)
         } else {
