@@ -147,11 +147,28 @@ struct HypervisorConsole;
 
 impl ConsoleSink for HypervisorConsole {
     fn emit_line(&mut self, vm_name: Option<&str>, line: &[u8]) {
-        let text = String::from_utf8_lossy(line);
+        // Without allocating: a guest's output must not cost heap.
+        let text = Lossy(line);
         match vm_name {
             Some(name) => println!("[{name}] {text}"),
             None => println!("{text}"),
         }
+    }
+}
+
+/// Bytes shown as UTF-8, each invalid sequence as U+FFFD (as
+/// `String::from_utf8_lossy` would, but without a copy).
+struct Lossy<'a>(&'a [u8]);
+
+impl core::fmt::Display for Lossy<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        for chunk in self.0.utf8_chunks() {
+            f.write_str(chunk.valid())?;
+            if !chunk.invalid().is_empty() {
+                f.write_str(char::REPLACEMENT_CHARACTER.encode_utf8(&mut [0; 4]))?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -1252,23 +1269,26 @@ fn on_spin(
     let mut spin = vm.spin.lock();
     // Lock order: SCHED, then the spin state, then the virtual GIC (a leaf).
     let gic = vm.vgic.lock();
-    let candidates: Vec<onspin::Candidate> = s
-        .vcpus(vm.id)
-        .map(|v| {
-            let waiting = s.can_yield_to(vcpu, v, pcpu, now).is_ok();
-            let locks = if waiting {
-                vm.lock_count_hint(v.index)
-            } else {
-                0
-            };
-            let mut candidate = spin.candidate(v.index, waiting, locks);
-            candidate.has_pending_virtual_interrupt =
-                waiting && (gic.has_pending(v.index) || vm.vtimer_is_due(v.index, now));
-            candidate
-        })
-        .collect();
+    // On the stack: a guest's WFE must not cost heap.
+    let mut candidates = [onspin::Candidate::NOT_PREEMPTED; platform::vm::MAX_VCPUS as usize];
+    let mut count = 0;
+    for (slot, v) in candidates.iter_mut().zip(s.vcpus(vm.id)) {
+        let waiting = s.can_yield_to(vcpu, v, pcpu, now).is_ok();
+        let locks = if waiting {
+            vm.lock_count_hint(v.index)
+        } else {
+            0
+        };
+        *slot = spin.candidate(v.index, waiting, locks);
+        slot.has_pending_virtual_interrupt =
+            waiting && (gic.has_pending(v.index) || vm.vtimer_is_due(v.index, now));
+        count += 1;
+    }
     drop(gic);
-    let plan = spin.plan(Spinner::from_pstate(vcpu, ctx.regs.pstate), &candidates);
+    let plan = spin.plan(
+        Spinner::from_pstate(vcpu, ctx.regs.pstate),
+        &candidates[..count],
+    );
     for choice in plan.iter() {
         let yielded = s.yield_to(vcpu, choice.target, pcpu, now).is_ok();
         spin.attempted(choice, yielded);
@@ -1729,8 +1749,8 @@ fn stop_vm(pcpu: usize, vm: &Vm, s: &mut Scheduler, reset: bool) {
         return;
     }
     let now = cpu::counter();
-    let vcpus: Vec<VcpuId> = s.vcpus(vm.id).collect();
-    for v in vcpus {
+    for index in 0..vm.vcpus.len() as u16 {
+        let v = VcpuId { vm: vm.id, index };
         if let Err(el2::sched::SchedError::Running { pcpu: other }) = s.power_off(v, now)
             && other != pcpu
         {
