@@ -1432,10 +1432,25 @@ fn set_uart_line(
     if level {
         VgicCounters::count(&vm.vgic_stats.spi);
     }
-    let woken = vm.vgic.lock().set_level(layout::UART_IRQ.intid(), 0, level);
-    if let Ok(woken) = woken {
-        deliver(pcpu, vm, running, woken, sched);
+    let intid = layout::UART_IRQ.intid();
+    let (woken, holder) = {
+        let mut gic = vm.vgic.lock();
+        let woken = gic.set_level(intid, 0, level);
+        // A line that drops takes the pending state away (Arm IHI 0069,
+        // "Interrupt handling state machine": a level-sensitive interrupt
+        // is pending only while asserted). If the interrupt sits in a
+        // vCPU's list register, that entry still says pending: the vCPU
+        // must resync its list registers before the guest can acknowledge
+        // it a second time (typically the vCPU whose UART access lowered
+        // the line, about to re-enter).
+        let holder = gic.irq_status(intid, 0).and_then(|status| status.in_lr);
+        (woken, holder)
+    };
+    let mut targets = woken.unwrap_or_default();
+    if !level && let Some(holder) = holder {
+        targets.insert(holder);
     }
+    deliver(pcpu, vm, running, targets, sched);
 }
 
 /// A guest access to its virtual GIC's distributor or redistributors.
@@ -1467,7 +1482,14 @@ fn gic_access(
         };
         (result, gic.take_wakeups())
     };
-    deliver(pcpu, vm, Some(vcpu.index), woken, sched);
+    // The writer's own list registers may hold an interrupt the write
+    // changed (disabled it, cleared its pending state, moved it): resync
+    // them before it re-enters. GIC writes are rare; this costs one refill.
+    let mut targets = woken;
+    if access.write {
+        targets.insert(vcpu.index);
+    }
+    deliver(pcpu, vm, Some(vcpu.index), targets, sched);
     match result {
         Ok(read) => {
             if !access.write {
