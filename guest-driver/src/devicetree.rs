@@ -1,6 +1,7 @@
 //! What a guest learns from the device tree it boots with: its RAM (and
 //! which parts of it are reserved), its CPUs (by MPIDR), the console UART,
-//! the PSCI conduit and the command line.
+//! the PSCI conduit, the command line, and its GICv3 with the interrupts
+//! of the virtual timer and the console.
 //!
 //! The runtime parses the tree once, before its MMU is on, so this module
 //! neither allocates nor uses atomics: everything lands in fixed-size
@@ -8,6 +9,7 @@
 //! keep these nodes directly under the root, which is all this reader
 //! supports (no `ranges` translation).
 
+use crate::gicv3::IntId;
 use crate::mpidr::Mpidr;
 use core::fmt;
 use fdt::Fdt;
@@ -24,6 +26,10 @@ const _: () = assert!(
     MAX_RESERVED <= u16::BITS as usize,
     "GuestMachine::no_map is a u16"
 );
+
+/// Most GICv3 redistributor regions a guest records; further ones are
+/// ignored (a VM of the hypervisor has one, QEMU's `virt` one or two).
+pub const MAX_REDISTRIBUTOR_REGIONS: usize = 4;
 
 /// A range of physical (for a guest: intermediate physical) addresses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -108,6 +114,24 @@ impl fmt::Display for DtError<'_> {
     }
 }
 
+/// A GICv3 as its device-tree node describes it
+/// (interrupt-controller/arm,gic-v3.yaml): `reg` holds the distributor,
+/// then `#redistributor-regions` redistributor regions (then, optionally,
+/// GICv2-compatibility frames, which this reader leaves out).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GicV3 {
+    pub distributor: MemRange,
+    redistributors: [MemRange; MAX_REDISTRIBUTOR_REGIONS],
+    region_count: usize,
+}
+
+impl GicV3 {
+    /// The redistributor regions, in tree order.
+    pub fn redistributor_regions(&self) -> &[MemRange] {
+        &self.redistributors[..self.region_count]
+    }
+}
+
 /// The machine a guest runs on.
 #[derive(Clone, Copy, Debug)]
 pub struct GuestMachine<'dt> {
@@ -137,6 +161,15 @@ pub struct GuestMachine<'dt> {
     pub resets: u32,
     /// The tree itself (its header's `totalsize`).
     pub dtb: MemRange,
+    /// The GICv3 (`compatible = "arm,gic-v3"`), if the tree has one.
+    pub gic: Option<GicV3>,
+    /// The virtual timer's interrupt: the third entry of the `/timer`
+    /// node's `interrupts` (arm,arch_timer.yaml: secure physical,
+    /// non-secure physical, virtual, hypervisor), if the GICv3 is its
+    /// interrupt parent.
+    pub virtual_timer_irq: Option<IntId>,
+    /// The console UART's interrupt, if the GICv3 is its interrupt parent.
+    pub uart_irq: Option<IntId>,
 }
 
 impl<'dt> GuestMachine<'dt> {
@@ -165,12 +198,16 @@ impl<'dt> GuestMachine<'dt> {
             bootargs: "",
             resets: 0,
             dtb: MemRange::new(dtb_address, fdt.total_size() as u64),
+            gic: None,
+            virtual_timer_irq: None,
+            uart_irq: None,
         };
         machine.read_memory(&fdt)?;
         machine.read_reserved(&fdt)?;
         machine.read_cpus(&fdt, boot_mpidr)?;
         machine.read_psci(&fdt)?;
         machine.read_chosen(&fdt)?;
+        machine.read_interrupts(&fdt)?;
         Ok(machine)
     }
 
@@ -387,7 +424,101 @@ impl<'dt> GuestMachine<'dt> {
         self.uart = console_in(fdt)?;
         Ok(())
     }
+
+    /// The GICv3 and, with it as their interrupt parent, the interrupts of
+    /// the virtual timer and of the console UART.
+    fn read_interrupts(&mut self, fdt: &Fdt<'dt>) -> Result<(), DtError<'dt>> {
+        let Some(node) = fdt.find_compatible(&["arm,gic-v3"]) else {
+            return Ok(());
+        };
+        let bad = |problem| DtError::BadProperty {
+            node: node.name,
+            property: "reg",
+            problem,
+        };
+        let regions = match node.property("#redistributor-regions") {
+            None => 1,
+            Some(p) => read_cells(p.value, 1).ok_or(DtError::BadProperty {
+                node: node.name,
+                property: "#redistributor-regions",
+                problem: "not a cell",
+            })? as usize,
+        };
+        let mut reg = node
+            .reg()
+            .ok_or(bad("missing, or wider than 2 cells"))?
+            .map(|r| {
+                MemRange::new(
+                    r.starting_address as usize as u64,
+                    r.size.unwrap_or(0) as u64,
+                )
+            });
+        let distributor = reg.next().ok_or(bad("no distributor frame"))?;
+        let mut gic = GicV3 {
+            distributor,
+            redistributors: [MemRange::default(); MAX_REDISTRIBUTOR_REGIONS],
+            region_count: 0,
+        };
+        for region in reg.take(regions.min(MAX_REDISTRIBUTOR_REGIONS)) {
+            gic.redistributors[gic.region_count] = region;
+            gic.region_count += 1;
+        }
+        if gic.region_count == 0 {
+            return Err(bad("no redistributor region"));
+        }
+        self.gic = Some(gic);
+        // Only the binding's three-cell specifiers <type number flags> are
+        // read, and only for nodes whose interrupt parent is this GIC.
+        let interrupt_cells = node
+            .property("#interrupt-cells")
+            .and_then(|p| read_cells(p.value, 1));
+        if interrupt_cells != Some(GIC_INTERRUPT_CELLS) {
+            return Ok(());
+        }
+        let gic_phandle = node
+            .property("phandle")
+            .and_then(|p| read_cells(p.value, 1));
+        let root_parent = fdt
+            .find_node("/")
+            .and_then(|root| root.property("interrupt-parent"))
+            .and_then(|p| read_cells(p.value, 1));
+        let interrupt = |node: &FdtNode<'_, 'dt>, index: usize| -> Option<IntId> {
+            let parent = node
+                .property("interrupt-parent")
+                .and_then(|p| read_cells(p.value, 1))
+                .or(root_parent);
+            if let (Some(parent), Some(gic)) = (parent, gic_phandle)
+                && parent != gic
+            {
+                return None;
+            }
+            let cells = node.property("interrupts")?.value;
+            let specifier =
+                cells.get(index * GIC_SPECIFIER_BYTES..(index + 1) * GIC_SPECIFIER_BYTES)?;
+            let (type_cell, number_cell) = specifier.split_at_checked(CELL_BYTES)?;
+            let kind = read_cells(type_cell, 1)?;
+            let number = read_cells(number_cell, 1)?;
+            IntId::from_dt(kind as u32, number as u32)
+        };
+        self.virtual_timer_irq = fdt
+            .find_compatible(&["arm,armv8-timer", "arm,armv7-timer"])
+            .and_then(|timer| interrupt(&timer, TIMER_VIRTUAL_INDEX));
+        self.uart_irq = console_node(fdt).and_then(|uart| interrupt(&uart, 0));
+        Ok(())
+    }
 }
+
+/// Bytes of a device-tree cell (a big-endian u32; Devicetree
+/// Specification, "Property values").
+const CELL_BYTES: usize = 4;
+/// `#interrupt-cells` of the GICv3 binding: type, number, flags.
+const GIC_INTERRUPT_CELLS: u64 = 3;
+/// Bytes of one such specifier.
+const GIC_SPECIFIER_BYTES: usize = GIC_INTERRUPT_CELLS as usize * CELL_BYTES;
+/// The virtual timer's entry in the timer node's `interrupts`
+/// (timer/arm,arch_timer.yaml: secure physical, non-secure physical,
+/// virtual, hypervisor physical).
+const TIMER_VIRTUAL_INDEX: usize = 2;
 
 /// Only the console: the PL011 that `/chosen/stdout-path` names, else the
 /// first PL011. Lets the runtime report a tree it cannot otherwise use.
@@ -396,7 +527,9 @@ pub fn find_console(dtb: &[u8]) -> Option<MemRange> {
     console_in(&fdt).ok().flatten()
 }
 
-fn console_in<'dt>(fdt: &Fdt<'dt>) -> Result<Option<MemRange>, DtError<'dt>> {
+/// The console's node: the PL011 that `/chosen/stdout-path` names, else
+/// the first PL011.
+fn console_node<'b, 'dt>(fdt: &'b Fdt<'dt>) -> Option<FdtNode<'b, 'dt>> {
     // stdout-path may carry options ("serial0:115200n8") and may be an
     // alias, which find_node resolves.
     let stdout = fdt
@@ -405,7 +538,11 @@ fn console_in<'dt>(fdt: &Fdt<'dt>) -> Result<Option<MemRange>, DtError<'dt>> {
         .map(|path| path.split(':').next().unwrap_or(path))
         .and_then(|path| fdt.find_node(path))
         .filter(is_pl011);
-    let Some(node) = stdout.or_else(|| fdt.all_nodes().find(is_pl011)) else {
+    stdout.or_else(|| fdt.all_nodes().find(is_pl011))
+}
+
+fn console_in<'dt>(fdt: &Fdt<'dt>) -> Result<Option<MemRange>, DtError<'dt>> {
+    let Some(node) = console_node(fdt) else {
         return Ok(None);
     };
     let region = node
@@ -536,6 +673,118 @@ mod tests {
         assert_eq!(
             GuestMachine::parse(QEMU_EL1, 0, Mpidr::from_raw(9)).unwrap_err(),
             DtError::BootCpuNotListed(Mpidr::from_raw(9))
+        );
+    }
+
+    #[test]
+    fn gic_timer_and_uart_interrupts() {
+        let qemu = GuestMachine::parse(QEMU_EL1, 0, Mpidr::from_raw(0)).unwrap();
+        let gic = qemu.gic.unwrap();
+        assert_eq!(gic.distributor, MemRange::new(0x0800_0000, 0x1_0000));
+        assert_eq!(
+            gic.redistributor_regions(),
+            [MemRange::new(0x080a_0000, 0xf6_0000)]
+        );
+        assert_eq!(qemu.virtual_timer_irq, Some(IntId::from_raw(27)));
+        assert_eq!(qemu.uart_irq, Some(IntId::from_raw(33)));
+        let vm = GuestMachine::parse(VM, 0, Mpidr::from_raw(0)).unwrap();
+        assert_eq!(
+            vm.gic.unwrap().redistributor_regions(),
+            [MemRange::new(0x080a_0000, 8 * 0x2_0000)]
+        );
+        assert_eq!(vm.virtual_timer_irq, Some(IntId::from_raw(27)));
+        assert_eq!(vm.uart_irq, Some(IntId::from_raw(33)));
+        // No GIC node: nothing.
+        let none = GuestMachine::parse(RESERVED, 0, Mpidr::from_raw(0)).unwrap();
+        assert_eq!(
+            (none.gic, none.virtual_timer_irq, none.uart_irq),
+            (None, None, None)
+        );
+    }
+
+    /// A tree with a GICv3 of `regions` redistributor regions (phandle 1)
+    /// and a timer and UART whose interrupt parent is `parent`.
+    fn tree_with_gic(regions: u32, reg: &[u64], parent: u32) -> Vec<u8> {
+        let mut w = vm_fdt::FdtWriter::new().unwrap();
+        let root = w.begin_node("").unwrap();
+        w.property_u32("#address-cells", 2).unwrap();
+        w.property_u32("#size-cells", 2).unwrap();
+        w.property_u32("interrupt-parent", parent).unwrap();
+        let memory = w.begin_node("memory@40000000").unwrap();
+        w.property_string("device_type", "memory").unwrap();
+        w.property_array_u64("reg", &[0x4000_0000, 0x100_0000])
+            .unwrap();
+        w.end_node(memory).unwrap();
+        let cpus = w.begin_node("cpus").unwrap();
+        w.property_u32("#address-cells", 1).unwrap();
+        w.property_u32("#size-cells", 0).unwrap();
+        let cpu = w.begin_node("cpu@0").unwrap();
+        w.property_string("device_type", "cpu").unwrap();
+        w.property_u32("reg", 0).unwrap();
+        w.end_node(cpu).unwrap();
+        w.end_node(cpus).unwrap();
+        let gic = w.begin_node("intc@8000000").unwrap();
+        w.property_string("compatible", "arm,gic-v3").unwrap();
+        w.property_u32("#interrupt-cells", 3).unwrap();
+        w.property_null("interrupt-controller").unwrap();
+        w.property_u32("#redistributor-regions", regions).unwrap();
+        w.property_array_u64("reg", reg).unwrap();
+        w.property_phandle(1).unwrap();
+        w.end_node(gic).unwrap();
+        let timer = w.begin_node("timer").unwrap();
+        w.property_string("compatible", "arm,armv8-timer").unwrap();
+        w.property_array_u32("interrupts", &[1, 13, 4, 1, 14, 4, 1, 11, 4, 1, 10, 4])
+            .unwrap();
+        w.end_node(timer).unwrap();
+        let uart = w.begin_node("pl011@9000000").unwrap();
+        w.property_string("compatible", "arm,pl011").unwrap();
+        w.property_array_u64("reg", &[0x900_0000, 0x1000]).unwrap();
+        w.property_array_u32("interrupts", &[0, 1, 4]).unwrap();
+        w.end_node(uart).unwrap();
+        w.end_node(root).unwrap();
+        w.finish().unwrap()
+    }
+
+    #[test]
+    fn gic_regions_and_interrupt_parents() {
+        // Two redistributor regions (as on a two-socket server), then a
+        // GICv2-compatibility frame, which is not a redistributor region.
+        let reg = [
+            0x800_0000,
+            0x1_0000,
+            0x80a_0000,
+            0x4_0000,
+            0x1000_0000,
+            0x8_0000,
+            0x801_0000,
+            0x2000,
+        ];
+        let dtb = tree_with_gic(2, &reg, 1);
+        let m = GuestMachine::parse(&dtb, 0, Mpidr::from_raw(0)).unwrap();
+        assert_eq!(
+            m.gic.unwrap().redistributor_regions(),
+            [
+                MemRange::new(0x80a_0000, 0x4_0000),
+                MemRange::new(0x1000_0000, 0x8_0000)
+            ]
+        );
+        assert_eq!(m.virtual_timer_irq, Some(IntId::from_raw(27)));
+        assert_eq!(m.uart_irq, Some(IntId::from_raw(33)));
+        // The timer and UART report to another controller: their
+        // interrupts are not the GIC's to name.
+        let other = tree_with_gic(1, &reg[..4], 7);
+        let m = GuestMachine::parse(&other, 0, Mpidr::from_raw(0)).unwrap();
+        assert!(m.gic.is_some());
+        assert_eq!((m.virtual_timer_irq, m.uart_irq), (None, None));
+        // A GIC without redistributors cannot be used.
+        let bare = tree_with_gic(1, &reg[..2], 1);
+        assert_eq!(
+            GuestMachine::parse(&bare, 0, Mpidr::from_raw(0)).unwrap_err(),
+            DtError::BadProperty {
+                node: "intc@8000000",
+                property: "reg",
+                problem: "no redistributor region"
+            }
         );
     }
 

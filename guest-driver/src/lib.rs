@@ -5,14 +5,16 @@
 //! usable by any Rust guest kernel; the bare-metal runtime the project's
 //! own test guests are built on (feature `runtime`, module `rt`) and the
 //! portable pieces of it that the host tests check; a PV-aware lock
-//! ([`lock`]); and the test guests, `src/bin/smp-demo.rs`,
-//! `src/bin/pv-check.rs` and `src/bin/lockbench.rs`.
+//! ([`lock`]); a polling GICv3 driver ([`gicv3`]); and the test guests,
+//! `src/bin/smp-demo.rs`, `src/bin/pv-check.rs`, `src/bin/lockbench.rs`
+//! and `src/bin/irq-check.rs`.
 //!
 //! | module | what | where it runs |
 //! |---|---|---|
 //! | [`pv`] | the paravirtual driver: probe, per-CPU records, preempted flag, stolen time, kick, directed yield | any guest (`rt::pv` on the runtime), host tests with a fake hypervisor |
 //! | [`lock`] | a fair ticket lock whose waiters yield to a preempted holder (PV), and the plain one | any guest (`rt::pv::RtParavirt` on the runtime), host tests with threads and a fake backend |
-//! | `rt` | entry code, stacks, MMU, console, PSCI, exceptions, panics | guests (`runtime` feature, `target_os = "none"`) |
+//! | `rt` | entry code, stacks, MMU, console, PSCI, exceptions, panics, the GIC's frames and CPU interface (`rt::gic`) | guests (`runtime` feature, `target_os = "none"`) |
+//! | [`gicv3`] | GICv3 register layouts and fields, SGI and routing values, distributor and redistributor set-up, finding a CPU's redistributor | guests (`rt::gic` on the runtime), host tests on in-memory frames |
 //! | `devicetree` | what a guest reads from its device tree | guests (`runtime`), host tests |
 //! | [`pagetable`] | the stage-1 identity map the runtime turns on | guests, host tests |
 //! | [`fault`] | names an exception from ESR/FAR for fault reports | guests, host tests |
@@ -21,6 +23,7 @@
 //! | [`demo`] | smp-demo's workload and console lines (xtask judges by them) | guests, host (xtask) |
 //! | [`pvcheck`] | pv-check's expectations, documented answers and console lines (xtask judges by them) | guests, host (xtask) |
 //! | [`lockbench`] | lockbench's settings, workload and console lines (xtask judges by them) | guests, host (xtask) |
+//! | [`irqcheck`] | irq-check's settings, burst priorities and order, console lines (xtask judges by them) | guests, host (xtask) |
 #![cfg_attr(not(test), no_std)]
 
 pub mod bootargs;
@@ -28,6 +31,8 @@ pub mod demo;
 #[cfg(any(test, feature = "runtime"))]
 pub mod devicetree;
 pub mod fault;
+pub mod gicv3;
+pub mod irqcheck;
 pub mod lock;
 pub mod lockbench;
 pub mod mpidr;

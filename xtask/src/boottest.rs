@@ -107,6 +107,10 @@ pub enum Check {
     /// Stock Linux VMs booted, found the hypervisor and powered off
     /// ([`crate::linuxtest::LinuxExpect`]).
     Linux(crate::linuxtest::LinuxExpect),
+    /// irq-check with `vcpus` vCPUs and `rounds` ring rounds passed every
+    /// check, and el2's `summary:   vgic:` line agrees
+    /// ([`crate::irqtest::check`]).
+    Irq { vcpus: usize, rounds: u64 },
 }
 
 /// How close a CPU's tick count must be to what its period promises.
@@ -1012,6 +1016,7 @@ impl Check {
             }
             Check::SmpOnline(n) => check_smp(lines, *n),
             Check::Linux(expect) => crate::linuxtest::check(lines, expect),
+            Check::Irq { vcpus, rounds } => crate::irqtest::check(lines, *vcpus, *rounds),
             Check::PvServices { expect, vcpus } => check_pv_check(lines, expect, *vcpus),
             Check::LockContention {
                 lock,

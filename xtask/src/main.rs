@@ -9,6 +9,7 @@ mod dtedit;
 mod gdb;
 mod guests;
 mod image;
+mod irqtest;
 mod linux;
 mod linuxtest;
 mod qemu;

@@ -16,7 +16,9 @@ use crate::dtedit::DtEdit;
 use crate::guests::{self, Guests};
 use crate::qemu::{self, Console, Echo, RunSpec};
 use crate::setup::{self, Tool};
-use crate::{FATAL_GRACE, Workspace, display_command, dtedit, image, linux, linuxtest, vm};
+use crate::{
+    FATAL_GRACE, Workspace, display_command, dtedit, image, irqtest, linux, linuxtest, vm,
+};
 
 /// The host checks: (name, cargo arguments).
 const HOST_CHECKS: [(&str, &[&str]); 5] = [
@@ -103,6 +105,7 @@ pub fn test(ws: &Workspace, o: &TestOpts) -> Result<ExitCode> {
     let mut all = boottest::boot_tests();
     all.extend(boottest::vm_tests());
     all.extend(linuxtest::tests(&linux_dir));
+    all.extend(irqtest::tests());
     let tests: Vec<BootTest> = all
         .into_iter()
         .filter(|t| o.filters.is_empty() || o.filters.iter().any(|f| t.name.contains(f.as_str())))

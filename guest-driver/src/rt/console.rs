@@ -4,6 +4,9 @@
 
 use super::SpinMutex;
 use arm_pl011_uart::{PL011Registers, Uart, UniqueMmioPointer};
+
+/// The PL011's interrupt bits (UARTIMSC, UARTRIS, UARTMIS, UARTICR).
+pub use arm_pl011_uart::Interrupts;
 use core::fmt::{self, Write};
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicBool, Ordering};
@@ -62,6 +65,23 @@ pub fn print(args: fmt::Arguments) {
     if let Some(console) = CONSOLE.lock().as_mut() {
         let _ = console.write_fmt(args);
     }
+}
+
+/// Sets the console UART's interrupt mask (UARTIMSC: a set bit lets that
+/// interrupt drive the UART's interrupt line) to `update(old)`, under the
+/// console lock, so no line being printed sees the change half-way.
+/// Returns the old mask, for the caller to restore exactly; `None` without
+/// a console. The runtime itself only polls the UART, so it never needs
+/// an interrupt; a guest that unmasks one must mask it again.
+pub fn update_interrupt_masks(update: impl FnOnce(Interrupts) -> Interrupts) -> Option<Interrupts> {
+    if !READY.load(Ordering::Acquire) {
+        return None;
+    }
+    let mut console = CONSOLE.lock();
+    let uart = &mut console.as_mut()?.uart;
+    let old = uart.interrupt_masks();
+    uart.set_interrupt_masks(update(old));
+    Some(old)
 }
 
 /// Writes from a fatal path: takes the lock if it can within a bounded

@@ -27,10 +27,13 @@
 //! ([`time`]). The paravirtual services ([`crate::pv`]) are set up on
 //! request ([`pv`]).
 //!
-//! Interrupts stay masked: the runtime has no GIC driver yet.
+//! Interrupts stay masked (PSTATE.I) and there is no IRQ vector: a guest
+//! that wants interrupts uses the polling GICv3 driver ([`gic`]), which
+//! waits with WFI and takes interrupts by reading ICC_IAR1_EL1.
 
 pub mod console;
 pub mod exceptions;
+pub mod gic;
 mod head;
 pub mod image;
 pub mod mmu;

@@ -1,0 +1,962 @@
+//! A polling GICv3 driver for guests (Arm IHI 0069, "GIC architecture
+//! specification, GIC architecture version 3 and version 4"): the register
+//! layouts and fields a guest needs to configure SGIs, PPIs and SPIs with
+//! affinity routing and a single Security state, the values it writes to
+//! the CPU interface, and the distributor and redistributor operations on
+//! those layouts.
+//!
+//! Everything here is portable and host-tested: the register blocks are
+//! `tock-registers` structures, which the tests place in ordinary memory.
+//! The runtime (`rt::gic`) maps the real frames as device memory, finds
+//! each CPU's redistributor with [`find_redistributor`] and accesses the
+//! CPU interface's system registers, whose fields are defined here too.
+//!
+//! The guests that use it run with PSTATE.I masked and no IRQ vector: they
+//! acknowledge interrupts by reading ICC_IAR1_EL1, which returns the most
+//! urgent pending interrupt whatever PSTATE.I says, and complete them with
+//! ICC_EOIR1_EL1 (EOImode 0: priority drop and deactivation in one).
+
+use core::fmt;
+
+use tock_registers::interfaces::{ReadWriteable, Readable, Writeable};
+use tock_registers::registers::{ReadOnly, ReadWrite};
+use tock_registers::{LocalRegisterCopy, register_bitfields, register_structs};
+
+use crate::mpidr::Mpidr;
+
+// ---- INTIDs ------------------------------------------------------------
+
+/// SGIs are INTIDs 0..=15 (Arm IHI 0069, "INTIDs").
+const SGI_COUNT: u32 = 16;
+/// SGIs and PPIs, the interrupts private to one PE, are INTIDs 0..=31; the
+/// SPIs start here ("INTIDs").
+const PRIVATE_COUNT: u32 = 32;
+/// The first special INTID; SPIs end just below it ("INTIDs", "Special
+/// INTIDs").
+const FIRST_SPECIAL: u32 = 1020;
+/// ICC_IAR1_EL1 returns 1023 when no interrupt is pending that the CPU
+/// interface may signal ("Special INTIDs").
+const SPURIOUS: u32 = 1023;
+/// How many SPIs the architecture numbers (INTIDs 32..=1019).
+const SPI_COUNT: u32 = FIRST_SPECIAL - PRIVATE_COUNT;
+
+/// Interrupt type cell of the GIC device-tree binding
+/// (interrupt-controller/arm,gic-v3.yaml): 0 is an SPI, numbered from 0 =
+/// INTID 32.
+const DT_TYPE_SPI: u32 = 0;
+/// ... and 1 a PPI, numbered from 0 = INTID 16.
+const DT_TYPE_PPI: u32 = 1;
+/// How many PPIs the binding's PPI numbers cover (INTIDs 16..=31).
+const PPI_COUNT: u32 = PRIVATE_COUNT - SGI_COUNT;
+
+/// An interrupt identifier (Arm IHI 0069, "INTIDs"): SGIs 0..=15, PPIs
+/// 16..=31, SPIs 32..=1019, special INTIDs 1020..=1023.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct IntId(u32);
+
+impl IntId {
+    /// What ICC_IAR1_EL1 reads when nothing is pending.
+    pub const SPURIOUS: IntId = IntId(SPURIOUS);
+
+    /// SGI `n`.
+    ///
+    /// # Panics
+    /// If `n` is not below 16 (at compile time in a constant).
+    pub const fn sgi(n: u32) -> Self {
+        assert!(n < SGI_COUNT, "SGIs are INTIDs 0..=15");
+        Self(n)
+    }
+
+    /// The INTID with this raw value (24 bits, as ICC_IAR1_EL1 returns it).
+    pub const fn from_raw(raw: u32) -> Self {
+        Self(raw)
+    }
+
+    /// The interrupt a device-tree specifier of the GIC binding names
+    /// (`<type number flags>`): type 0 is SPI `number` (INTID 32 +
+    /// number), type 1 PPI `number` (INTID 16 + number). `None` for other
+    /// types (extended ranges) and numbers out of range.
+    pub const fn from_dt(kind: u32, number: u32) -> Option<Self> {
+        match kind {
+            DT_TYPE_SPI if number < SPI_COUNT => Some(Self(PRIVATE_COUNT + number)),
+            DT_TYPE_PPI if number < PPI_COUNT => Some(Self(SGI_COUNT + number)),
+            _ => None,
+        }
+    }
+
+    pub const fn raw(self) -> u32 {
+        self.0
+    }
+
+    pub const fn is_sgi(self) -> bool {
+        self.0 < SGI_COUNT
+    }
+
+    /// An SGI or a PPI: configured in the PE's own redistributor.
+    pub const fn is_private(self) -> bool {
+        self.0 < PRIVATE_COUNT
+    }
+
+    pub const fn is_spi(self) -> bool {
+        self.0 >= PRIVATE_COUNT && self.0 < FIRST_SPECIAL
+    }
+
+    /// Bit of this interrupt in its 32-bit one-bit-per-INTID register
+    /// (`GICD_ISENABLER<n>`, GICR_ISENABLER0, ...).
+    const fn bit(self) -> u32 {
+        1 << (self.0 % 32)
+    }
+
+    /// Which of the one-bit-per-INTID registers of its family holds it
+    /// (n of `GICD_ISENABLER<n>`).
+    const fn word(self) -> usize {
+        (self.0 / 32) as usize
+    }
+}
+
+impl fmt::Display for IntId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+// ---- Priorities ----------------------------------------------------------
+
+/// ICC_PMR_EL1 value that lets through every priority the CPU interface
+/// can signal: an interrupt is signalled only if its priority is higher
+/// (numerically lower) than the mask, so the lowest priority itself stays
+/// masked (Arm IHI 0069, "ICC_PMR_EL1, Interrupt Controller Interrupt
+/// Priority Mask Register"; "Priority masking").
+pub const PRIORITY_MASK_OPEN: u8 = 0xff;
+
+/// Bits of an 8-bit priority field.
+const PRIORITY_FIELD_BITS: u32 = 8;
+
+/// The distance between two priorities a CPU interface with
+/// `priority_bits` implemented priority bits tells apart: it keeps the
+/// top `priority_bits` bits of every priority and treats the rest as 0
+/// (Arm IHI 0069, "Interrupt prioritization"; the virtual interface
+/// implements ICH_VTR_EL2.PRIbits + 1 bits, ICC_CTLR_EL1.PRIbits + 1 as
+/// the guest reads it). `priority_bits` is clamped to 1..=8.
+pub const fn priority_step(priority_bits: u32) -> u8 {
+    let bits = if priority_bits < 1 {
+        1
+    } else if priority_bits > PRIORITY_FIELD_BITS {
+        PRIORITY_FIELD_BITS
+    } else {
+        priority_bits
+    };
+    1 << (PRIORITY_FIELD_BITS - bits)
+}
+
+/// `priority` as a CPU interface with `priority_bits` bits compares it.
+pub const fn effective_priority(priority: u8, priority_bits: u32) -> u8 {
+    priority & !(priority_step(priority_bits) - 1)
+}
+
+// ---- Register fields -----------------------------------------------------
+
+register_bitfields! {u32,
+    /// GICD_CTLR in a GIC with a single Security state, GICD_CTLR.DS = 1
+    /// (Arm IHI 0069, "GICD_CTLR, Distributor Control Register").
+    pub GICD_CTLR [
+        /// Register Write Pending: a write to GICD_CTLR or to a
+        /// `GICD_ICENABLER<n>` has not taken effect everywhere yet.
+        RWP OFFSET(31) NUMBITS(1) [],
+        /// Disable Security: one Security state.
+        DS OFFSET(6) NUMBITS(1) [],
+        /// Affinity Routing Enable.
+        ARE OFFSET(4) NUMBITS(1) [],
+        /// Forward Group 1 interrupts to the CPU interfaces.
+        EnableGrp1 OFFSET(1) NUMBITS(1) [],
+        /// Forward Group 0 interrupts to the CPU interfaces.
+        EnableGrp0 OFFSET(0) NUMBITS(1) [],
+    ],
+    /// GICR_CTLR (Arm IHI 0069, "GICR_CTLR, Redistributor Control
+    /// Register"), the part this driver reads.
+    pub GICR_CTLR [
+        /// Register Write Pending: a write to GICR_ICENABLER0 has not taken
+        /// effect yet.
+        RWP OFFSET(3) NUMBITS(1) [],
+    ],
+    /// GICR_WAKER (Arm IHI 0069, "GICR_WAKER, Redistributor Wake
+    /// Register").
+    pub GICR_WAKER [
+        /// The interface to the PE is quiescent (read-only).
+        ChildrenAsleep OFFSET(2) NUMBITS(1) [],
+        /// The PE is asleep: the redistributor does not forward interrupts
+        /// to it. Software clears it to bring the PE's interface up.
+        ProcessorSleep OFFSET(1) NUMBITS(1) [],
+    ],
+}
+
+register_bitfields! {u64,
+    /// GICR_TYPER (Arm IHI 0069, "GICR_TYPER, Redistributor Type
+    /// Register").
+    pub GICR_TYPER [
+        /// Aff3.Aff2.Aff1.Aff0 of the PE this redistributor serves, 8 bits
+        /// each from bit 31 down.
+        Affinity_Value OFFSET(32) NUMBITS(32) [],
+        /// The redistributor's number, for the ITS.
+        Processor_Number OFFSET(8) NUMBITS(16) [],
+        /// The last redistributor of its region.
+        Last OFFSET(4) NUMBITS(1) [],
+        /// Virtual LPIs: the redistributor has two more 64 KiB frames
+        /// (VLPI_base and a reserved one) after SGI_base.
+        VLPIS OFFSET(1) NUMBITS(1) [],
+    ],
+    /// `GICD_IROUTER<n>` (Arm IHI 0069, "`GICD_IROUTER<n>`, Interrupt Routing
+    /// Registers"): the affinity fields sit where MPIDR_EL1 has them.
+    pub GICD_IROUTER [
+        Aff3 OFFSET(32) NUMBITS(8) [],
+        /// 1: deliver to any one PE that takes part in 1-of-N routing;
+        /// 0: to the PE the affinity fields name.
+        Interrupt_Routing_Mode OFFSET(31) NUMBITS(1) [
+            Targeted = 0,
+            AnyParticipatingPe = 1,
+        ],
+        Aff2 OFFSET(16) NUMBITS(8) [],
+        Aff1 OFFSET(8) NUMBITS(8) [],
+        Aff0 OFFSET(0) NUMBITS(8) [],
+    ],
+    /// ICC_SGI1R_EL1 (Arm IHI 0069, "ICC_SGI1R_EL1, Interrupt Controller
+    /// Software Generated Interrupt Group 1 Register").
+    pub ICC_SGI1R_EL1 [
+        /// Aff3 of the targets.
+        Aff3 OFFSET(48) NUMBITS(8) [],
+        /// Range Selector: TargetList bit i names Aff0 = RS * 16 + i.
+        RS OFFSET(44) NUMBITS(4) [],
+        /// Interrupt Routing Mode: 1 sends to every PE but the sender.
+        IRM OFFSET(40) NUMBITS(1) [],
+        /// Aff2 of the targets.
+        Aff2 OFFSET(32) NUMBITS(8) [],
+        /// The SGI.
+        INTID OFFSET(24) NUMBITS(4) [],
+        /// Aff1 of the targets.
+        Aff1 OFFSET(16) NUMBITS(8) [],
+        /// One bit per target PE in the cluster Aff3.Aff2.Aff1 (see RS).
+        TargetList OFFSET(0) NUMBITS(16) [],
+    ],
+    /// ICC_IAR1_EL1 (Arm IHI 0069, "ICC_IAR1_EL1, Interrupt Controller
+    /// Interrupt Acknowledge Register 1").
+    pub ICC_IAR1_EL1 [
+        /// The acknowledged interrupt, or 1023.
+        INTID OFFSET(0) NUMBITS(24) [],
+    ],
+    /// ICC_EOIR1_EL1 (Arm IHI 0069, "ICC_EOIR1_EL1, Interrupt Controller
+    /// End Of Interrupt Register 1").
+    pub ICC_EOIR1_EL1 [
+        /// The interrupt being completed, as ICC_IAR1_EL1 returned it.
+        INTID OFFSET(0) NUMBITS(24) [],
+    ],
+    /// ICC_PMR_EL1 (Arm IHI 0069, "ICC_PMR_EL1, Interrupt Controller
+    /// Interrupt Priority Mask Register").
+    pub ICC_PMR_EL1 [
+        Priority OFFSET(0) NUMBITS(8) [],
+    ],
+    /// ICC_IGRPEN1_EL1 (Arm IHI 0069, "ICC_IGRPEN1_EL1, Interrupt
+    /// Controller Interrupt Group 1 Enable register").
+    pub ICC_IGRPEN1_EL1 [
+        /// Group 1 interrupts are enabled at this CPU interface.
+        Enable OFFSET(0) NUMBITS(1) [],
+    ],
+    /// ICC_SRE_EL1 (Arm IHI 0069, "ICC_SRE_EL1, Interrupt Controller System
+    /// Register Enable register (EL1)").
+    pub ICC_SRE_EL1 [
+        /// Disable IRQ bypass.
+        DIB OFFSET(2) NUMBITS(1) [],
+        /// Disable FIQ bypass.
+        DFB OFFSET(1) NUMBITS(1) [],
+        /// System Register Enable: the CPU interface is used through the
+        /// ICC_* system registers, not memory-mapped.
+        SRE OFFSET(0) NUMBITS(1) [],
+    ],
+    /// ICC_CTLR_EL1 (Arm IHI 0069, "ICC_CTLR_EL1, Interrupt Controller
+    /// Control Register (EL1)"), the fields this driver uses.
+    pub ICC_CTLR_EL1 [
+        /// Implemented priority bits minus one (read-only).
+        PRIbits OFFSET(8) NUMBITS(3) [],
+        /// What a write to ICC_EOIR1_EL1 does.
+        EOImode OFFSET(1) NUMBITS(1) [
+            /// Priority drop and deactivation.
+            DropAndDeactivate = 0,
+            /// Priority drop only; ICC_DIR_EL1 deactivates.
+            DropOnly = 1,
+        ],
+    ],
+}
+
+// ---- Register blocks -------------------------------------------------------
+
+/// Size of a redistributor without virtual LPIs: the RD_base and SGI_base
+/// frames, 64 KiB each (Arm IHI 0069, "The GIC Redistributor register
+/// map").
+pub const REDISTRIBUTOR_SIZE: u64 = 0x2_0000;
+/// Size of a redistributor with virtual LPIs (GICR_TYPER.VLPIS): two more
+/// 64 KiB frames follow SGI_base.
+pub const REDISTRIBUTOR_SIZE_VLPIS: u64 = 0x4_0000;
+/// Where a redistributor's SGI_base frame starts, from its RD_base.
+pub const SGI_FRAME_OFFSET: u64 = 0x1_0000;
+/// Size of the distributor frame (Arm IHI 0069, "The GIC Distributor
+/// register map").
+pub const DISTRIBUTOR_SIZE: u64 = 0x1_0000;
+
+register_structs! {
+    /// The distributor frame, as far as this driver uses it (Arm IHI 0069,
+    /// "The GIC Distributor register map"). With affinity routing the
+    /// registers of INTIDs 0..=31 here are RAZ/WI: SGIs and PPIs live in
+    /// each PE's redistributor.
+    pub Distributor {
+        /// GICD_CTLR.
+        (0x0000 => ctlr: ReadWrite<u32, GICD_CTLR::Register>),
+        (0x0004 => _reserved0),
+        /// `GICD_IGROUPR<n>`: one bit per INTID, 1 = Group 1.
+        (0x0080 => igroupr: [ReadWrite<u32>; 32]),
+        /// `GICD_ISENABLER<n>`: writing 1 enables the INTID.
+        (0x0100 => isenabler: [ReadWrite<u32>; 32]),
+        /// `GICD_ICENABLER<n>`: writing 1 disables the INTID.
+        (0x0180 => icenabler: [ReadWrite<u32>; 32]),
+        (0x0200 => _reserved1),
+        /// `GICD_IPRIORITYR<n>`: one byte per INTID, byte-accessible.
+        (0x0400 => ipriorityr: [ReadWrite<u8>; 1024]),
+        (0x0800 => _reserved2),
+        /// `GICD_IROUTER<n>` of INTIDs 32..=1019 (there are none below 32).
+        (0x6100 => irouter: [ReadWrite<u64, GICD_IROUTER::Register>; 988]),
+        (0x7fe0 => @END),
+    }
+}
+
+register_structs! {
+    /// A redistributor's RD_base frame, as far as this driver uses it (Arm
+    /// IHI 0069, "The GIC Redistributor register map").
+    pub RdFrame {
+        /// GICR_CTLR.
+        (0x0000 => ctlr: ReadOnly<u32, GICR_CTLR::Register>),
+        (0x0004 => _reserved0),
+        /// GICR_TYPER, 64 bits.
+        (0x0008 => typer: ReadOnly<u64, GICR_TYPER::Register>),
+        (0x0010 => _reserved1),
+        /// GICR_WAKER.
+        (0x0014 => waker: ReadWrite<u32, GICR_WAKER::Register>),
+        (0x0018 => @END),
+    }
+}
+
+register_structs! {
+    /// A redistributor's SGI_base frame, which holds its PE's SGIs and PPIs,
+    /// as far as this driver uses it (Arm IHI 0069, "The GIC Redistributor
+    /// register map").
+    pub SgiFrame {
+        (0x0000 => _reserved0),
+        /// GICR_IGROUPR0: one bit per SGI/PPI, 1 = Group 1.
+        (0x0080 => igroupr0: ReadWrite<u32>),
+        (0x0084 => _reserved1),
+        /// GICR_ISENABLER0: writing 1 enables the SGI/PPI.
+        (0x0100 => isenabler0: ReadWrite<u32>),
+        (0x0104 => _reserved2),
+        /// GICR_ICENABLER0: writing 1 disables the SGI/PPI.
+        (0x0180 => icenabler0: ReadWrite<u32>),
+        (0x0184 => _reserved3),
+        /// GICR_ICPENDR0: writing 1 clears the SGI's/PPI's pending state.
+        (0x0280 => icpendr0: ReadWrite<u32>),
+        (0x0284 => _reserved4),
+        /// `GICR_IPRIORITYR<n>`: one byte per SGI/PPI, byte-accessible.
+        (0x0400 => ipriorityr: [ReadWrite<u8>; 32]),
+        (0x0420 => @END),
+    }
+}
+
+// ---- Errors --------------------------------------------------------------
+
+/// Polls of a "write pending" or "asleep" bit before giving up: far more
+/// than any GIC takes (a trapped access under a hypervisor takes
+/// microseconds, so this is seconds).
+const POLL_LIMIT: u32 = 1_000_000;
+
+/// Why the GIC cannot be used as asked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GicError {
+    /// The device tree has no GICv3 node (`compatible = "arm,gic-v3"`).
+    NotInDeviceTree,
+    /// The distributor has two Security states (GICD_CTLR.DS = 0); this
+    /// driver only knows the single-state layout of GICD_CTLR.
+    TwoSecurityStates,
+    /// A register did not settle within the poll limit.
+    Stuck(&'static str),
+    /// The operation takes an SPI and got this.
+    NotAnSpi(IntId),
+    /// The operation takes an SGI or PPI and got this.
+    NotPrivate(IntId),
+    /// The operation takes an SGI and got this.
+    NotAnSgi(IntId),
+    /// No redistributor in the device tree's regions serves this PE.
+    NoRedistributor(Mpidr),
+    /// ICC_SRE_EL1.SRE does not stay set: the system-register interface is
+    /// not available at EL1.
+    SystemRegistersDisabled,
+    /// Mapping a GIC frame failed.
+    Map,
+}
+
+impl fmt::Display for GicError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GicError::NotInDeviceTree => write!(f, "no GICv3 in the device tree"),
+            GicError::TwoSecurityStates => {
+                write!(
+                    f,
+                    "the distributor has two Security states (GICD_CTLR.DS 0)"
+                )
+            }
+            GicError::Stuck(what) => write!(f, "{what} did not settle"),
+            GicError::NotAnSpi(id) => write!(f, "INTID {id} is not an SPI"),
+            GicError::NotPrivate(id) => write!(f, "INTID {id} is not an SGI or PPI"),
+            GicError::NotAnSgi(id) => write!(f, "INTID {id} is not an SGI"),
+            GicError::NoRedistributor(m) => write!(f, "no redistributor serves mpidr {m}"),
+            GicError::SystemRegistersDisabled => {
+                write!(
+                    f,
+                    "ICC_SRE_EL1.SRE stays 0: no system-register access to the GIC"
+                )
+            }
+            GicError::Map => write!(f, "cannot map the GIC's frames"),
+        }
+    }
+}
+
+/// Polls `settled` up to [`POLL_LIMIT`] times.
+fn poll(what: &'static str, mut settled: impl FnMut() -> bool) -> Result<(), GicError> {
+    for _ in 0..POLL_LIMIT {
+        if settled() {
+            return Ok(());
+        }
+        core::hint::spin_loop();
+    }
+    Err(GicError::Stuck(what))
+}
+
+// ---- Values the CPU interface and the distributor take --------------------
+
+/// TargetList has one bit per Aff0 value in a range of 16 that
+/// ICC_SGI1R_EL1.RS selects.
+const SGI_TARGETS_PER_RANGE: u8 = 16;
+
+/// The ICC_SGI1R_EL1 value that sends `sgi` to the one PE `target`
+/// (IRM 0; RS and TargetList from its Aff0).
+pub fn sgi1r_value(target: Mpidr, sgi: IntId) -> Result<u64, GicError> {
+    if !sgi.is_sgi() {
+        return Err(GicError::NotAnSgi(sgi));
+    }
+    let aff0 = target.affinity(0);
+    let range = aff0 / SGI_TARGETS_PER_RANGE;
+    let target_bit = 1u64 << (aff0 % SGI_TARGETS_PER_RANGE);
+    let value = ICC_SGI1R_EL1::Aff3.val(target.affinity(3).into())
+        + ICC_SGI1R_EL1::RS.val(range.into())
+        + ICC_SGI1R_EL1::IRM::CLEAR
+        + ICC_SGI1R_EL1::Aff2.val(target.affinity(2).into())
+        + ICC_SGI1R_EL1::INTID.val(sgi.raw().into())
+        + ICC_SGI1R_EL1::Aff1.val(target.affinity(1).into())
+        + ICC_SGI1R_EL1::TargetList.val(target_bit);
+    Ok(value.value)
+}
+
+/// The `GICD_IROUTER<n>` value that routes an SPI to the one PE `target`.
+pub fn irouter_value(target: Mpidr) -> u64 {
+    (GICD_IROUTER::Aff3.val(target.affinity(3).into())
+        + GICD_IROUTER::Interrupt_Routing_Mode::Targeted
+        + GICD_IROUTER::Aff2.val(target.affinity(2).into())
+        + GICD_IROUTER::Aff1.val(target.affinity(1).into())
+        + GICD_IROUTER::Aff0.val(target.affinity(0).into()))
+    .value
+}
+
+/// The PE a redistributor serves, from its GICR_TYPER.
+pub fn typer_affinity(typer: u64) -> Mpidr {
+    let affinity = LocalRegisterCopy::<u64, GICR_TYPER::Register>::new(typer)
+        .read(GICR_TYPER::Affinity_Value) as u32;
+    let [aff3, aff2, aff1, aff0] = affinity.to_be_bytes();
+    Mpidr::from_affinity(aff3, aff2, aff1, aff0)
+}
+
+/// The offset, from the start of a redistributor region of `region_size`
+/// bytes, of the redistributor that serves `target`: the frames are read
+/// one after the other (`typer_at(offset)` reads the GICR_TYPER of the
+/// redistributor at `offset`), each [`REDISTRIBUTOR_SIZE`] long, or
+/// [`REDISTRIBUTOR_SIZE_VLPIS`] with GICR_TYPER.VLPIS, until the one
+/// marked Last or the end of the region.
+pub fn find_redistributor(
+    region_size: u64,
+    target: Mpidr,
+    mut typer_at: impl FnMut(u64) -> u64,
+) -> Option<u64> {
+    let mut offset: u64 = 0;
+    while offset.saturating_add(REDISTRIBUTOR_SIZE) <= region_size {
+        let typer = typer_at(offset);
+        if typer_affinity(typer) == target {
+            return Some(offset);
+        }
+        let fields = LocalRegisterCopy::<u64, GICR_TYPER::Register>::new(typer);
+        if fields.is_set(GICR_TYPER::Last) {
+            return None;
+        }
+        offset += if fields.is_set(GICR_TYPER::VLPIS) {
+            REDISTRIBUTOR_SIZE_VLPIS
+        } else {
+            REDISTRIBUTOR_SIZE
+        };
+    }
+    None
+}
+
+// ---- The distributor ------------------------------------------------------
+
+impl Distributor {
+    /// Turns on affinity routing and the forwarding of Group 1 interrupts
+    /// (GICD_CTLR.ARE and EnableGrp1), and waits for the write to take
+    /// effect. Only for a distributor with a single Security state.
+    pub fn enable_group1(&self) -> Result<(), GicError> {
+        if !self.ctlr.is_set(GICD_CTLR::DS) {
+            return Err(GicError::TwoSecurityStates);
+        }
+        self.ctlr
+            .modify(GICD_CTLR::ARE::SET + GICD_CTLR::EnableGrp1::SET);
+        self.wait_for_writes()
+    }
+
+    /// Makes `spi` a Group 1 interrupt of `priority`, routed to the one PE
+    /// `target`. Configure an SPI while it is disabled.
+    pub fn configure_spi(&self, spi: IntId, priority: u8, target: Mpidr) -> Result<(), GicError> {
+        let index = Self::spi_index(spi)?;
+        let word = spi.word();
+        self.igroupr[word].set(self.igroupr[word].get() | spi.bit());
+        self.ipriorityr[spi.raw() as usize].set(priority);
+        self.irouter[index].set(irouter_value(target));
+        Ok(())
+    }
+
+    /// The PE `spi` is routed to, and whether the route is 1-of-N instead.
+    pub fn route_of(&self, spi: IntId) -> Result<(Mpidr, bool), GicError> {
+        let route = self.irouter[Self::spi_index(spi)?].extract();
+        let any = route.matches_all(GICD_IROUTER::Interrupt_Routing_Mode::AnyParticipatingPe);
+        let target = Mpidr::from_affinity(
+            route.read(GICD_IROUTER::Aff3) as u8,
+            route.read(GICD_IROUTER::Aff2) as u8,
+            route.read(GICD_IROUTER::Aff1) as u8,
+            route.read(GICD_IROUTER::Aff0) as u8,
+        );
+        Ok((target, any))
+    }
+
+    /// Enables or disables `spi`; a disable is waited for (GICD_CTLR.RWP).
+    pub fn set_spi_enabled(&self, spi: IntId, enabled: bool) -> Result<(), GicError> {
+        Self::spi_index(spi)?;
+        if enabled {
+            self.isenabler[spi.word()].set(spi.bit());
+            Ok(())
+        } else {
+            self.icenabler[spi.word()].set(spi.bit());
+            self.wait_for_writes()
+        }
+    }
+
+    /// Whether `spi` is enabled (`GICD_ISENABLER<n>` reads the enables).
+    pub fn spi_enabled(&self, spi: IntId) -> Result<bool, GicError> {
+        Self::spi_index(spi)?;
+        Ok(self.isenabler[spi.word()].get() & spi.bit() != 0)
+    }
+
+    /// Index of `spi`'s `GICD_IROUTER<n>` in [`Distributor::irouter`].
+    fn spi_index(spi: IntId) -> Result<usize, GicError> {
+        if spi.is_spi() {
+            Ok((spi.raw() - PRIVATE_COUNT) as usize)
+        } else {
+            Err(GicError::NotAnSpi(spi))
+        }
+    }
+
+    fn wait_for_writes(&self) -> Result<(), GicError> {
+        poll("GICD_CTLR.RWP", || !self.ctlr.is_set(GICD_CTLR::RWP))
+    }
+}
+
+// ---- A redistributor ---------------------------------------------------------
+
+impl RdFrame {
+    /// GICR_TYPER: which PE the redistributor serves, whether it is the
+    /// last of its region, how big it is.
+    pub fn typer(&self) -> u64 {
+        self.typer.get()
+    }
+}
+
+/// One PE's redistributor: its RD_base and SGI_base frames.
+#[derive(Clone, Copy)]
+pub struct Redistributor<'a> {
+    rd: &'a RdFrame,
+    sgi: &'a SgiFrame,
+}
+
+impl<'a> Redistributor<'a> {
+    pub const fn new(rd: &'a RdFrame, sgi: &'a SgiFrame) -> Self {
+        Self { rd, sgi }
+    }
+
+    /// GICR_TYPER.
+    pub fn typer(&self) -> u64 {
+        self.rd.typer()
+    }
+
+    /// Marks the PE awake (clears GICR_WAKER.ProcessorSleep) and waits
+    /// until the redistributor's interface to it is up (ChildrenAsleep
+    /// clear), so that it forwards the PE's interrupts.
+    pub fn wake(&self) -> Result<(), GicError> {
+        self.rd.waker.modify(GICR_WAKER::ProcessorSleep::CLEAR);
+        poll("GICR_WAKER.ChildrenAsleep", || {
+            !self.rd.waker.is_set(GICR_WAKER::ChildrenAsleep)
+        })
+    }
+
+    /// Makes the SGI or PPI `intid` a Group 1 interrupt of `priority`.
+    pub fn configure(&self, intid: IntId, priority: u8) -> Result<(), GicError> {
+        Self::check(intid)?;
+        self.sgi.igroupr0.set(self.sgi.igroupr0.get() | intid.bit());
+        self.sgi.ipriorityr[intid.raw() as usize].set(priority);
+        Ok(())
+    }
+
+    /// The priority of the SGI or PPI `intid`.
+    pub fn priority(&self, intid: IntId) -> Result<u8, GicError> {
+        Self::check(intid)?;
+        Ok(self.sgi.ipriorityr[intid.raw() as usize].get())
+    }
+
+    /// Enables or disables the SGI or PPI `intid`; a disable is waited for
+    /// (GICR_CTLR.RWP).
+    pub fn set_enabled(&self, intid: IntId, enabled: bool) -> Result<(), GicError> {
+        Self::check(intid)?;
+        if enabled {
+            self.sgi.isenabler0.set(intid.bit());
+            Ok(())
+        } else {
+            self.sgi.icenabler0.set(intid.bit());
+            poll("GICR_CTLR.RWP", || !self.rd.ctlr.is_set(GICR_CTLR::RWP))
+        }
+    }
+
+    /// Whether the SGI or PPI `intid` is enabled.
+    pub fn enabled(&self, intid: IntId) -> Result<bool, GicError> {
+        Self::check(intid)?;
+        Ok(self.sgi.isenabler0.get() & intid.bit() != 0)
+    }
+
+    /// Clears the pending state of the SGI or PPI `intid` (an edge raised
+    /// while it was disabled, say).
+    pub fn clear_pending(&self, intid: IntId) -> Result<(), GicError> {
+        Self::check(intid)?;
+        self.sgi.icpendr0.set(intid.bit());
+        Ok(())
+    }
+
+    fn check(intid: IntId) -> Result<(), GicError> {
+        if intid.is_private() {
+            Ok(())
+        } else {
+            Err(GicError::NotPrivate(intid))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::boxed::Box;
+    use std::vec::Vec;
+
+    /// A register block in ordinary memory, all registers 0.
+    fn zeroed<T>() -> Box<T> {
+        // SAFETY: the blocks are made of tock-registers cells (UnsafeCell
+        // around integers) and byte-array padding, for which all zeroes is
+        // a valid value.
+        unsafe { Box::<T>::new_zeroed().assume_init() }
+    }
+
+    /// The bytes of a register block.
+    fn bytes<T>(block: &T) -> Vec<u8> {
+        let start = (block as *const T).cast::<u8>();
+        // SAFETY: `block` is a live, initialised value of size_of::<T>()
+        // bytes, and nothing writes it while we copy it.
+        unsafe { core::slice::from_raw_parts(start, size_of::<T>()) }.to_vec()
+    }
+
+    /// (offset, old byte, new byte) of every byte that differs.
+    fn changes(before: &[u8], after: &[u8]) -> Vec<(usize, u8, u8)> {
+        before
+            .iter()
+            .zip(after)
+            .enumerate()
+            .filter(|(_, (b, a))| b != a)
+            .map(|(i, (b, a))| (i, *b, *a))
+            .collect()
+    }
+
+    #[test]
+    fn intids() {
+        assert_eq!(IntId::sgi(15).raw(), 15);
+        assert!(IntId::sgi(0).is_sgi() && IntId::sgi(0).is_private());
+        assert!(!IntId::from_raw(16).is_sgi() && IntId::from_raw(31).is_private());
+        assert!(IntId::from_raw(32).is_spi() && !IntId::from_raw(32).is_private());
+        assert!(IntId::from_raw(1019).is_spi() && !IntId::from_raw(1020).is_spi());
+        assert_eq!(IntId::SPURIOUS.raw(), 1023);
+        // The device-tree specifiers the VM's tree uses: the virtual timer
+        // <1 11 4> and the UART <0 1 4>.
+        assert_eq!(IntId::from_dt(1, 11), Some(IntId::from_raw(27)));
+        assert_eq!(IntId::from_dt(0, 1), Some(IntId::from_raw(33)));
+        assert_eq!(IntId::from_dt(1, 16), None);
+        assert_eq!(IntId::from_dt(0, 988), None);
+        assert_eq!(IntId::from_dt(2, 0), None, "extended SPI range");
+        assert_eq!(IntId::from_raw(33).to_string(), "33");
+    }
+
+    #[test]
+    #[should_panic(expected = "SGIs are INTIDs 0..=15")]
+    fn sgi_16_is_no_sgi() {
+        let _ = IntId::sgi(core::hint::black_box(16));
+    }
+
+    #[test]
+    fn priority_steps_follow_the_implemented_bits() {
+        assert_eq!(priority_step(5), 8, "QEMU's virtual CPU interface");
+        assert_eq!(priority_step(4), 16);
+        assert_eq!(priority_step(8), 1);
+        assert_eq!(priority_step(0), 128, "clamped to 1 bit");
+        assert_eq!(priority_step(9), 1, "clamped to 8 bits");
+        assert_eq!(effective_priority(0x0f, 5), 0x08);
+        assert_eq!(effective_priority(PRIORITY_MASK_OPEN, 5), 0xf8);
+        assert_eq!(effective_priority(0xa3, 8), 0xa3);
+    }
+
+    /// ICC_SGI1R_EL1 values worked out by hand from the field layout in
+    /// Arm IHI 0069 (TargetList 15:0, Aff1 23:16, INTID 27:24, Aff2 39:32,
+    /// IRM 40, RS 47:44, Aff3 55:48).
+    #[test]
+    fn sgi1r_values_match_the_field_layout() {
+        let sgi = |n| IntId::sgi(n);
+        // SGI 0 to 0.0.0.0: TargetList bit 0.
+        assert_eq!(sgi1r_value(Mpidr::from_raw(0), sgi(0)), Ok(0x1));
+        // SGI 1 to 0.0.0.3: INTID 1 << 24, TargetList bit 3.
+        assert_eq!(
+            sgi1r_value(Mpidr::from_raw(3), sgi(1)),
+            Ok(0x0000_0000_0100_0008)
+        );
+        // SGI 11 to 0.0.0.7.
+        assert_eq!(
+            sgi1r_value(Mpidr::from_raw(7), sgi(11)),
+            Ok(0x0000_0000_0b00_0080)
+        );
+        // SGI 5 to 0.0.0.17: RS 1 (Aff0 16..=31), TargetList bit 1.
+        assert_eq!(
+            sgi1r_value(Mpidr::from_raw(17), sgi(5)),
+            Ok(0x0000_1000_0500_0002)
+        );
+        // SGI 15 to 1.2.3.4: Aff3 1 << 48, Aff2 2 << 32, INTID 15 << 24,
+        // Aff1 3 << 16, TargetList bit 4.
+        assert_eq!(
+            sgi1r_value(Mpidr::from_affinity(1, 2, 3, 4), sgi(15)),
+            Ok(0x0001_0002_0f03_0010)
+        );
+        // Aff0 255: RS 15, TargetList bit 15.
+        assert_eq!(
+            sgi1r_value(Mpidr::from_affinity(0, 0, 0, 255), sgi(2)),
+            Ok(0x0000_f000_0200_8000)
+        );
+        assert_eq!(
+            sgi1r_value(Mpidr::from_raw(0), IntId::from_raw(16)),
+            Err(GicError::NotAnSgi(IntId::from_raw(16)))
+        );
+    }
+
+    /// `GICD_IROUTER<n>`: Aff3 39:32, IRM 31, Aff2 23:16, Aff1 15:8, Aff0 7:0.
+    #[test]
+    fn irouter_values_match_the_field_layout() {
+        assert_eq!(irouter_value(Mpidr::from_raw(7)), 0x7);
+        assert_eq!(
+            irouter_value(Mpidr::from_affinity(1, 2, 3, 4)),
+            0x01_0002_0304
+        );
+        // MPIDR_EL1's U and MT bits are not affinity and never get in.
+        assert_eq!(irouter_value(Mpidr::from_raw(0x8100_0002)), 0x2);
+    }
+
+    #[test]
+    fn typer_affinity_reads_bits_63_to_32() {
+        // Aff3.Aff2.Aff1.Aff0 = 1.2.3.4, Processor_Number 5, Last.
+        let typer = 0x0102_0304_0000_0510;
+        assert_eq!(typer_affinity(typer), Mpidr::from_affinity(1, 2, 3, 4));
+        assert_eq!(typer_affinity(0x0000_0007_0000_0700), Mpidr::from_raw(7));
+    }
+
+    /// GICR_TYPER of a redistributor for `aff0` (Aff1..Aff3 0), Last if
+    /// `last`, VLPIS if `vlpis`.
+    fn typer(aff0: u8, last: bool, vlpis: bool) -> u64 {
+        u64::from(aff0) << 32 | u64::from(last) << 4 | u64::from(vlpis) << 1
+    }
+
+    #[test]
+    fn redistributors_are_found_by_affinity() {
+        // Four redistributors of 128 KiB, for 0.0.0.0..=0.0.0.3.
+        let frames = [
+            typer(0, false, false),
+            typer(1, false, false),
+            typer(2, false, false),
+            typer(3, true, false),
+        ];
+        let mut reads = Vec::new();
+        let at = |offset: u64| frames[(offset / REDISTRIBUTOR_SIZE) as usize];
+        let region = 4 * REDISTRIBUTOR_SIZE;
+        assert_eq!(
+            find_redistributor(region, Mpidr::from_raw(2), |o| {
+                reads.push(o);
+                at(o)
+            }),
+            Some(0x4_0000)
+        );
+        assert_eq!(reads, [0, 0x2_0000, 0x4_0000]);
+        assert_eq!(
+            find_redistributor(region, Mpidr::from_raw(3), at),
+            Some(0x6_0000)
+        );
+        // Not there: the scan stops at Last, without reading past it.
+        assert_eq!(find_redistributor(16 << 20, Mpidr::from_raw(9), at), None);
+        // A region too small for the match.
+        assert_eq!(
+            find_redistributor(2 * REDISTRIBUTOR_SIZE, Mpidr::from_raw(2), at),
+            None
+        );
+        // GICv4 redistributors are 256 KiB apart.
+        let v4 = [typer(0, false, true), typer(1, true, true)];
+        assert_eq!(
+            find_redistributor(1 << 20, Mpidr::from_raw(1), |o| v4
+                [(o / REDISTRIBUTOR_SIZE_VLPIS) as usize]),
+            Some(REDISTRIBUTOR_SIZE_VLPIS)
+        );
+    }
+
+    #[test]
+    fn distributor_registers_are_where_the_spec_puts_them() {
+        let gicd = zeroed::<Distributor>();
+        let spi = IntId::from_raw(33);
+        let before = bytes(&*gicd);
+        gicd.configure_spi(spi, 0x80, Mpidr::from_affinity(1, 0, 2, 7))
+            .unwrap();
+        // GICD_IGROUPR1 bit 1 (0x84), GICD_IPRIORITYR byte 33 (0x421),
+        // GICD_IROUTER<33> at 0x6000 + 8 * 33 = 0x6108: Aff0 7, Aff1 2,
+        // Aff3 1 (byte 4).
+        assert_eq!(
+            changes(&before, &bytes(&*gicd)),
+            [
+                (0x84, 0, 0x02),
+                (0x421, 0, 0x80),
+                (0x6108, 0, 7),
+                (0x6109, 0, 2),
+                (0x610c, 0, 1)
+            ]
+        );
+        assert_eq!(
+            gicd.route_of(spi),
+            Ok((Mpidr::from_affinity(1, 0, 2, 7), false))
+        );
+        let before = bytes(&*gicd);
+        gicd.set_spi_enabled(spi, true).unwrap();
+        // GICD_ISENABLER1 (0x104) bit 1.
+        assert_eq!(changes(&before, &bytes(&*gicd)), [(0x104, 0, 0x02)]);
+        assert_eq!(gicd.spi_enabled(spi), Ok(true));
+        let before = bytes(&*gicd);
+        gicd.set_spi_enabled(IntId::from_raw(1019), false).unwrap();
+        // GICD_ICENABLER31 (0x180 + 4 * 31 = 0x1fc) bit 27 (byte 0x1ff, bit 3).
+        assert_eq!(changes(&before, &bytes(&*gicd)), [(0x1ff, 0, 0x08)]);
+        assert_eq!(
+            gicd.configure_spi(IntId::from_raw(27), 0, Mpidr::default()),
+            Err(GicError::NotAnSpi(IntId::from_raw(27)))
+        );
+        assert_eq!(
+            gicd.set_spi_enabled(IntId::SPURIOUS, true),
+            Err(GicError::NotAnSpi(IntId::SPURIOUS))
+        );
+    }
+
+    #[test]
+    fn distributor_enable_needs_a_single_security_state() {
+        let gicd = zeroed::<Distributor>();
+        assert_eq!(gicd.enable_group1(), Err(GicError::TwoSecurityStates));
+        // DS (bit 6) set, as the hypervisor's vGIC reads: ARE (bit 4) and
+        // EnableGrp1 (bit 1) are added.
+        gicd.ctlr.set(1 << 6);
+        assert_eq!(gicd.enable_group1(), Ok(()));
+        assert_eq!(gicd.ctlr.get(), 1 << 6 | 1 << 4 | 1 << 1);
+        // A write that never completes.
+        gicd.ctlr.set(1 << 31 | 1 << 6);
+        assert_eq!(gicd.enable_group1(), Err(GicError::Stuck("GICD_CTLR.RWP")));
+    }
+
+    #[test]
+    fn redistributor_registers_are_where_the_spec_puts_them() {
+        let rd = zeroed::<RdFrame>();
+        let sgi = zeroed::<SgiFrame>();
+        let redist = Redistributor::new(&rd, &sgi);
+        let timer = IntId::from_raw(27);
+        let before = bytes(&*sgi);
+        redist.configure(timer, 0x48).unwrap();
+        redist.set_enabled(timer, true).unwrap();
+        // GICR_IGROUPR0 (0x80) and GICR_ISENABLER0 (0x100) bit 27 (byte 3,
+        // bit 3); GICR_IPRIORITYR byte 27 (0x41b).
+        assert_eq!(
+            changes(&before, &bytes(&*sgi)),
+            [(0x83, 0, 0x08), (0x103, 0, 0x08), (0x41b, 0, 0x48)]
+        );
+        assert_eq!(redist.priority(timer), Ok(0x48));
+        assert_eq!(redist.enabled(timer), Ok(true));
+        let before = bytes(&*sgi);
+        redist.set_enabled(IntId::sgi(1), false).unwrap();
+        redist.clear_pending(IntId::sgi(1)).unwrap();
+        // GICR_ICENABLER0 (0x180) and GICR_ICPENDR0 (0x280) bit 1.
+        assert_eq!(
+            changes(&before, &bytes(&*sgi)),
+            [(0x180, 0, 0x02), (0x280, 0, 0x02)]
+        );
+        assert_eq!(
+            redist.configure(IntId::from_raw(32), 0),
+            Err(GicError::NotPrivate(IntId::from_raw(32)))
+        );
+    }
+
+    #[test]
+    fn redistributor_wakes_and_reads_its_typer() {
+        let rd = zeroed::<RdFrame>();
+        let sgi = zeroed::<SgiFrame>();
+        let redist = Redistributor::new(&rd, &sgi);
+        // ProcessorSleep (bit 1) set, ChildrenAsleep (bit 2) clear: the
+        // wake clears ProcessorSleep.
+        rd.waker.set(1 << 1);
+        assert_eq!(redist.wake(), Ok(()));
+        assert_eq!(rd.waker.get(), 0);
+        // ChildrenAsleep never clears.
+        rd.waker.set(1 << 2);
+        assert_eq!(
+            redist.wake(),
+            Err(GicError::Stuck("GICR_WAKER.ChildrenAsleep"))
+        );
+        assert_eq!(redist.typer(), 0);
+    }
+
+    #[test]
+    fn frame_layouts() {
+        assert_eq!(core::mem::offset_of!(RdFrame, typer), 0x08);
+        assert_eq!(core::mem::offset_of!(RdFrame, waker), 0x14);
+        assert_eq!(core::mem::offset_of!(SgiFrame, igroupr0), 0x80);
+        assert_eq!(core::mem::offset_of!(SgiFrame, ipriorityr), 0x400);
+        assert_eq!(core::mem::offset_of!(Distributor, irouter), 0x6100);
+        assert!(size_of::<Distributor>() as u64 <= DISTRIBUTOR_SIZE);
+        assert!(size_of::<RdFrame>() as u64 <= SGI_FRAME_OFFSET);
+        assert!(SGI_FRAME_OFFSET + size_of::<SgiFrame>() as u64 <= REDISTRIBUTOR_SIZE);
+    }
+}
