@@ -210,6 +210,34 @@ fn selftest(which: &'static str, expect: &'static [&'static str]) -> BootTest {
     }
 }
 
+/// `el2.selftest=panic-all` on 8 CPUs: every CPU panics at about the same
+/// moment; exactly one report comes out and the machine stops (the first
+/// CPU stops the others; a CPU that fails during the report parks).
+fn panic_on_every_cpu() -> BootTest {
+    let machine = Machine {
+        smp: 8,
+        append: Some("el2.selftest=panic-all".into()),
+        ..Machine::default()
+    };
+    BootTest {
+        name: format!("selftest panic-all {}", machine.describe()),
+        timeout: timeout_for(&machine),
+        outcome: Outcome::Fatal,
+        checks: vec![
+            Check::Banner,
+            Check::AfterFatal(&["selftest: panic on every CPU"]),
+            Check::Lines {
+                text: FATAL_MARKER.to_string(),
+                count: 1,
+            },
+        ],
+        dt_edit: None,
+        kernel: Kernel::El2,
+        vms: Vec::new(),
+        machine,
+    }
+}
+
 /// A device tree the hypervisor cannot use must stop it with a report that
 /// names the node and property, on the console it still finds.
 fn bad_device_tree() -> BootTest {
@@ -877,6 +905,7 @@ pub fn boot_tests() -> Vec<BootTest> {
         &["Unknown reason", "undefined", "Undefined"],
     ));
     tests.push(selftest("stack-overflow", &["stack overflow"]));
+    tests.push(panic_on_every_cpu());
     tests.push(bare_demo(Machine::default()));
     tests.push(bare_demo(Machine {
         smp: 1,
@@ -1594,7 +1623,8 @@ mod tests {
     #[test]
     fn matrix_has_the_required_tests() {
         let names: Vec<String> = boot_tests().into_iter().map(|t| t.name).collect();
-        assert_eq!(names.len(), 24, "{names:?}");
+        assert_eq!(names.len(), 25, "{names:?}");
+        assert!(names.contains(&"selftest panic-all max,pauth=off smp=8".to_string()));
         assert!(names.contains(&"guest lockbench bare lock=pv max,pauth=off smp=2".to_string()));
         assert!(names.contains(&"guest pv-check bare max,pauth=off smp=4".to_string()));
         assert!(names.contains(&"guest smp-demo bare max,pauth=off smp=4".to_string()));
