@@ -45,8 +45,9 @@ pub const DEFAULT_PRIVATE_WORK: u64 = 40;
 pub const MAX_WORK: u64 = 1_000_000;
 /// Most `iterations=`.
 pub const MAX_ITERATIONS: u64 = 100_000_000;
-/// Most `duration-ms=`.
-pub const MAX_DURATION_MS: u64 = 600_000;
+/// Most `duration-ms=`: a day (`cargo xtask soak` runs for minutes to
+/// hours).
+pub const MAX_DURATION_MS: u64 = 86_400_000;
 /// Most `costs=` rounds.
 pub const MAX_COST_ROUNDS: u64 = 10_000_000;
 
@@ -89,7 +90,7 @@ impl LockKind {
 /// |---|---|---|
 /// | `lock=pv\|pv-ticket\|ticket` | the PV queued lock, the PV ticket lock, or the plain ticket lock | `pv` |
 /// | `iterations=N` | acquisitions per vCPU (1..=100000000) | [`DEFAULT_ITERATIONS`] |
-/// | `duration-ms=N` | instead of `iterations`: every vCPU runs until N ms of counter time passed since the start (0..=600000; 0: use `iterations`) | 0 |
+/// | `duration-ms=N` | instead of `iterations`: every vCPU runs until N ms of counter time passed since the start (0..=86400000, a day; 0: use `iterations`) | 0 |
 /// | `cs-work=N` | mixing rounds inside the lock (1..=1000000) | [`DEFAULT_CS_WORK`] |
 /// | `private-work=N` | mixing rounds between acquisitions (0..=1000000) | [`DEFAULT_PRIVATE_WORK`] |
 /// | `spin-limit=N` | PV locks: spins between two looks at the awaited vCPU's flag (1..=1000000000) | [`crate::lock::DEFAULT_SPIN_LIMIT`] |
@@ -582,7 +583,8 @@ mod tests {
         let s = settings("duration-ms=250 halt-after=3 costs=1000").unwrap();
         assert_eq!((s.duration_ms, s.halt_after, s.costs), (250, 3, 1000));
         assert!(settings("halt-after=0").is_err());
-        assert!(settings("duration-ms=600001").is_err());
+        assert!(settings("duration-ms=86400000").is_ok());
+        assert!(settings("duration-ms=86400001").is_err());
         assert!(settings("iterations=0").is_err());
         assert!(settings("cs-work=0").is_err());
         assert!(settings("spin-limit=0").is_err());

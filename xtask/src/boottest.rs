@@ -107,6 +107,9 @@ pub enum Check {
     /// Stock Linux VMs booted, found the hypervisor and powered off
     /// ([`crate::linuxtest::LinuxExpect`]).
     Linux(crate::linuxtest::LinuxExpect),
+    /// A timed lockbench run with `vcpus` vCPUs beside other VMs
+    /// ([`crate::soak::check_lock`]): exact data, the verdict.
+    LockSoak { vcpus: usize },
     /// irq-check with `vcpus` vCPUs and `rounds` ring rounds passed every
     /// check, and el2's `summary:   vgic:` line agrees
     /// ([`crate::irqtest::check`]).
@@ -523,7 +526,7 @@ fn pv_check_vm_tests() -> Vec<BootTest> {
 }
 
 /// The lock-contention test guest.
-const LOCK_CHECK: &str = "lockbench";
+pub const LOCK_CHECK: &str = "lockbench";
 
 /// lockbench's command line: `lock` taken `iterations` times per vCPU;
 /// for the PV locks every vCPU's first critical section lasts
@@ -1045,6 +1048,7 @@ impl Check {
             }
             Check::SmpOnline(n) => check_smp(lines, *n),
             Check::Linux(expect) => crate::linuxtest::check(lines, expect),
+            Check::LockSoak { vcpus } => crate::soak::check_lock(lines, *vcpus),
             Check::Irq { vcpus, rounds } => crate::irqtest::check(lines, *vcpus, *rounds),
             Check::PvServices { expect, vcpus } => check_pv_check(lines, expect, *vcpus),
             Check::LockContention {

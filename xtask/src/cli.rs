@@ -22,11 +22,13 @@ COMMANDS:
     test      Host checks (fmt, clippy, tests), then the QEMU boot-test matrix
     bench     The lock benchmark matrix under deterministic QEMU (-icount), with a JSON
               file, a table in docs/benchmarks.md and an SVG plot
+    soak      The PV lock benchmark and a stock Linux VM side by side for N minutes,
+              then checks of every vCPU's progress and the lock's data
     gdb       Build, start QEMU halted with a gdb stub and attach gdb-multiarch
     setup     Install everything the other commands need (Rust target, QEMU, U-Boot, gdb)
     help      Print this help
 
-BUILD OPTIONS (build, run, test, bench, gdb):
+BUILD OPTIONS (build, run, test, bench, soak, gdb):
     --debug            Build the debug profile instead of release
     --elf PATH         Use this prebuilt el2 ELF instead of building
 
@@ -98,6 +100,12 @@ BENCH OPTIONS:
     Results go to target/xtask/bench/results.json (every cell), the table and plot to
     docs/benchmarks.md and docs/benchmarks*.svg; consoles to target/xtask/bench/logs/.
     Exits non-zero if a run fails or loses data; missed targets are reported, not fatal.
+
+SOAK OPTIONS:
+    --minutes N        How long both guests run (1..=1440) [default: 5]
+    --smp N            Physical CPUs; the two VMs have 4 vCPUs each [default: 2]
+    -v, --verbose      Stream the console
+    Needs the Linux guest (fetched with apt-get as root the first time, like run --linux).
 ";
 
 /// A parsed command line.
@@ -110,6 +118,16 @@ pub enum Cmd {
     Gdb(RunOpts),
     Test(TestOpts),
     Bench(BenchOpts),
+    Soak(SoakOpts),
+}
+
+/// `cargo xtask soak`'s options.
+#[derive(Debug)]
+pub struct SoakOpts {
+    pub build: BuildOpts,
+    pub minutes: u32,
+    pub smp: u32,
+    pub verbose: bool,
 }
 
 /// `cargo xtask bench`'s options.
@@ -122,7 +140,7 @@ pub struct BenchOpts {
     pub docs: bool,
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct BuildOpts {
     pub source: Source,
 }
@@ -275,9 +293,10 @@ pub fn parse(args: Vec<String>) -> Result<Cmd> {
         "gdb" => "gdb",
         "test" => "test",
         "bench" => "bench",
+        "soak" => "soak",
         other => bail!(
-            "unknown command {other:?}; the commands are build, run, test, bench, gdb, setup \
-             (see `cargo xtask help`)"
+            "unknown command {other:?}; the commands are build, run, test, bench, soak, gdb, \
+             setup (see `cargo xtask help`)"
         ),
     };
     let mut p = Parser { args, cmd };
@@ -309,6 +328,7 @@ pub fn parse(args: Vec<String>) -> Result<Cmd> {
             }
         }
         "bench" => parse_bench(&mut p),
+        "soak" => parse_soak(&mut p),
         _ => parse_test(&mut p),
     }
 }
@@ -344,6 +364,31 @@ fn parse_bench(p: &mut Parser) -> Result<Cmd> {
         }
     }
     Ok(Cmd::Bench(o))
+}
+
+fn parse_soak(p: &mut Parser) -> Result<Cmd> {
+    let mut o = SoakOpts {
+        build: default_build(),
+        minutes: 5,
+        smp: 2,
+        verbose: false,
+    };
+    while let Some(mut opt) = p.next()? {
+        if p.build_opt(&mut opt, &mut o.build)? {
+            continue;
+        }
+        match opt.name.as_str() {
+            "--help" | "-h" => return Ok(Cmd::Help),
+            "--minutes" => o.minutes = p.number(&mut opt)?,
+            "--smp" => o.smp = p.number(&mut opt)?,
+            "-v" | "--verbose" => {
+                p.flag(&opt)?;
+                o.verbose = true;
+            }
+            _ => return Err(p.unknown(&opt)),
+        }
+    }
+    Ok(Cmd::Soak(o))
 }
 
 fn is_help(opt: &Opt) -> bool {
@@ -530,6 +575,21 @@ mod tests {
         assert_eq!(o.machine.extra_args, ["-d", "int"]);
         assert!(o.machine.icount);
         assert_eq!(o.timeout, None);
+    }
+
+    #[test]
+    fn soak_takes_minutes_and_pcpus() {
+        let Cmd::Soak(o) = parse_str("soak").unwrap() else {
+            panic!("not soak")
+        };
+        assert_eq!((o.minutes, o.smp, o.verbose), (5, 2, false));
+        let Cmd::Soak(o) = parse_str("soak --minutes 30 --smp 4 -v --debug").unwrap() else {
+            panic!("not soak")
+        };
+        assert_eq!((o.minutes, o.smp, o.verbose), (30, 4, true));
+        assert!(parse_str("soak --minutes").is_err());
+        assert!(parse_str("soak --minutes ten").is_err());
+        assert!(parse_str("soak --vcpus 4").is_err());
     }
 
     #[test]

@@ -14,6 +14,7 @@ mod linux;
 mod linuxtest;
 mod qemu;
 mod setup;
+mod soak;
 mod suite;
 mod sys;
 mod vm;
@@ -108,6 +109,7 @@ fn dispatch(cmd: Cmd) -> Result<ExitCode> {
         Cmd::Gdb(o) => gdb::gdb(&ws, &o),
         Cmd::Test(o) => suite::test(&ws, &o),
         Cmd::Bench(o) => bench::bench(&ws, &o),
+        Cmd::Soak(o) => soak::soak(&ws, &o),
     }
 }
 

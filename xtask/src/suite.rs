@@ -139,16 +139,32 @@ pub fn test(ws: &Workspace, o: &TestOpts) -> Result<ExitCode> {
     if o.boot {
         boot_tests(ws, o, &tests, &mut tally);
     }
+    Ok(tally.finish())
+}
 
-    if !tally.failed.is_empty() {
-        println!("failed: {}", tally.failed.join(", "));
+/// Builds what `tests` need and runs them (no host checks), then prints
+/// the summary line; for commands that run boot tests of their own making
+/// (`cargo xtask soak`).
+pub(crate) fn run_boot_tests(ws: &Workspace, o: &TestOpts, tests: &[BootTest]) -> Result<ExitCode> {
+    setup::ensure_rust_target(ws)?;
+    let mut tally = Tally::default();
+    boot_tests(ws, o, tests, &mut tally);
+    Ok(tally.finish())
+}
+
+impl Tally {
+    /// Prints the failures and the counts; the exit status.
+    fn finish(self) -> ExitCode {
+        if !self.failed.is_empty() {
+            println!("failed: {}", self.failed.join(", "));
+        }
+        println!("{} passed, {} failed", self.passed, self.failed.len());
+        if self.failed.is_empty() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        }
     }
-    println!("{} passed, {} failed", tally.passed, tally.failed.len());
-    Ok(if tally.failed.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
 }
 
 fn host_check(ws: &Workspace, tally: &mut Tally, name: &str, args: &[&str]) {
