@@ -14,6 +14,7 @@ pub mod emul;
 pub mod esr;
 pub mod exit;
 pub mod fault;
+pub mod fuzzing;
 pub mod guest;
 pub mod layout;
 pub mod mmio;

@@ -1,0 +1,323 @@
+//! The harnesses under plain `cargo test`: the seed corpus, the corpus
+//! files against their generator, a fixed number of deterministic
+//! mutations of the seeds per harness, and the inputs that once broke an
+//! invariant.
+//!
+//! CI has no nightly toolchain and no time for coverage-guided fuzzing, so
+//! the mutation tests stand in for it: a fixed xorshift seed drives
+//! libFuzzer-style mutations (bit flips, byte and word overwrites with
+//! interesting values, inserts, deletes, copies, splices with another
+//! seed) of the generated seeds, enough iterations to reach well past
+//! them, and each test stays within a few seconds. The boot fixtures of
+//! `platform/tests/fixtures` are mutated by `platform/tests/mutation.rs`;
+//! the device-tree test here mutates the seeds with VM nodes and guest
+//! trees, which those fixtures lack.
+
+extern crate std;
+
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::fmt::Write;
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::path::PathBuf;
+
+use super::input::XorShift;
+use super::seeds::seeds;
+use super::{TARGETS, Target};
+
+/// Set to `1` to rewrite `fuzz/corpus/*/seed-*` from the generator
+/// instead of comparing them.
+const WRITE_CORPUS_VARIABLE: &str = "EL2_WRITE_FUZZ_CORPUS";
+
+/// Longest mutated input, as libFuzzer's default `-max_len`.
+const MAX_LEN: usize = 4096;
+
+fn target(name: &str) -> Target {
+    *TARGETS
+        .iter()
+        .find(|t| t.name == name)
+        .expect("a harness of that name")
+}
+
+fn corpus_dir(target: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../fuzz/corpus")
+        .join(target)
+}
+
+fn hex(data: &[u8]) -> String {
+    let mut text = String::with_capacity(data.len() * 2);
+    for byte in data {
+        let _ = write!(text, "{byte:02x}");
+    }
+    text
+}
+
+/// Runs `input` through `target`; on a panic, prints the input (as hex,
+/// to paste into a regression file) and fails with the panic.
+fn run(target: Target, input: &[u8], what: &dyn Fn() -> String) {
+    if let Err(panic) = catch_unwind(AssertUnwindSafe(|| (target.run)(input))) {
+        std::eprintln!(
+            "{} broke on {}: {} bytes: {}",
+            target.name,
+            what(),
+            input.len(),
+            hex(input)
+        );
+        resume_unwind(panic);
+    }
+}
+
+#[test]
+fn every_seed_runs_clean() {
+    for target in TARGETS {
+        let seeds = seeds(target.name);
+        assert!(!seeds.is_empty(), "{} has no seeds", target.name);
+        for (name, bytes) in &seeds {
+            run(target, bytes, &|| String::from(*name));
+        }
+    }
+}
+
+/// The checked-in seeds are the generator's; with
+/// `EL2_WRITE_FUZZ_CORPUS=1` they are rewritten (stale `seed-*` files
+/// removed). Other files in the corpus directories (regressions, inputs a
+/// fuzzer added) are left alone.
+#[test]
+fn corpus_files_match_the_generator() {
+    let write = std::env::var(WRITE_CORPUS_VARIABLE).is_ok_and(|v| v == "1");
+    for target in TARGETS {
+        let dir = corpus_dir(target.name);
+        let seeds = seeds(target.name);
+        if write {
+            std::fs::create_dir_all(&dir).unwrap();
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                let name = path.file_name().unwrap().to_string_lossy().into_owned();
+                if name.starts_with("seed-")
+                    && !seeds
+                        .iter()
+                        .any(|(s, _)| name == alloc::format!("seed-{s}"))
+                {
+                    std::fs::remove_file(&path).unwrap();
+                }
+            }
+        }
+        for (name, bytes) in seeds {
+            let path = dir.join(alloc::format!("seed-{name}"));
+            if write {
+                std::fs::write(&path, &bytes).unwrap();
+            }
+            let on_disk = std::fs::read(&path).unwrap_or_else(|e| {
+                panic!(
+                    "{}: {e}; regenerate with {WRITE_CORPUS_VARIABLE}=1 cargo test -p el2 fuzzing",
+                    path.display()
+                )
+            });
+            assert!(
+                on_disk == bytes,
+                "{} differs from its generator; regenerate with {WRITE_CORPUS_VARIABLE}=1 cargo test -p el2 fuzzing",
+                path.display()
+            );
+        }
+    }
+}
+
+/// Every `regression-*` file in the corpus directories: an input that once
+/// broke a harness, kept (named after what it broke) so that it never
+/// does again. Inputs a fuzzer added are not replayed here; seeds are
+/// replayed by [`every_seed_runs_clean`].
+#[test]
+fn corpus_regressions_stay_fixed() {
+    for target in TARGETS {
+        let Ok(entries) = std::fs::read_dir(corpus_dir(target.name)) else {
+            continue;
+        };
+        for entry in entries {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            if name.starts_with("regression-") {
+                let input = std::fs::read(&path).unwrap();
+                run(target, &input, &|| name.clone());
+            }
+        }
+    }
+}
+
+/// Byte values that tend to sit on boundaries.
+const INTERESTING_BYTES: [u8; 10] = [0x00, 0x01, 0x02, 0x03, 0x04, 0x10, 0x7f, 0x80, 0xfe, 0xff];
+/// Words for lengths, offsets, counts and selectors.
+const INTERESTING_WORDS: [u64; 12] = [
+    0,
+    1,
+    0x40,
+    0xff,
+    0x100,
+    0x7fff_ffff,
+    0x8000_0000,
+    0xffff_ffff,
+    0x1_0000_0000,
+    0x8000_0000_0000_0000,
+    u64::MAX - 1,
+    u64::MAX,
+];
+
+fn below(rng: &mut XorShift, bound: usize) -> usize {
+    (rng.next() % bound.max(1) as u64) as usize
+}
+
+/// Whether mutations may change an input's length. A device tree keeps
+/// its blocks at offsets its header gives, so inserting or deleting bytes
+/// almost always just breaks the header's checks, which
+/// `platform/tests/mutation.rs` already sweeps; its mutants keep their
+/// length and reach the tree's contents.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Length {
+    Changes,
+    Kept,
+}
+
+/// One to four libFuzzer-style mutations of `data`, `others` being the
+/// rest of the corpus to splice with.
+fn mutate(
+    rng: &mut XorShift,
+    data: &mut Vec<u8>,
+    others: &[(&'static str, Vec<u8>)],
+    length: Length,
+) {
+    for _ in 0..1 + below(rng, 4) {
+        let len = data.len();
+        let at = below(rng, len);
+        let kinds = if length == Length::Kept { 5 } else { 9 };
+        match below(rng, kinds) {
+            0 if len > 0 => data[at] ^= 1 << below(rng, 8),
+            1 if len > 0 => data[at] = rng.next() as u8,
+            2 if len > 0 => data[at] = INTERESTING_BYTES[below(rng, INTERESTING_BYTES.len())],
+            3 => {
+                // An interesting word, little- or big-endian (FDT fields
+                // are big-endian), 2, 4 or 8 bytes wide.
+                let word = INTERESTING_WORDS[below(rng, INTERESTING_WORDS.len())];
+                let width = [2, 4, 8][below(rng, 3)];
+                let (little, big) = (word.to_le_bytes(), word.to_be_bytes());
+                let bytes = if rng.next() & 1 == 0 {
+                    &little[..width]
+                } else {
+                    &big[8 - width..]
+                };
+                for (i, byte) in bytes.iter().enumerate() {
+                    if let Some(slot) = data.get_mut(at + i) {
+                        *slot = *byte;
+                    }
+                }
+            }
+            4 if len > 0 => {
+                // A chunk copied over another place of the input.
+                let count = (1 + below(rng, 16)).min(len - at);
+                let to = below(rng, len - count + 1);
+                data.copy_within(at..at + count, to);
+            }
+            5 => {
+                let count = 1 + below(rng, 8);
+                let bytes: Vec<u8> = (0..count).map(|_| rng.next() as u8).collect();
+                data.splice(at..at, bytes);
+            }
+            6 if len > 0 => {
+                let end = (at + 1 + below(rng, 8)).min(len);
+                data.drain(at..end);
+            }
+            7 if !others.is_empty() => {
+                let (_, other) = &others[below(rng, others.len())];
+                let from = below(rng, other.len());
+                data.truncate(at);
+                data.extend_from_slice(&other[from..]);
+            }
+            _ if length == Length::Changes => data.truncate(at),
+            _ => {}
+        }
+    }
+    if length == Length::Changes {
+        data.truncate(MAX_LEN);
+    }
+}
+
+/// `iterations` mutations of `target`'s seeds, each derived from a seed
+/// (half the time from the previous mutant instead, so mutations stack).
+fn mutate_and_run(target_name: &str, iterations: usize, rng_seed: u64, length: Length) {
+    let target = target(target_name);
+    let corpus = seeds(target_name);
+    let mut rng = XorShift::new(rng_seed);
+    let mut input: Vec<u8> = Vec::new();
+    for iteration in 0..iterations {
+        if iteration % 2 == 0 || input.is_empty() {
+            input = corpus[below(&mut rng, corpus.len())].1.clone();
+        }
+        mutate(&mut rng, &mut input, &corpus, length);
+        run(target, &input, &|| alloc::format!("mutation {iteration}"));
+    }
+}
+
+#[test]
+fn mutated_device_trees_keep_every_invariant() {
+    mutate_and_run("device_tree", 40_000, 0x5eed_d7b0, Length::Kept);
+}
+
+#[test]
+fn mutated_smccc_calls_keep_every_invariant() {
+    mutate_and_run("smccc", 4_000, 0x5eed_5cc0, Length::Changes);
+}
+
+#[test]
+fn mutated_exits_keep_every_invariant() {
+    mutate_and_run("exits", 60_000, 0x5eed_e517, Length::Changes);
+}
+
+#[test]
+fn mutated_pl011_sessions_keep_every_invariant() {
+    mutate_and_run("pl011", 40_000, 0x5eed_0011, Length::Changes);
+}
+
+#[test]
+fn mutated_vgic_sessions_keep_every_invariant() {
+    mutate_and_run("vgic", 3_500, 0x5eed_67c3, Length::Changes);
+}
+
+#[test]
+fn the_mutator_stays_within_bounds() {
+    let mut rng = XorShift::new(1);
+    let others = [("other", alloc::vec![7u8; 5000])];
+    let mut data = Vec::new();
+    for round in 0..10_000 {
+        let length = if round % 2 == 0 {
+            Length::Changes
+        } else {
+            Length::Kept
+        };
+        let before = data.len();
+        mutate(&mut rng, &mut data, &others, length);
+        if length == Length::Kept {
+            assert_eq!(data.len(), before);
+        }
+        assert!(data.len() <= MAX_LEN);
+    }
+}
+
+/// The device-tree seeds reach the VM parser: every VM of the good tree
+/// is accepted, every one of the bad tree after its first is refused.
+#[test]
+fn device_tree_seeds_reach_every_vm_outcome() {
+    let seeds = seeds("device_tree");
+    let tree = |name: &str| {
+        let (_, bytes) = seeds
+            .iter()
+            .find(|(n, _)| *n == name)
+            .expect("a seed of that name");
+        platform::Platform::parse(bytes).expect("a seed tree parses")
+    };
+    let good = tree("host-good-vms");
+    assert_eq!(good.vms.len(), 5);
+    assert!(good.vms.iter().all(Result::is_ok), "{:?}", good.vms);
+    let bad = tree("host-bad-vms");
+    assert!(bad.vms[0].is_ok());
+    assert!(bad.vms[1..].iter().all(Result::is_err), "{:?}", bad.vms);
+    assert!(tree("guest-64-vcpus-openeuler").vms.is_empty());
+}
