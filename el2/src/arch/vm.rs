@@ -709,7 +709,7 @@ fn forward_console_input(
         return;
     }
     NEXT_INPUT_POLL.store(now + ms_to_ticks(1), Ordering::Relaxed);
-    let line = {
+    let targets = {
         let mut uart = vm.console.lock();
         while uart.rx_space() > 0 {
             let Some(byte) = super::console::read_byte() else {
@@ -717,12 +717,10 @@ fn forward_console_input(
             };
             uart.push_input(byte);
         }
-        uart_line_change(vm, &uart)
+        uart_line_follow(vm, &uart)
     };
-    if let Some(level) = line {
-        let running = running.filter(|v| v.vm == vm.id).map(|v| v.index);
-        set_uart_line(pcpu, vm, running, level, sched);
-    }
+    let running = running.filter(|v| v.vm == vm.id).map(|v| v.index);
+    deliver(pcpu, vm, running, targets, sched);
 }
 
 /// After the scheduler woke `vcpu` (caller holds the scheduler lock):
@@ -762,12 +760,20 @@ fn idle(pcpu: usize, sched: &Mutex<Scheduler>) {
         .next_deadline_on(pcpu)
         .map_or(recheck, |d| d.min(recheck));
     timer::arm_at(deadline);
-    // SAFETY: unmasking IRQs lets the EL2 IRQ handler run at this WFI; it
-    // touches nothing this code holds (no lock is held here).
+    // WFI with IRQs still masked: an interrupt pending now or later wakes it
+    // whatever PSTATE.I says (Arm ARM D1.6.2, "Wait for Interrupt"), and is
+    // taken only once they are unmasked after it. Unmasking first would let
+    // a timer that is already due (the deadline passed since it was read,
+    // or a tick still pending) be taken and stopped *before* the WFI, which
+    // would then sleep until some other interrupt: a lost wake-up that left
+    // the boot CPU asleep for good.
+    // SAFETY: unmasking IRQs lets the EL2 IRQ handler run here; it touches
+    // nothing this code holds (no lock is held here).
     unsafe {
         core::arch::asm!(
-            "msr daifclr, #2",
             "wfi",
+            "msr daifclr, #2",
+            "isb",
             "msr daifset, #2",
             options(nomem, nostack)
         )
@@ -1371,11 +1377,9 @@ fn data_abort(
             uart.read(offset, access.size)
                 .map(|value| el2::mmio::complete_read(&mut ctx.regs, &access, value))
         };
-        let line = uart_line_change(vm, &uart);
+        let targets = uart_line_follow(vm, &uart);
         drop(uart);
-        if let Some(level) = line {
-            set_uart_line(pcpu, vm, Some(vcpu.index), level, sched);
-        }
+        deliver(pcpu, vm, Some(vcpu.index), targets, sched);
         match result {
             Ok(()) => el2::mmio::skip_instruction(&mut ctx.regs, &access),
             Err(e) => {
@@ -1414,43 +1418,37 @@ fn data_abort(
     Next::Resume
 }
 
-/// The UART's interrupt line after an access, if it changed (call with
-/// the `console` lock held, which orders the changes).
-fn uart_line_change(vm: &Vm, uart: &Pl011) -> Option<bool> {
+/// Makes the virtual GIC's SPI follow the UART's interrupt line after an
+/// access or new input; call it with the `console` lock held (`uart` is
+/// the guarded model) and give the result to [`deliver`] after releasing
+/// it. The vGIC is updated under the console lock (the vGIC lock is a
+/// leaf, taken inside), so the order of line changes is the order of the
+/// UART accesses that made them: two pCPUs — a guest access on one, input
+/// forwarded on the other — cannot apply their levels in the wrong order
+/// and leave the virtual line low under a UART that is asserting.
+/// Returns the vCPUs to tell.
+fn uart_line_follow(vm: &Vm, uart: &Pl011) -> VcpuMask {
     let level = uart.irq_level();
-    (vm.uart_line.swap(level, Ordering::AcqRel) != level).then_some(level)
-}
-
-/// Drives the UART's SPI in the virtual GIC.
-fn set_uart_line(
-    pcpu: usize,
-    vm: &Vm,
-    running: Option<u16>,
-    level: bool,
-    sched: &Mutex<Scheduler>,
-) {
+    if vm.uart_line.swap(level, Ordering::AcqRel) == level {
+        return VcpuMask::EMPTY;
+    }
     if level {
         VgicCounters::count(&vm.vgic_stats.spi);
     }
     let intid = layout::UART_IRQ.intid();
-    let (woken, holder) = {
-        let mut gic = vm.vgic.lock();
-        let woken = gic.set_level(intid, 0, level);
-        // A line that drops takes the pending state away (Arm IHI 0069,
-        // "Interrupt handling state machine": a level-sensitive interrupt
-        // is pending only while asserted). If the interrupt sits in a
-        // vCPU's list register, that entry still says pending: the vCPU
-        // must resync its list registers before the guest can acknowledge
-        // it a second time (typically the vCPU whose UART access lowered
-        // the line, about to re-enter).
-        let holder = gic.irq_status(intid, 0).and_then(|status| status.in_lr);
-        (woken, holder)
-    };
-    let mut targets = woken.unwrap_or_default();
-    if !level && let Some(holder) = holder {
+    let mut gic = vm.vgic.lock();
+    let mut targets = gic.set_level(intid, 0, level).unwrap_or_default();
+    // A line that drops takes the pending state away (Arm IHI 0069,
+    // "Interrupt handling state machine": a level-sensitive interrupt is
+    // pending only while asserted). If the interrupt sits in a vCPU's list
+    // register, that entry still says pending: the vCPU must resync its
+    // list registers before the guest can acknowledge it a second time
+    // (typically the vCPU whose UART access lowered the line, about to
+    // re-enter).
+    if !level && let Some(holder) = gic.irq_status(intid, 0).and_then(|status| status.in_lr) {
         targets.insert(holder);
     }
-    deliver(pcpu, vm, running, targets, sched);
+    targets
 }
 
 /// A guest access to its virtual GIC's distributor or redistributors.
