@@ -800,6 +800,8 @@ struct Picked {
     slice_end: Option<u64>,
     /// vCPUs that want this pCPU (the `auto` WFE trap policy).
     runnable: usize,
+    /// The earliest WFI deadline of a vCPU blocked on this pCPU.
+    next_deadline: Option<u64>,
 }
 
 impl Picked {
@@ -808,6 +810,7 @@ impl Picked {
             steal_ticks: s.steal_ticks(vcpu, now).unwrap_or(0),
             slice_end: s.slice_end(vcpu),
             runnable: s.runnable_on(pcpu),
+            next_deadline: s.next_deadline_on(pcpu),
         }
     }
 }
@@ -819,20 +822,33 @@ fn run_vcpu(pcpu: usize, vm: &Vm, vcpu: VcpuId, picked: Picked, sched: &Mutex<Sc
     let mut ctx = vm.vcpus[usize::from(vcpu.index)].lock();
     vcpu_load(vm, vcpu, &mut ctx, picked.steal_ticks);
     vm.spin.lock().resumed(vcpu.index);
-    let mut first = Some((picked.slice_end, picked.runnable));
+    let mut first = Some((picked.slice_end, picked.runnable, picked.next_deadline));
+    let vms = VMS.get().map_or(&[][..], |v| v.as_slice());
     let reason = loop {
         if vm.state() != VM_RUNNING {
             break PutReason::PowerOff;
         }
-        let (slice_end, runnable) = first.take().unwrap_or_else(|| {
-            let s = sched.lock();
-            (s.slice_end(vcpu), s.runnable_on(pcpu))
+        let (slice_end, runnable, next_deadline) = first.take().unwrap_or_else(|| {
+            // The WFI deadlines of vCPUs blocked on this pCPU fall due while
+            // it runs this one, not only when it passes through the
+            // scheduler: wake them now (they queue for a pCPU), or a vCPU
+            // that never yields would keep them asleep past their timers.
+            let now = cpu::counter();
+            let mut s = sched.lock();
+            s.expire_timers_on(pcpu, now, |v, wakeup| woken(pcpu, vms, v, wakeup));
+            (
+                s.slice_end(vcpu),
+                s.runnable_on(pcpu),
+                s.next_deadline_on(pcpu),
+            )
         });
         let Some(slice_end) = slice_end else {
             break PutReason::Yield;
         };
         HCR_EL2.set(vm.wfx.lock().hcr_for(guest_hcr(), vcpu.index, runnable));
-        timer::arm_at(slice_end);
+        // The slice's end, or the next blocked vCPU's wake-up if earlier:
+        // its interrupt exits the guest to the expiry above.
+        timer::arm_at(next_deadline.map_or(slice_end, |d| d.min(slice_end)));
         let attention = 1u64 << vcpu.index;
         let next = loop {
             // New interrupts for this vCPU (or a maintenance request) since
@@ -1383,7 +1399,12 @@ fn data_abort(
         match result {
             Ok(()) => el2::mmio::skip_instruction(&mut ctx.regs, &access),
             Err(e) => {
-                log::warn!("{vcpu} ({}): UART {e}; abort injected", vm.name);
+                if let Some(nth) = vm.fault_to_log() {
+                    log::warn!(
+                        "{vcpu} ({}): UART {e}; abort injected (fault {nth} of this VM)",
+                        vm.name
+                    );
+                }
                 inject(
                     ctx,
                     GuestFault::DataAbort {
