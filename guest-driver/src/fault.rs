@@ -27,6 +27,10 @@ register_bitfields! {u64,
 pub struct Vector(pub u64);
 
 impl Vector {
+    /// A synchronous exception from EL1 on SP_EL0: how the runtime's own
+    /// code (which runs in EL1t) faults.
+    pub const SYNCHRONOUS_FROM_EL1_SP0: Vector = Vector(0);
+
     /// The kind of exception.
     pub fn kind(self) -> &'static str {
         match self.0 % 4 {
@@ -54,6 +58,55 @@ impl Vector {
     }
 }
 
+/// DFSC/IFSC of a synchronous external abort, not on a translation table
+/// walk (Arm ARM D24.2 "ISS encoding for an exception from a Data Abort"):
+/// what the hypervisor injects for an access outside the VM's memory.
+pub const FSC_SYNCHRONOUS_EXTERNAL_ABORT: u64 = 0b01_0000;
+
+/// What the syndrome of a data or instruction abort says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Abort {
+    /// A load or store (data abort), not an instruction fetch.
+    pub data: bool,
+    /// The access was a write (WnR; data aborts only).
+    pub write: bool,
+    /// The fault status code (DFSC/IFSC).
+    pub status: u64,
+    /// FAR_EL1 holds the faulting address (FnV clear).
+    pub far_valid: bool,
+}
+
+impl Abort {
+    /// Whether this is a synchronous external abort.
+    pub const fn is_external(&self) -> bool {
+        self.status == FSC_SYNCHRONOUS_EXTERNAL_ABORT
+    }
+}
+
+/// A synchronous exception a guest survived on purpose (the runtime's
+/// `rt::fault::expect`): the syndrome, the fault address and the address
+/// of the instruction that raised it, as the exception left them in
+/// ESR_EL1, FAR_EL1 and ELR_EL1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Caught {
+    pub esr: u64,
+    /// FAR_EL1; meaningful for aborts only.
+    pub far: u64,
+    pub elr: u64,
+}
+
+impl Caught {
+    /// The exception, for decoding: taken from the code itself (EL1 on
+    /// SP_EL0), the only kind the runtime catches.
+    pub fn fault(&self) -> Fault {
+        Fault {
+            vector: Vector::SYNCHRONOUS_FROM_EL1_SP0,
+            esr: self.esr,
+            far: self.far,
+        }
+    }
+}
+
 /// What went wrong, in words: the first line of a fault report.
 #[derive(Clone, Copy, Debug)]
 pub struct Fault {
@@ -75,26 +128,29 @@ impl Fault {
     /// Whether this is a synchronous external abort (data or instruction),
     /// e.g. one the hypervisor injected for an access outside the VM's RAM.
     pub fn is_external_abort(&self) -> bool {
-        self.abort().is_some_and(|(fsc, _)| {
-            matches!(fsc_name(fsc), FscName::Plain("synchronous external abort"))
-        })
+        self.abort().is_some_and(|abort| abort.is_external())
     }
 
-    /// (FSC, is-data-abort) for aborts.
-    fn abort(&self) -> Option<(u64, bool)> {
+    /// The abort's syndrome, for a synchronous data or instruction abort;
+    /// `None` for anything else.
+    pub fn abort(&self) -> Option<Abort> {
         if !self.vector.0.is_multiple_of(4) {
             return None;
         }
         use ESR_EL1::EC::Value as Ec;
         let iss: LocalRegisterCopy<u64, ABORT_ISS::Register> =
             LocalRegisterCopy::new(self.syndrome().read(ESR_EL1::ISS));
-        match self.class()? {
-            Ec::DataAbortCurrentEL | Ec::DataAbortLowerEL => Some((iss.read(ABORT_ISS::FSC), true)),
-            Ec::InstrAbortCurrentEL | Ec::InstrAbortLowerEL => {
-                Some((iss.read(ABORT_ISS::FSC), false))
-            }
-            _ => None,
-        }
+        let data = match self.class()? {
+            Ec::DataAbortCurrentEL | Ec::DataAbortLowerEL => true,
+            Ec::InstrAbortCurrentEL | Ec::InstrAbortLowerEL => false,
+            _ => return None,
+        };
+        Some(Abort {
+            data,
+            write: data && iss.is_set(ABORT_ISS::WNR),
+            status: iss.read(ABORT_ISS::FSC),
+            far_valid: !iss.is_set(ABORT_ISS::FNV),
+        })
     }
 }
 
@@ -113,7 +169,7 @@ fn fsc_name(fsc: u64) -> FscName {
         0b00_0100..=0b00_0111 => FscName::Level("translation fault", level),
         0b00_1000..=0b00_1011 => FscName::Level("access flag fault", level),
         0b00_1100..=0b00_1111 => FscName::Level("permission fault", level),
-        0b01_0000 => FscName::Plain("synchronous external abort"),
+        FSC_SYNCHRONOUS_EXTERNAL_ABORT => FscName::Plain("synchronous external abort"),
         0b01_0001 => FscName::Plain("synchronous tag check fault"),
         0b01_0100..=0b01_0111 => FscName::Level(
             "synchronous external abort on a translation table walk",
@@ -138,20 +194,18 @@ impl fmt::Display for Fault {
         if !self.vector.has_syndrome() {
             return write!(f, "unexpected {}", self.vector.kind());
         }
-        if let Some((fsc, data)) = self.abort() {
-            match fsc_name(fsc) {
+        if let Some(abort) = self.abort() {
+            match fsc_name(abort.status) {
                 FscName::Plain(name) => write!(f, "{name}")?,
                 FscName::Level(name, level) => write!(f, "{name} (level {level})")?,
                 FscName::Unknown(code) => write!(f, "abort with fault status {code:#04x}")?,
             }
-            let iss: LocalRegisterCopy<u64, ABORT_ISS::Register> =
-                LocalRegisterCopy::new(self.syndrome().read(ESR_EL1::ISS));
-            if iss.is_set(ABORT_ISS::FNV) {
-                write!(f, " at an unknown address")?;
-            } else {
+            if abort.far_valid {
                 write!(f, " at {:#x}", self.far)?;
+            } else {
+                write!(f, " at an unknown address")?;
             }
-            return match (data, iss.is_set(ABORT_ISS::WNR)) {
+            return match (abort.data, abort.write) {
                 (true, true) => write!(f, " (data abort, write)"),
                 (true, false) => write!(f, " (data abort, read)"),
                 (false, _) => write!(f, " (instruction abort)"),
@@ -226,6 +280,47 @@ mod tests {
             }
             .is_external_abort()
         );
+    }
+
+    #[test]
+    fn abort_fields() {
+        let abort = |esr| {
+            Fault {
+                vector: Vector::SYNCHRONOUS_FROM_EL1_SP0,
+                esr,
+                far: 0,
+            }
+            .abort()
+        };
+        // EC 0x25 (data abort, same EL), IL, WnR, DFSC 0x10.
+        assert_eq!(
+            abort(0x9600_0050),
+            Some(Abort {
+                data: true,
+                write: true,
+                status: FSC_SYNCHRONOUS_EXTERNAL_ABORT,
+                far_valid: true
+            })
+        );
+        // EC 0x21 (instruction abort, same EL): never a write, even with bit 6 set.
+        assert_eq!(
+            abort(0x8600_0050),
+            Some(Abort {
+                data: false,
+                write: false,
+                status: FSC_SYNCHRONOUS_EXTERNAL_ABORT,
+                far_valid: true
+            })
+        );
+        assert_eq!(abort(0x9600_0410).map(|a| a.far_valid), Some(false));
+        assert!(abort(0x9600_0410).is_some_and(|a| a.is_external()));
+        assert_eq!(abort(0x0200_0000), None, "an undefined instruction");
+        let irq = Fault {
+            vector: Vector(1),
+            esr: 0x9600_0010,
+            far: 0,
+        };
+        assert_eq!(irq.abort(), None);
     }
 
     #[test]

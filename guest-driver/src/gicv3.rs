@@ -357,9 +357,12 @@ register_structs! {
         /// GICR_ICENABLER0: writing 1 disables the SGI/PPI.
         (0x0180 => icenabler0: ReadWrite<u32>),
         (0x0184 => _reserved3),
+        /// GICR_ISPENDR0: reads the SGIs'/PPIs' pending state.
+        (0x0200 => ispendr0: ReadWrite<u32>),
+        (0x0204 => _reserved4),
         /// GICR_ICPENDR0: writing 1 clears the SGI's/PPI's pending state.
         (0x0280 => icpendr0: ReadWrite<u32>),
-        (0x0284 => _reserved4),
+        (0x0284 => _reserved5),
         /// `GICR_IPRIORITYR<n>`: one byte per SGI/PPI, byte-accessible.
         (0x0400 => ipriorityr: [ReadWrite<u8>; 32]),
         (0x0420 => @END),
@@ -649,6 +652,13 @@ impl<'a> Redistributor<'a> {
         Ok(self.sgi.isenabler0.get() & intid.bit() != 0)
     }
 
+    /// Whether the SGI or PPI `intid` is pending (GICR_ISPENDR0), as one
+    /// sent while it is disabled stays.
+    pub fn pending(&self, intid: IntId) -> Result<bool, GicError> {
+        Self::check(intid)?;
+        Ok(self.sgi.ispendr0.get() & intid.bit() != 0)
+    }
+
     /// Clears the pending state of the SGI or PPI `intid` (an edge raised
     /// while it was disabled, say).
     pub fn clear_pending(&self, intid: IntId) -> Result<(), GicError> {
@@ -927,6 +937,12 @@ mod tests {
             redist.configure(IntId::from_raw(32), 0),
             Err(GicError::NotPrivate(IntId::from_raw(32)))
         );
+        // GICR_ISPENDR0 (0x200) reads the pending state.
+        assert_eq!(redist.pending(IntId::sgi(15)), Ok(false));
+        sgi.ispendr0.set(1 << 15);
+        assert_eq!(redist.pending(IntId::sgi(15)), Ok(true));
+        assert_eq!(redist.pending(IntId::sgi(14)), Ok(false));
+        assert_eq!(core::mem::offset_of!(SgiFrame, ispendr0), 0x200);
     }
 
     #[test]

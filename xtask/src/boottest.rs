@@ -114,6 +114,10 @@ pub enum Check {
     /// check, and el2's `summary:   vgic:` line agrees
     /// ([`crate::irqtest::check`]).
     Irq { vcpus: usize, rounds: u64 },
+    /// The hostile guest in VM `vm` got every documented answer, and el2's
+    /// summary of that VM counted its storms
+    /// ([`crate::hostiletest::check`]).
+    Hostile { vm: usize },
 }
 
 /// How close a CPU's tick count must be to what its period promises.
@@ -290,12 +294,12 @@ fn unstartable_cpu() -> BootTest {
 const DEMO: &str = vm::DEFAULT_GUEST;
 /// smp-demo's work in the boot tests: a few rounds, each a fraction of a
 /// second per vCPU under TCG.
-const DEMO_ROUNDS: u64 = 3;
-const DEMO_BOOTARGS: &str = "rounds=3 work=200000";
+pub(crate) const DEMO_ROUNDS: u64 = 3;
+pub(crate) const DEMO_BOOTARGS: &str = "rounds=3 work=200000";
 
 /// Everything a successful smp-demo run of `count` VMs of `vcpus` vCPUs
 /// prints: every vCPU's progress, the PSCI answers it checked, the summary.
-fn demo_checks(vcpus: usize, rounds: u64, count: usize) -> Vec<Check> {
+pub(crate) fn demo_checks(vcpus: usize, rounds: u64, count: usize) -> Vec<Check> {
     let pass = |check, per_vm| Check::Lines {
         text: PsciResult::pass(check).to_string(),
         count: per_vm * count,
@@ -1050,6 +1054,7 @@ impl Check {
             Check::Linux(expect) => crate::linuxtest::check(lines, expect),
             Check::LockSoak { vcpus } => crate::soak::check_lock(lines, *vcpus),
             Check::Irq { vcpus, rounds } => crate::irqtest::check(lines, *vcpus, *rounds),
+            Check::Hostile { vm } => crate::hostiletest::check(lines, *vm),
             Check::PvServices { expect, vcpus } => check_pv_check(lines, expect, *vcpus),
             Check::LockContention {
                 lock,

@@ -8,6 +8,7 @@ mod cli;
 mod dtedit;
 mod gdb;
 mod guests;
+mod hostiletest;
 mod image;
 mod irqtest;
 mod linux;

@@ -17,7 +17,8 @@ use crate::guests::{self, Guests};
 use crate::qemu::{self, Console, Echo, RunSpec};
 use crate::setup::{self, Tool};
 use crate::{
-    FATAL_GRACE, Workspace, display_command, dtedit, image, irqtest, linux, linuxtest, vm,
+    FATAL_GRACE, Workspace, display_command, dtedit, hostiletest, image, irqtest, linux, linuxtest,
+    vm,
 };
 
 /// The host checks: (name, cargo arguments).
@@ -106,6 +107,7 @@ pub fn test(ws: &Workspace, o: &TestOpts) -> Result<ExitCode> {
     all.extend(boottest::vm_tests());
     all.extend(linuxtest::tests(&linux_dir));
     all.extend(irqtest::tests());
+    all.extend(hostiletest::tests());
     let tests: Vec<BootTest> = all
         .into_iter()
         .filter(|t| o.filters.is_empty() || o.filters.iter().any(|f| t.name.contains(f.as_str())))

@@ -12,6 +12,11 @@
 //!
 //! Resetting SP (instead of pushing below it) means an exception inside the
 //! handler, or an overflowed exception stack, still gets a good stack.
+//!
+//! The one exception to "fatal": a synchronous exception that the code
+//! asked to survive with [`super::fault::expect`]. The handler then
+//! returns, and the vector code restores the frame (with the return
+//! address the catcher chose) and resumes the code with ERET.
 
 use super::{console, image, percpu, psci, stacks};
 use crate::FATAL_MARKER;
@@ -99,8 +104,30 @@ guest_rt_vectors:
     mov     x1, x0
     mov     x0, sp
     bl      {handler}
-0:  wfe
-    b       0b
+    // The handler returned: an expected exception (rt::fault) was caught.
+    // Restore the interrupted code's registers and resume it where the
+    // frame's ELR now points. SP_EL0 was never changed.
+    ldp     x2, x3, [sp, #256]
+    msr     elr_el1, x2
+    msr     spsr_el1, x3
+    ldp     x0, x1, [sp, #0]
+    ldp     x2, x3, [sp, #16]
+    ldp     x4, x5, [sp, #32]
+    ldp     x6, x7, [sp, #48]
+    ldp     x8, x9, [sp, #64]
+    ldp     x10, x11, [sp, #80]
+    ldp     x12, x13, [sp, #96]
+    ldp     x14, x15, [sp, #112]
+    ldp     x16, x17, [sp, #128]
+    ldp     x18, x19, [sp, #144]
+    ldp     x20, x21, [sp, #160]
+    ldp     x22, x23, [sp, #176]
+    ldp     x24, x25, [sp, #192]
+    ldp     x26, x27, [sp, #208]
+    ldp     x28, x29, [sp, #224]
+    ldr     x30, [sp, #240]
+    add     sp, sp, #{frame_size}
+    eret
 "#,
     frame_size = const FRAME_SIZE,
     percpu_exception_top = const percpu::OFFSET_EXCEPTION_STACK_TOP,
@@ -108,8 +135,10 @@ guest_rt_vectors:
 );
 
 const _: () = {
+    assert!(core::mem::offset_of!(Frame, x) == 0);
     assert!(core::mem::offset_of!(Frame, sp_el0) == 248);
     assert!(core::mem::offset_of!(Frame, elr) == 256);
+    assert!(core::mem::offset_of!(Frame, spsr) == 264);
     assert!(core::mem::offset_of!(Frame, esr) == 272);
 };
 
@@ -119,9 +148,20 @@ unsafe extern "C" {
     pub static VECTORS: [u8; 0x800];
 }
 
+/// Returns if the exception saved in `frame` (taken through vector
+/// `vector`) is one the code expected ([`super::fault::expect`]), with the
+/// frame's return address moved past it; otherwise reports it and powers
+/// the guest off.
+extern "C" fn handle_exception(frame: &mut Frame, vector: u64) {
+    if super::fault::catch(frame, Vector(vector)) {
+        return;
+    }
+    report_and_stop(frame, vector)
+}
+
 /// Reports the exception saved in `frame` (taken through vector `vector`)
 /// and powers the guest off.
-extern "C" fn handle_exception(frame: &Frame, vector: u64) -> ! {
+fn report_and_stop(frame: &Frame, vector: u64) -> ! {
     let cpu = percpu::this_cpu();
     let index = cpu.index.load(Ordering::Relaxed);
     let mpidr = super::machine_if_ready()

@@ -172,6 +172,21 @@ pub unsafe fn enable(tables_used: usize) {
 /// while the MMU is on, e.g. a device a test wants to reach. Only unmapped
 /// ranges can be added: changing a live mapping would need break-before-make.
 pub fn map_device(start: u64, size: u64) -> Result<(), MapError> {
+    map_live(start, size, Attributes::DEVICE)
+}
+
+/// Maps `[start, start + size)` (rounded out to pages) as read-only,
+/// executable normal memory while the MMU is on: for a test that branches
+/// to an address outside the image (whose code is the only executable
+/// memory of the map) to see what an instruction fetch there does. Only
+/// unmapped ranges can be added, as for [`map_device`].
+pub fn map_executable(start: u64, size: u64) -> Result<(), MapError> {
+    map_live(start, size, Attributes::CODE)
+}
+
+/// Adds a mapping of `[start, start + size)` (rounded out to pages) with
+/// `attributes` to the live map.
+fn map_live(start: u64, size: u64, attributes: Attributes) -> Result<(), MapError> {
     let mut used = TABLES_USED.lock();
     // SAFETY: TABLES_USED's lock serialises every change to the live pool;
     // the MMU reads it concurrently, which is what Mapper's live mode is for
@@ -181,7 +196,7 @@ pub fn map_device(start: u64, size: u64) -> Result<(), MapError> {
     let result = map.map(
         page_down(start),
         page_up(start.saturating_add(size.max(1))),
-        Attributes::DEVICE,
+        attributes,
     );
     *used = map.tables_used();
     // Make the new descriptors visible to this CPU's table walks before any

@@ -23,7 +23,8 @@
 //! PSCI conduit ([`psci`]). Every CPU runs on its own stacks with guard
 //! pages ([`stacks`]); every exception and every panic prints a report
 //! starting with [`crate::FATAL_MARKER`] and powers the
-//! guest off ([`exceptions`]). Time comes from the virtual counter
+//! guest off ([`exceptions`]), unless the code that took a synchronous
+//! exception asked for it with [`fault::expect`]. Time comes from the virtual counter
 //! ([`time`]). The paravirtual services ([`crate::pv`]) are set up on
 //! request ([`pv`]).
 //!
@@ -33,6 +34,7 @@
 
 pub mod console;
 pub mod exceptions;
+pub mod fault;
 pub mod gic;
 mod head;
 pub mod image;

@@ -23,6 +23,9 @@ pub struct PerCpu {
     /// Fault reports in progress on this CPU (a fault while reporting one
     /// must not recurse forever).
     pub reporting: AtomicU8,
+    /// The synchronous exception [`super::fault::expect`] waits for on
+    /// this CPU, and what it recorded.
+    pub expected_fault: super::fault::ExpectedFault,
 }
 
 pub const OFFSET_EXCEPTION_STACK_TOP: usize = core::mem::offset_of!(PerCpu, exception_stack_top);
@@ -36,6 +39,7 @@ impl PerCpu {
             entries: AtomicU32::new(0),
             running: AtomicBool::new(false),
             reporting: AtomicU8::new(0),
+            expected_fault: super::fault::ExpectedFault::new(),
         }
     }
 }

@@ -82,8 +82,17 @@ pub fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> boo
 /// wake-up) ends the wait sooner. The timer is disarmed again on return.
 /// Callers check their condition afterwards: the wait may end early.
 pub fn wfi_until(deadline: u64) {
+    with_virtual_timer(deadline, aarch64_cpu::asm::wfi);
+}
+
+/// Runs `f` with the virtual timer armed (and its interrupt unmasked at
+/// the timer) for `deadline`, in counter ticks, and disarms it after:
+/// whatever waits for an interrupt inside `f` (WFI, PSCI CPU_SUSPEND) ends
+/// then at the latest.
+pub fn with_virtual_timer<R>(deadline: u64, f: impl FnOnce() -> R) -> R {
     CNTV_CVAL_EL0.set(deadline);
     CNTV_CTL_EL0.write(CNTV_CTL_EL0::ENABLE::SET + CNTV_CTL_EL0::IMASK::CLEAR);
-    aarch64_cpu::asm::wfi();
+    let result = f();
     CNTV_CTL_EL0.set(0);
+    result
 }
