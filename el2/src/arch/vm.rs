@@ -1067,7 +1067,11 @@ fn vgic_refresh(vm: &Vm, vcpu: u16, ctx: &mut VcpuContext) -> (VcpuMask, bool) {
     let mut woken = gic.sync_back(vcpu, &read_back[..used]);
     let lrs = gic.fill(vcpu, gicv::list_registers());
     let underflow = gic.underflow_needed(vcpu);
-    let pending = gic.has_pending(vcpu);
+    // `VGic::has_pending`, walking the interrupts a third time only when
+    // some did not fit: otherwise whatever is deliverable is in the list
+    // registers just filled.
+    let pending =
+        lrs.iter().any(|lr| lr.state.is_pending()) || (underflow && gic.has_pending(vcpu));
     woken |= gic.take_wakeups();
     drop(gic);
     ctx.gic.load_lrs(&lrs.values(), lrs.len(), underflow);
