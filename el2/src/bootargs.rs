@@ -33,6 +33,12 @@ pub struct BootArgs {
     pub tick_ms: u32,
     /// `el2.tick_check_ms=`: how long each CPU counts ticks at boot (0 skips the check).
     pub tick_check_ms: u32,
+    /// `el2.fail-alloc=NAME`: fault injection. The VM named NAME is
+    /// created once per heap allocation its creation makes, the n-th time
+    /// with its n-th allocation refused; each attempt must fail cleanly
+    /// (an error, everything it took given back) until one makes no
+    /// allocation fail and the VM starts (`el2::heap`).
+    pub fail_alloc: Option<String>,
 }
 
 impl Default for BootArgs {
@@ -42,6 +48,7 @@ impl Default for BootArgs {
             selftest: None,
             tick_ms: 10,
             tick_check_ms: 100,
+            fail_alloc: None,
         }
     }
 }
@@ -71,6 +78,13 @@ pub fn parse(cmdline: &str) -> (BootArgs, Vec<String>) {
                 }
                 _ => false,
             },
+            "el2.fail-alloc" => {
+                let ok = !value.is_empty();
+                if ok {
+                    args.fail_alloc = Some(String::from(value));
+                }
+                ok
+            }
             "el2.tick_ms" => parse_in(value, 1, 1000).map(|v| args.tick_ms = v).is_some(),
             "el2.tick_check_ms" => parse_in(value, 0, 10_000)
                 .map(|v| args.tick_check_ms = v)
@@ -118,9 +132,10 @@ mod tests {
     #[test]
     fn reads_every_option() {
         let (args, warnings) = parse(
-            "console=ttyAMA0 loglevel=debug el2.selftest=stack-overflow el2.tick_ms=4 el2.tick_check_ms=0",
+            "console=ttyAMA0 loglevel=debug el2.selftest=stack-overflow el2.tick_ms=4 el2.tick_check_ms=0 el2.fail-alloc=victim",
         );
         assert!(warnings.is_empty());
+        assert_eq!(args.fail_alloc.as_deref(), Some("victim"));
         assert_eq!(args.log_level, LevelFilter::Debug);
         assert_eq!(args.selftest, Some(SelfTest::StackOverflow));
         assert_eq!(args.tick_ms, 4);
@@ -151,9 +166,9 @@ mod tests {
     #[test]
     fn bad_values_keep_defaults_and_warn() {
         let (args, warnings) =
-            parse("loglevel=loud el2.tick_ms=0 el2.selftest=reboot el2.tick_ms=x");
+            parse("loglevel=loud el2.tick_ms=0 el2.selftest=reboot el2.tick_ms=x el2.fail-alloc=");
         assert_eq!(args, BootArgs::default());
-        assert_eq!(warnings.len(), 4);
+        assert_eq!(warnings.len(), 5);
         assert!(warnings[0].contains("loglevel=loud"));
     }
 }

@@ -10,12 +10,14 @@
 extern crate alloc;
 
 pub mod bootargs;
+pub mod efi;
 pub mod emul;
 pub mod esr;
 pub mod exit;
 pub mod fault;
 pub mod fuzzing;
 pub mod guest;
+pub mod heap;
 pub mod layout;
 pub mod mmio;
 pub mod onspin;

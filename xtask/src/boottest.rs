@@ -811,6 +811,33 @@ pub fn vm_tests() -> Vec<BootTest> {
         },
     ]);
     tests.push(bad);
+    // Fault injection (`el2.fail-alloc=vm1`): vm1 is created once per heap
+    // allocation its creation makes, the n-th time with the n-th refused,
+    // then once more per allocation with the heap exhausted from the n-th
+    // on. Every attempt must fail with an error and give everything back
+    // (el2 checks the heap and the RAM's ownership after each); then vm1
+    // is created and both VMs do their work.
+    let mut oom = vm_test(
+        &format!("{DEMO} fail-alloc=vm1 beside a good VM"),
+        Machine {
+            smp: 2,
+            append: Some("el2.fail-alloc=vm1".into()),
+            ..Machine::default()
+        },
+        vec![VmConfig::smp_demo(2, DEMO_BOOTARGS, 2)],
+    );
+    oom.checks.extend([
+        Check::Line("fail-alloc: vm vm1: "),
+        Check::Lines {
+            text: "refused one at a time and with the heap exhausted from each".into(),
+            count: 1,
+        },
+        Check::Lines {
+            text: "VM not started".into(),
+            count: 0,
+        },
+    ]);
+    tests.push(oom);
     // PSCI SYSTEM_RESET restarts the VM from its kernel: the guest boots
     // again (its DT says reset count 1) and then does its work.
     let mut reset = vm_test(

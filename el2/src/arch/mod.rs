@@ -264,7 +264,7 @@ pub extern "C" fn primary_main(dtb: u64) -> ! {
         .iter()
         .map(|&index| (index, cpus[index].mpidr))
         .collect();
-    let created = vm::create_vms(platform, &hypervisor, &pcpus);
+    let created = vm::create_vms(platform, &hypervisor, &pcpus, args.fail_alloc.as_deref());
     if created == 0 {
         if platform.vms.is_empty() {
             println!("el2: no VM configured, powering off");

@@ -18,7 +18,7 @@ use super::regs::{COUNT64, CPACR_EL1_RESET, SCTLR_EL1_RESET, VPIDR_EL2};
 use super::stage2::{self, Stage2Tables};
 use super::sync::Mutex;
 use super::vcpu::{VcpuContext, enter_guest};
-use super::{cache, gic, gicv, irq, mmu, psci, timer};
+use super::{cache, gic, gicv, heap, irq, mmu, psci, timer};
 use crate::println;
 use aarch64_cpu::registers::*;
 use alloc::string::String;
@@ -174,11 +174,14 @@ impl core::fmt::Display for Lossy<'_> {
 
 /// Creates every VM the boot DT describes that can be placed and loaded;
 /// reports the others (naming node and property) and leaves them out.
-/// Returns how many VMs were created.
+/// `fail_alloc` names a VM to create under fault injection
+/// (`el2.fail-alloc=`, [`create_failing_each_allocation`]). Returns how
+/// many VMs were created.
 pub fn create_vms(
     platform: &Platform,
     hypervisor: &[OwnedRange],
     pcpus: &[(usize, Mpidr)],
+    fail_alloc: Option<&str>,
 ) -> usize {
     let mut configs = Vec::new();
     for result in &platform.vms {
@@ -214,7 +217,31 @@ pub fn create_vms(
     for (config, placed) in configs.iter().zip(placements) {
         let created = placed.and_then(|placement| {
             let id = VmId(u16::try_from(built.len()).unwrap_or(u16::MAX));
-            build_vm(id, config, placement, &mut ownership, several)
+            if fail_alloc == Some(config.name.as_str()) {
+                create_failing_each_allocation(id, config, placement, &mut ownership, several)
+            } else {
+                create_vm(
+                    id,
+                    config,
+                    placement,
+                    &mut ownership,
+                    several,
+                    &heap::transaction(),
+                )
+            }
+        });
+        let created = created.and_then(|vm| {
+            // Room in the scheduler now, so registering cannot fail later.
+            match sched.reserve_vm(vm.vcpus.len()) {
+                Ok(()) => Ok(vm),
+                Err(_) => {
+                    release_ram(&mut ownership, vm.id, vm.placement.ram);
+                    Err(VmError::out_of_memory(
+                        &config.node,
+                        "its scheduler entries",
+                    ))
+                }
+            }
         });
         match created {
             Ok(vm) => built.push(vm),
@@ -289,23 +316,142 @@ fn register_vcpus(sched: &mut Scheduler, vm: &Vm, now: u64) -> Result<(), String
     Ok(())
 }
 
-/// Claims, maps and loads one VM.
-fn build_vm(
+/// Claims the VM's RAM and builds it inside the allocation transaction
+/// `txn` (`el2::heap`): if the heap refuses any of its allocations, the VM
+/// is dropped, its RAM given back, and the error says it ran out of
+/// hypervisor memory and while building what.
+fn create_vm(
+    id: VmId,
+    config: &VmConfig,
+    placement: VmPlacement,
+    ownership: &mut OwnershipMap,
+    several: bool,
+    txn: &heap::Txn,
+) -> Result<Vm, VmError> {
+    let ram = placement.ram;
+    ownership
+        .claim(ram, Owner::Free, Owner::Vm(id))
+        .map_err(|e| {
+            VmError::new(
+                &config.node,
+                "memory",
+                alloc::format!("host memory {ram:x?}: {e}"),
+            )
+        })?;
+    for module in [Some(config.kernel), config.initrd].into_iter().flatten() {
+        // A module may share pages with another VM's; claim what is still free.
+        let _ = ownership.claim(page_cover(module), Owner::Free, Owner::Module);
+    }
+    let checkpoint = |what: &str| {
+        txn.check()
+            .map_err(|_| VmError::out_of_memory(&config.node, what))
+    };
+    let result = match build_vm(id, config, placement, several, &checkpoint) {
+        Ok(vm) => match checkpoint("the VM") {
+            Ok(()) => return Ok(vm),
+            Err(error) => Err(error),
+        },
+        // An allocation refused deep inside a step can surface as that
+        // step's own error (a stage-2 map failure, say): the refusal is
+        // the cause to report.
+        Err(error) => checkpoint("the VM").and(Err(error)),
+    };
+    release_ram(ownership, id, ram);
+    result
+}
+
+/// Gives a VM's RAM back after a failed creation step.
+fn release_ram(ownership: &mut OwnershipMap, id: VmId, ram: MemRange) {
+    if let Err(e) = ownership.claim(ram, Owner::Vm(id), Owner::Free) {
+        log::warn!("ownership: giving back {ram:x?}: {e}");
+    }
+}
+
+/// `el2.fail-alloc=`: creates the VM once per heap allocation its creation
+/// makes, the n-th time with the n-th allocation refused; then again once
+/// per allocation with the heap exhausted from the n-th on (every later
+/// allocation refused too, so the reserve carries the rest). Every such
+/// attempt must end in an out-of-memory error that gives back everything:
+/// the heap as after the first attempt (which may leave the hypervisor's
+/// own map grown), and the VM's RAM free again. The first attempt of the
+/// second sweep in which nothing is refused creates the VM. A violation is
+/// this VM's error.
+fn create_failing_each_allocation(
     id: VmId,
     config: &VmConfig,
     placement: VmPlacement,
     ownership: &mut OwnershipMap,
     several: bool,
 ) -> Result<Vm, VmError> {
+    let broken =
+        |why: String| VmError::new(&config.node, "name", alloc::format!("fail-alloc: {why}"));
+    let mut settled: Option<usize> = None;
+    let mut failures = 0;
+    for exhausted in [false, true] {
+        for n in 0.. {
+            let txn = if exhausted {
+                heap::transaction_exhausted_at(n)
+            } else {
+                heap::transaction_failing_at(n)
+            };
+            let result = create_vm(id, config, placement, ownership, several, &txn);
+            let refused = txn.failed();
+            drop(txn);
+            let error = match result {
+                Ok(vm) if !refused => {
+                    if !exhausted {
+                        // The first sweep is over; the second creates it.
+                        drop(vm);
+                        release_ram(ownership, id, placement.ram);
+                        break;
+                    }
+                    log::info!(
+                        "fail-alloc: vm {}: {n} allocations, refused one at a time and with the heap exhausted from each: {failures} clean failures, heap back to {} bytes each time; created",
+                        config.name,
+                        settled.unwrap_or(0),
+                    );
+                    return Ok(vm);
+                }
+                Ok(_) => {
+                    return Err(broken(alloc::format!(
+                        "attempt {n}: created although allocation {n} was refused"
+                    )));
+                }
+                Err(error) if error.is_out_of_memory() => error,
+                Err(error) => return Err(broken(alloc::format!("attempt {n}: {error}"))),
+            };
+            log::debug!("fail-alloc: attempt {n}: {error}");
+            drop(error);
+            failures += 1;
+            let in_use = heap::usage();
+            let total = in_use.main + in_use.reserve;
+            let first = *settled.get_or_insert(total);
+            if first != total {
+                return Err(broken(alloc::format!(
+                    "attempt {n} left {total} bytes of heap in use, the first {first}"
+                )));
+            }
+            if ownership.owner_of(placement.ram.base) != Some(Owner::Free) {
+                return Err(broken(alloc::format!("attempt {n} kept the VM's RAM")));
+            }
+        }
+    }
+    Err(broken("the last sweep never completed".into()))
+}
+
+/// Maps, builds and loads one VM whose RAM the caller has claimed.
+/// `checkpoint(what)` fails once the heap has refused an allocation.
+fn build_vm(
+    id: VmId,
+    config: &VmConfig,
+    placement: VmPlacement,
+    several: bool,
+    checkpoint: &dyn Fn(&str) -> Result<(), VmError>,
+) -> Result<Vm, VmError> {
     let fail = |property: &'static str, why: String| VmError::new(&config.node, property, why);
     let ram = placement.ram;
-    ownership
-        .claim(ram, Owner::Free, Owner::Vm(id))
-        .map_err(|e| fail("memory", alloc::format!("host memory {ram:x?}: {e}")))?;
     for module in [Some(config.kernel), config.initrd].into_iter().flatten() {
         let range = page_cover(module);
-        // A module may share pages with another VM's; claim what is still free.
-        let _ = ownership.claim(range, Owner::Free, Owner::Module);
         mmu::map_more(range, MapKind::ReadOnly).map_err(|e| {
             fail(
                 "kernel",
@@ -315,6 +461,7 @@ fn build_vm(
     }
     mmu::map_more(ram, MapKind::ReadWrite)
         .map_err(|e| fail("memory", alloc::format!("cannot map the VM's memory: {e}")))?;
+    checkpoint("the hypervisor's map of its memory")?;
     // SAFETY: the kernel module was just mapped read-only; its size was
     // checked by placement to be non-zero and inside host RAM.
     let header = unsafe {
@@ -327,11 +474,13 @@ fn build_vm(
     // Written now only to report errors before the VM exists; `load`
     // writes it again with the reset count.
     dt::build(config, &layout, 0)?;
+    checkpoint("its device tree")?;
     let mut stage2 =
         Stage2Tables::new(u8::try_from(id.0 + 1).map_err(|_| fail("name", "too many VMs".into()))?);
     stage2
         .map_ram(layout.ram, ram.base)
         .map_err(|e| fail("memory", alloc::format!("stage 2: {e}")))?;
+    checkpoint("its stage-2 tables")?;
     let vttbr = stage2.vttbr();
     let services = VmServices::from_config(config);
     let pv_config = services.pv;
@@ -342,10 +491,12 @@ fn build_vm(
     let pv = Arc::new(registry);
     let dispatcher = el2::smccc::dispatcher_for(services, pv.clone(), cpu_vulnerabilities())
         .map_err(|e| fail("pv-lock", alloc::format!("{e}")))?;
+    checkpoint("its hypercall services")?;
     let vgic = VGic::new(vcpu_count, VGIC_SPIS, |index| {
         layout::vcpu_mpidr(index).value()
     })
     .map_err(|e| fail("vcpus", alloc::format!("virtual GIC: {e}")))?;
+    checkpoint("its virtual GIC")?;
     let name = config.name.clone();
     let vm = Vm {
         id,
@@ -380,8 +531,8 @@ fn build_vm(
         state: AtomicU8::new(VM_RUNNING),
         resets: AtomicU32::new(0),
     };
-    vm.load()
-        .map_err(|e| fail("memory", alloc::format!("{e}")))?;
+    checkpoint("its vCPUs")?;
+    vm.load()?;
     Ok(vm)
 }
 
@@ -431,11 +582,17 @@ impl Vm {
     /// the DT (with the current reset count); resets every vCPU (vCPU 0 to
     /// the kernel entry). Only called while no vCPU of the VM runs.
     fn load(&self) -> Result<(), VmError> {
+        // At a reset this is the one allocation a guest's action causes:
+        // a heap that refuses it stops this VM, not the machine.
+        let txn = heap::transaction();
         let dtb = dt::build(
             &self.config,
             &self.layout,
             self.resets.load(Ordering::Relaxed),
         )?;
+        txn.check()
+            .map_err(|_| VmError::out_of_memory(&self.config.node, "its device tree"))?;
+        drop(txn);
         let ram = self.placement.ram;
         // SAFETY: the VM's RAM is mapped read-write at EL2 and owned by this
         // VM, none of whose vCPUs runs; the modules are mapped read-only and

@@ -392,6 +392,8 @@ pub struct Scheduler {
     vcpus: Vec<Vcpu>,
     /// Per VM, the slots of its vCPUs by vCPU index.
     vms: Vec<Vec<usize>>,
+    /// The vCPU list [`Self::reserve_vm`] made room in, for `add_vm`.
+    next_vm_slots: Vec<usize>,
     /// The fair clock: the highest `vruntime` a vCPU was scheduled in (or
     /// had its slice renewed) with.
     fair_clock: u64,
@@ -411,6 +413,7 @@ impl Scheduler {
             pcpus: (0..count).map(|_| Pcpu::default()).collect(),
             vcpus: Vec::new(),
             vms: Vec::new(),
+            next_vm_slots: Vec::new(),
             fair_clock: 0,
         }
     }
@@ -430,11 +433,31 @@ impl Scheduler {
         self.online
     }
 
+    /// Makes room for one more VM with `vcpus` vCPUs: its [`Self::add_vm`]
+    /// and `vcpus` [`Self::add_vcpu`] calls, and every wake-up deadline its
+    /// vCPUs may later leave in any pCPU's timer heap, then allocate
+    /// nothing. So a VM that does not fit in the heap is refused here, at
+    /// creation, and no guest action ever makes the scheduler allocate.
+    pub fn reserve_vm(&mut self, vcpus: usize) -> Result<(), crate::heap::OutOfMemory> {
+        let oom = |_| crate::heap::OutOfMemory;
+        self.vms.try_reserve(1).map_err(oom)?;
+        self.vcpus.try_reserve(vcpus).map_err(oom)?;
+        let total = self.vcpus.len() + vcpus;
+        for pcpu in &mut self.pcpus {
+            pcpu.timers.reserve_total(total).map_err(oom)?;
+        }
+        let mut slots = Vec::new();
+        slots.try_reserve_exact(vcpus).map_err(oom)?;
+        self.next_vm_slots = slots;
+        Ok(())
+    }
+
     /// Adds a VM with no vCPUs. VM ids are handed out in call order from 0,
-    /// so add VMs in the order of the hypervisor's VM table.
+    /// so add VMs in the order of the hypervisor's VM table. After
+    /// [`Self::reserve_vm`], neither this nor the VM's vCPUs allocate.
     pub fn add_vm(&mut self) -> Result<VmId, SchedError> {
         let id = u16::try_from(self.vms.len()).map_err(|_| SchedError::TooMany)?;
-        self.vms.push(Vec::new());
+        self.vms.push(core::mem::take(&mut self.next_vm_slots));
         Ok(VmId(id))
     }
 

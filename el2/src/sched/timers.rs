@@ -32,6 +32,16 @@ impl TimerHeap {
         self.entries.len()
     }
 
+    /// Makes room for `total` entries, so that inserting up to that many
+    /// allocates nothing.
+    pub(super) fn reserve_total(
+        &mut self,
+        total: usize,
+    ) -> Result<(), alloc::collections::TryReserveError> {
+        self.entries
+            .try_reserve(total.saturating_sub(self.entries.len()))
+    }
+
     /// Adds `slot` with `deadline`; its position is reported through `pos`.
     pub(super) fn insert(
         &mut self,
