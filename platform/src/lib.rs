@@ -1,5 +1,7 @@
 //! The host machine as plain data, parsed from the device tree the boot
-//! loader hands the hypervisor.
+//! loader hands the hypervisor, or built from the firmware's ACPI tables
+//! and UEFI memory map on servers that boot without one ([`acpi`],
+//! [`Platform::from_acpi`]).
 //!
 //! Everything the hypervisor needs to know about the board comes from here:
 //! memory banks and reserved regions, the CPUs by MPIDR, the GICv3
@@ -17,6 +19,7 @@
 
 extern crate alloc;
 
+pub mod acpi;
 mod fdt;
 mod parse;
 pub mod vm;
@@ -138,7 +141,8 @@ pub struct Cpu {
     pub mpidr: Mpidr,
     /// How the CPU is brought up.
     pub enable_method: EnableMethod,
-    /// Node path, for messages (`/cpus/cpu@10000`).
+    /// Node path, for messages (`/cpus/cpu@10000`); from ACPI, the MADT
+    /// structure (`MADT GICC[3]`).
     pub node: String,
 }
 
@@ -212,7 +216,7 @@ pub struct Uart {
     pub range: MemRange,
     /// Its interrupt, when it has one routed to the GICv3.
     pub irq: Option<Interrupt>,
-    /// Node path, for messages.
+    /// Node path, for messages; `SPCR` from ACPI.
     pub node: String,
 }
 
@@ -255,13 +259,16 @@ pub struct Psci {
 /// The host machine.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Platform {
-    /// Root `model`, or the first root `compatible`, or empty.
+    /// Root `model`, or the first root `compatible`, or empty. From ACPI:
+    /// the FADT's OEM ID and OEM Table ID (`HISI HIP08`).
     pub model: String,
-    /// `/memory` banks (`device_type = "memory"`), sorted by base.
+    /// `/memory` banks (`device_type = "memory"`), sorted by base. From
+    /// ACPI: the UEFI RAM ranges, sorted, with touching ones merged.
     pub memory: Vec<MemRange>,
     /// `/memreserve/` entries, then `/reserved-memory` children with `reg`.
     pub reserved: Vec<ReservedRegion>,
-    /// CPUs in DT order; the boot CPU is among them.
+    /// CPUs in DT order; the boot CPU is among them. From ACPI: the
+    /// enabled MADT GICCs, in MADT order.
     pub cpus: Vec<Cpu>,
     /// The interrupt controller.
     pub gic: GicV3,
@@ -298,19 +305,78 @@ pub enum ErrorKind {
     Unsupported(String),
 }
 
-/// A parse failure, naming where in the tree it happened.
+/// A parse failure, naming where in the firmware's description it happened.
+///
+/// `node` says which description, by its first characters (see
+/// [`PlatformError::origin`]):
+/// - a device tree node path, which always starts with `/`
+///   (`/intc@8000000`, or `/` for header-level faults); `property` is
+///   then a property name;
+/// - [`acpi::NODE_PREFIX`] followed by the ACPI specification's name for
+///   the table (`ACPI table MADT`, `ACPI table FADT`; the signature for
+///   tables the specification names by it, `ACPI table GTDT`); `property`
+///   is then the field, prefixed with the structure that holds it
+///   and its index among the structures of its type (`GICC[3].MPIDR`,
+///   `GICD[0].GIC version`), or is a field of the table itself
+///   (`ARM_BOOT_ARCH`, `Checksum`);
+/// - [`acpi::MEMORY_MAP_NODE`] for the RAM ranges handed to
+///   [`Platform::from_acpi`]; `property` is then `ram[i]` (or `ram`).
+///
+/// [`fmt::Display`] words each kind: `device tree node /intc@8000000,
+/// property "reg": property missing`, `ACPI table MADT, field
+/// "GICC[3].MPIDR": bad value: ...`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PlatformError {
-    /// Node path (`/intc@8000000`), or `/` for header-level faults.
+    /// Node path, ACPI table, or memory map; see the type's documentation.
     pub node: String,
-    /// The property at fault, when one is.
+    /// The property or field at fault, when one is.
     pub property: Option<String>,
     /// What is wrong.
     pub kind: ErrorKind,
 }
 
+/// Which firmware description a [`PlatformError`] is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorOrigin {
+    /// A device tree node (`node` starts with `/`).
+    DeviceTree,
+    /// An ACPI table (`node` starts with [`acpi::NODE_PREFIX`]).
+    Acpi,
+    /// The RAM list from the UEFI memory map ([`acpi::MEMORY_MAP_NODE`]).
+    MemoryMap,
+}
+
+impl PlatformError {
+    /// Which description the error is about, read from [`Self::node`].
+    /// Anything that is neither an ACPI table nor the memory map counts
+    /// as a device tree node.
+    pub fn origin(&self) -> ErrorOrigin {
+        if self.node.starts_with(acpi::NODE_PREFIX) {
+            ErrorOrigin::Acpi
+        } else if self.node == acpi::MEMORY_MAP_NODE {
+            ErrorOrigin::MemoryMap
+        } else {
+            ErrorOrigin::DeviceTree
+        }
+    }
+}
+
 impl fmt::Display for PlatformError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.origin() != ErrorOrigin::DeviceTree {
+            // `ACPI table MADT, field "GICC[3].MPIDR": bad value: ...`
+            write!(f, "{}", self.node)?;
+            if let Some(p) = &self.property {
+                write!(f, ", field \"{p}\"")?;
+            }
+            return match &self.kind {
+                ErrorKind::BadBlob(why) => write!(f, ": malformed table: {why}"),
+                ErrorKind::MissingNode => write!(f, ": table missing"),
+                ErrorKind::MissingProperty => write!(f, ": missing"),
+                ErrorKind::BadValue(why) => write!(f, ": bad value: {why}"),
+                ErrorKind::Unsupported(why) => write!(f, ": unsupported: {why}"),
+            };
+        }
         write!(f, "device tree node {}", self.node)?;
         if let Some(p) = &self.property {
             write!(f, ", property \"{p}\"")?;
@@ -341,6 +407,32 @@ impl Platform {
         parse::parse(&tree)
     }
 
+    /// Builds the platform from the firmware's ACPI tables (each slice one
+    /// complete table starting with its 36-byte System Description Table
+    /// header, in any order, e.g. "APIC", "SPCR", "GTDT", "FACP", "SRAT",
+    /// "DSDT" ... unknown signatures ignored), the RAM the UEFI memory map
+    /// gives (`ram`, sorted or not), the regions of it that must not be used
+    /// (`reserved`), and optionally a device tree blob whose /chosen holds
+    /// the bootargs and the `pvlock,vm` VM nodes (docs/vm-binding.md).
+    ///
+    /// [`acpi`] says which tables and fields are read and what is rejected.
+    /// The MADT, GTDT and FADT are required (absent: [`ErrorKind::MissingNode`]
+    /// naming the table), the SPCR is optional, the SRAT is not read (see
+    /// [`acpi::numa`]); a GICv1/v2 is [`ErrorKind::Unsupported`]. Errors in
+    /// the tables name the table and field ([`PlatformError`]); the VM
+    /// description is read as [`vms_from_dt`] reads it, with `cpu-affinity`
+    /// bounded by the MADT's usable CPUs, and only a blob that is not a
+    /// device tree fails the call. `rtc` is `None` and `timer.clock_frequency`
+    /// `None`; `model` is the FADT's OEM ID and OEM Table ID.
+    pub fn from_acpi(
+        tables: &[&[u8]],
+        ram: &[MemRange],
+        reserved: &[ReservedRegion],
+        vm_description: Option<&[u8]>,
+    ) -> Result<Platform, PlatformError> {
+        acpi::platform(tables, ram, reserved, vm_description)
+    }
+
     /// The CPU whose affinity is `mpidr`.
     pub fn cpu_by_mpidr(&self, mpidr: Mpidr) -> Option<(usize, &Cpu)> {
         self.cpus.iter().enumerate().find(|(_, c)| c.mpidr == mpidr)
@@ -348,7 +440,8 @@ impl Platform {
 }
 
 /// What the hypervisor can still use from a device tree that
-/// [`Platform::parse`] rejects, so that it can say why before it stops.
+/// [`Platform::parse`] rejects, so that it can say why before it stops
+/// (or from ACPI tables [`Platform::from_acpi`] rejects: [`acpi::rescue`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Rescue {
     /// The console UART (without its interrupt), if its node is readable.
@@ -364,6 +457,37 @@ pub fn rescue(dtb: &[u8]) -> Rescue {
         Ok(tree) => parse::rescue(&tree),
         Err(_) => Rescue::default(),
     }
+}
+
+/// The bootargs and VMs of a device tree's `/chosen`, for a machine whose
+/// hardware is described elsewhere (ACPI): `/chosen/bootargs` (empty when
+/// absent) and every `pvlock,vm` node, each parsed on its own as
+/// [`Platform::parse`] does (docs/vm-binding.md). The tree needs nothing
+/// but a `/chosen` (which may be absent too: no bootargs, no VMs).
+///
+/// Only a blob that is not a well-formed FDT, or a `bootargs` that is not
+/// a string, is an `Err`. The tree does not say how many CPUs the host
+/// has, so `cpu-affinity` indices are not bounded here (only checked for
+/// duplicates); [`Platform::from_acpi`] checks them against the MADT's
+/// CPUs.
+pub fn vms_from_dt(
+    dtb: &[u8],
+) -> Result<(String, Vec<Result<VmConfig, PlatformError>>), PlatformError> {
+    chosen(dtb, usize::MAX)
+}
+
+/// [`vms_from_dt`] with `cpu-affinity` bounded by `cpu_count`.
+pub(crate) fn chosen(
+    dtb: &[u8],
+    cpu_count: usize,
+) -> Result<(String, Vec<Result<VmConfig, PlatformError>>), PlatformError> {
+    let fdt = fdt::Fdt::new(dtb)?;
+    let tree = parse::Tree { fdt: &fdt };
+    let bootargs = match fdt.find_path("/chosen") {
+        Some(chosen) => tree.string(chosen, "bootargs")?.unwrap_or_default().into(),
+        None => String::new(),
+    };
+    Ok((bootargs, vm::parse_vms(&tree, cpu_count)))
 }
 
 /// Checks the FDT header at the start of `header` (at least its first 40

@@ -19,36 +19,19 @@
 //!   mutate each structure byte about twice more on average.
 
 mod common;
+mod xorshift;
 
 use std::ops::Range;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use common::fixture;
 use platform::{Platform, blob_size};
+use xorshift::XorShift;
 
 /// Random rounds per fixture.
 const RANDOM_ROUNDS: usize = 3_000;
 /// FDT header size (version 17).
 const HEADER_LEN: usize = 40;
-
-/// xorshift64 (Marsaglia 2003): tiny, deterministic, good enough to pick
-/// offsets and byte values.
-struct XorShift(u64);
-
-impl XorShift {
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        x
-    }
-
-    fn below(&mut self, bound: usize) -> usize {
-        (self.next() % bound as u64) as usize
-    }
-}
 
 /// Byte values that tend to hit edge cases: FDT tokens, NUL, all-ones,
 /// sign bits.
