@@ -766,6 +766,30 @@ pub fn vm_tests() -> Vec<BootTest> {
         },
         vec![shared],
     ));
+    // Scale: a VM with the most vCPUs the binding allows (64), time-sliced
+    // on 4 pCPUs; and VMs on 64 pCPUs in 4 clusters, where most pCPUs idle
+    // and every wake-up and IPI crosses the whole machine. (64 vCPUs
+    // spinning on 64 pCPUs would measure only how QEMU's threads share
+    // this machine's 2 cores.) Less work per round than the other tests:
+    // 64 vCPUs share 4 pCPUs.
+    tests.push(vm_test(
+        &format!("{DEMO} vcpus=64"),
+        Machine {
+            smp: 4,
+            clusters: Some(2),
+            ..Machine::default()
+        },
+        vec![VmConfig::smp_demo(64, "rounds=3 work=20000", 1)],
+    ));
+    tests.push(vm_test(
+        &format!("{DEMO} 2 VMs vcpus=4"),
+        Machine {
+            smp: 64,
+            clusters: Some(4),
+            ..Machine::default()
+        },
+        vec![VmConfig::smp_demo(4, DEMO_BOOTARGS, 2)],
+    ));
     // The PSCI answer only el2 gives (QEMU does not check CPU_ON's entry).
     let mut strict = vm_test(
         &format!("{DEMO} psci-checks=all vcpus=4"),
@@ -921,7 +945,9 @@ pub fn boot_tests() -> Vec<BootTest> {
             }));
         }
     }
-    for (smp, clusters) in [(4, None), (8, Some(2))] {
+    // 64 pCPUs in 4 clusters: a Kunpeng-class core count (QEMU's virt
+    // gives 16 CPUs per Aff1 value: MPIDRs 0.0.0.0 .. 0.0.3.15).
+    for (smp, clusters) in [(4, None), (8, Some(2)), (64, Some(4))] {
         tests.push(boot(Machine {
             smp,
             clusters,

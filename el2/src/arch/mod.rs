@@ -198,6 +198,13 @@ pub extern "C" fn primary_main(dtb: u64) -> ! {
         .collect();
     let cpus = CPUS.call_once(|| cpus.leak());
     cpu::set_current(&cpus[0]);
+    if order.len() > MAX_CPUS {
+        log::warn!(
+            "{} CPUs described; el2 drives the first {MAX_CPUS} (its stacks are \
+             reserved in the image) and leaves the others off",
+            order.len()
+        );
+    }
 
     // SAFETY: the distributor and redistributors are in the final map as device memory.
     if let Err(error) = unsafe { gic::init_distributor(&platform.gic) } {
@@ -328,9 +335,7 @@ pub extern "C" fn secondary_main(index: usize) -> ! {
     this.mark_online();
     log::debug!("online");
 
-    while !TICK_CHECK_GO.load(Ordering::Acquire) {
-        aarch64_cpu::asm::wfe();
-    }
+    sleep_until_set(&TICK_CHECK_GO);
     if let Some(args) = BOOT_ARGS.get()
         && args.tick_check_ms > 0
     {
@@ -344,11 +349,26 @@ pub extern "C" fn secondary_main(index: usize) -> ! {
         panic_with_the_others();
     }
     // Either the boot CPU starts VMs, or it powers the machine off.
-    while !RUN_VMS.load(Ordering::Acquire) {
-        aarch64_cpu::asm::wfe();
-    }
+    sleep_until_set(&RUN_VMS);
     vm::init_pcpu_for_guests();
     vm::run(index)
+}
+
+/// Waits, asleep, until the boot CPU sets `flag`: WFI with interrupts
+/// masked and the EL2 timer as a 1 ms alarm clock (a pending interrupt
+/// ends a WFI whatever PSTATE.I says, Arm ARM D1.6.2 "Wait for
+/// Interrupt"; stopping the timer lowers its level-sensitive PPI again).
+/// A WFE loop woken by the boot CPU's SEV would do on hardware, but QEMU's
+/// TCG treats WFE as a mere yield: with 64 CPUs spinning on 2 host cores,
+/// the CPU being started got too little time to report within
+/// `CPU_ON_TIMEOUT_MS`.
+fn sleep_until_set(flag: &AtomicBool) {
+    let nap = cpu::counter_frequency() / 1000;
+    while !flag.load(Ordering::Acquire) {
+        timer::arm_at(cpu::counter() + nap);
+        aarch64_cpu::asm::wfi();
+        timer::stop();
+    }
 }
 
 fn init_cpu_interrupts(platform: &Platform, this: &PerCpu) -> Result<(), &'static str> {
