@@ -10,6 +10,7 @@
 extern crate alloc;
 
 pub mod bootargs;
+pub mod efi;
 pub mod emul;
 pub mod esr;
 pub mod exit;

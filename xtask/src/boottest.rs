@@ -33,6 +33,9 @@ pub enum Outcome {
     /// A guest prints its crash marker and powers off, and QEMU exits 0
     /// without el2's crash marker: a guest fault self-test.
     GuestFatal,
+    /// The console shows this text and xtask stops QEMU there (firmware
+    /// that would otherwise wait forever), with no crash marker before.
+    StopsAt(&'static str),
 }
 
 /// What QEMU loads with `-kernel`.
@@ -1014,6 +1017,19 @@ pub fn judge(test: &BootTest, run: &qemu::Outcome) -> Result<(), String> {
                 return Err(run.ending.to_string());
             }
         }
+        Outcome::StopsAt(pattern) => {
+            if run.fatal || run.guest_fatal {
+                return Err(format!(
+                    "the console shows {FATAL_MARKER} or {GUEST_FATAL_MARKER}"
+                ));
+            }
+            if run.ending != Ending::Stopped(pattern) {
+                return Err(format!(
+                    "expected the console to show {pattern:?}; {}",
+                    run.ending
+                ));
+            }
+        }
         Outcome::GuestFatal => {
             if run.fatal {
                 return Err(format!("the console shows {FATAL_MARKER}"));
@@ -1661,7 +1677,15 @@ mod tests {
     #[test]
     fn vm_tests_are_separate_and_describe_their_vms() {
         let vm = vm_tests();
-        assert_eq!(vm.len(), 19);
+        assert_eq!(vm.len(), 22);
+        let names: Vec<&str> = vm.iter().map(|t| t.name.as_str()).collect();
+        for name in [
+            "vm smp-demo fail-alloc=vm1 beside a good VM max,pauth=off smp=2",
+            "vm smp-demo vcpus=64 max,pauth=off smp=4 clusters=2",
+            "vm smp-demo 2 VMs vcpus=4 max,pauth=off smp=64 clusters=4",
+        ] {
+            assert!(names.contains(&name), "{name} missing from {names:?}");
+        }
         assert!(vm.iter().all(|t| t.kernel == Kernel::El2));
         assert!(
             vm.iter()
@@ -1685,7 +1709,8 @@ mod tests {
     #[test]
     fn matrix_has_the_required_tests() {
         let names: Vec<String> = boot_tests().into_iter().map(|t| t.name).collect();
-        assert_eq!(names.len(), 25, "{names:?}");
+        assert_eq!(names.len(), 26, "{names:?}");
+        assert!(names.contains(&"boot max,pauth=off smp=64 clusters=4".to_string()));
         assert!(names.contains(&"selftest panic-all max,pauth=off smp=8".to_string()));
         assert!(names.contains(&"guest lockbench bare lock=pv max,pauth=off smp=2".to_string()));
         assert!(names.contains(&"guest pv-check bare max,pauth=off smp=4".to_string()));

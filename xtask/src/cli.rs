@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail, ensure};
 
 use crate::image::{Profile, Source};
-use crate::qemu::{Machine, normalize_cpu};
+use crate::qemu::{Machine, Uefi, normalize_cpu};
 use crate::vm;
 
 pub const HELP: &str = "\
@@ -25,7 +25,8 @@ COMMANDS:
     soak      The PV lock benchmark and a stock Linux VM side by side for N minutes,
               then checks of every vCPU's progress and the lock's data
     gdb       Build, start QEMU halted with a gdb stub and attach gdb-multiarch
-    setup     Install everything the other commands need (Rust target, QEMU, U-Boot, gdb)
+    setup     Install everything the other commands need (Rust target, QEMU, U-Boot,
+              UEFI firmware, gdb)
     help      Print this help
 
 BUILD OPTIONS (build, run, test, bench, soak, gdb):
@@ -39,6 +40,11 @@ RUN OPTIONS (run, gdb):
     --clusters C       Spread the N CPUs over C clusters (C must divide N)
     --mem SIZE         RAM size, e.g. 1G, 512M [default: 1G]
     --uboot            Boot through U-Boot (booti) instead of QEMU's -kernel loader
+    --uefi             Boot through UEFI firmware (AAVMF, package qemu-efi-aarch64): el2 is
+                       \\EFI\\BOOT\\BOOTAA64.EFI on a FAT disk made from target/xtask/run-uefi/esp
+                       and reads its VMs from \\EFI\\pvlock\\vms.dtb there; the firmware hands
+                       over ACPI tables (run only)
+    --uefi-dt          As --uefi with -machine acpi=off: the firmware hands over its device tree
     --append STR       Kernel command line (/chosen/bootargs), e.g. el2.selftest=undef
     --icount           Deterministic timing: -accel tcg,thread=single -icount shift=0,sleep=off
     --qemu-arg ARG     Pass ARG to QEMU (repeatable)
@@ -418,6 +424,18 @@ fn parse_run(p: &mut Parser) -> Result<Option<RunOpts>> {
                 p.flag(&opt)?;
                 m.uboot = true;
             }
+            "--uefi" | "--uefi-dt" => {
+                p.flag(&opt)?;
+                ensure!(
+                    p.cmd == "run",
+                    "{} is for `cargo xtask run` (gdb loads el2's symbols at the -kernel address)",
+                    opt.name
+                );
+                m.uefi = Some(Uefi {
+                    device_tree: opt.name == "--uefi-dt",
+                    ..Uefi::default()
+                });
+            }
             "--append" => m.append = Some(p.value(&mut opt)?),
             "--icount" => {
                 p.flag(&opt)?;
@@ -470,9 +488,9 @@ fn parse_run(p: &mut Parser) -> Result<Option<RunOpts>> {
              need el2"
         );
         ensure!(
-            !m.uboot && m.append.is_none(),
-            "--bare boots the guest without el2: --uboot and --append (el2's command line) \
-             do not apply; give the guest's command line with --bootargs"
+            !m.uboot && m.uefi.is_none() && m.append.is_none(),
+            "--bare boots the guest without el2: --uboot, --uefi and --append (el2's command \
+             line) do not apply; give the guest's command line with --bootargs"
         );
         if let Some(n) = g.vcpus {
             ensure!(
@@ -612,6 +630,10 @@ mod tests {
             "run --bare --append x",
             "run --bare --smp 2 --vcpus 4",
             "run --bare=yes",
+            "run --uefi --uboot",
+            "run --uefi --bare",
+            "run --uefi=yes",
+            "gdb --uefi",
         ] {
             assert!(parse_str(bad).is_err(), "{bad}");
         }
@@ -663,6 +685,19 @@ mod tests {
             panic!("not run");
         };
         assert!(!plain.guest.any() && !plain.smp_given);
+    }
+
+    #[test]
+    fn uefi_options() {
+        let Cmd::Run(acpi) = parse_str("run --uefi --guest smp-demo").unwrap() else {
+            panic!("not run");
+        };
+        assert_eq!(acpi.machine.uefi, Some(Uefi::default()));
+        let Cmd::Run(dt) = parse_str("run --uefi-dt --append loglevel=debug").unwrap() else {
+            panic!("not run");
+        };
+        assert!(dt.machine.uefi.as_ref().is_some_and(|u| u.device_tree));
+        assert_eq!(dt.machine.append.as_deref(), Some("loglevel=debug"));
     }
 
     #[test]

@@ -7,6 +7,13 @@
 //! and U-Boot's `booti` interpret; [`validate_header`] checks it against the
 //! ELF so that a wrong `image_size` (which would let a loader place data
 //! over .bss) is caught at build time rather than as a mysterious crash.
+//!
+//! el2's image is also an EFI application: "MZ" in `code0` and a PE/COFF
+//! header at the offset in `res5` (el2/src/arch/head.rs writes it with
+//! the linker's help). [`validate_pe`] checks that header against the same
+//! image, so that UEFI firmware loads it as QEMU and U-Boot do: the same
+//! footprint, sections whose file layout is their memory layout, nothing
+//! for the firmware to relocate.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -135,7 +142,8 @@ fn cargo_build_el2(ws: &Workspace, profile: Profile) -> Result<PathBuf> {
     Ok(elf)
 }
 
-/// Converts `elf_path` to a raw image at `image_path` and validates it.
+/// Converts `elf_path` to a raw image at `image_path` and validates it
+/// (the arm64 Image header, and the PE/COFF header if it has one).
 /// Returns the ELF address of the image's first byte.
 pub fn make_image(elf_path: &Path, image_path: &Path) -> Result<u64> {
     let data = fs::read(elf_path).with_context(|| format!("cannot read {}", elf_path.display()))?;
@@ -149,6 +157,13 @@ pub fn make_image(elf_path: &Path, image_path: &Path) -> Result<u64> {
         format!(
             "{} does not start with a valid arm64 Image header; el2's entry code \
              must begin with the 64-byte header that QEMU and U-Boot require",
+            elf_path.display()
+        )
+    })?;
+    validate_pe(&image).with_context(|| {
+        format!(
+            "{} has \"MZ\" in code0 but not a PE/COFF header UEFI firmware can load \
+             (el2/src/arch/head.rs writes it, el2/linker.ld computes its fields)",
             elf_path.display()
         )
     })?;
@@ -174,6 +189,10 @@ pub struct Image {
     /// Bytes from `base` to the end of the highest segment in memory,
     /// including NOBITS parts: what `image_size` must cover.
     pub footprint: u64,
+    /// Image offsets that a dynamic relocation patches inside an
+    /// executable segment (an EFI application must have none: it
+    /// relocates itself with its text mapped read-only).
+    pub text_relocations: Vec<u64>,
 }
 
 const PT_LOAD: u32 = 1;
@@ -188,7 +207,13 @@ struct Segment {
     vaddr: u64,
     filesz: u64,
     memsz: u64,
+    flags: u32,
 }
+
+/// `p_flags` bit of an executable segment.
+const PF_X: u32 = 1;
+/// Bytes of one `Elf64_Rela`.
+const RELA_ENTRY: u64 = 24;
 
 /// Little-endian field reader that reports truncation instead of panicking.
 struct Reader<'a>(&'a [u8]);
@@ -265,6 +290,7 @@ pub fn elf_to_image(data: &[u8]) -> Result<Image> {
             continue;
         }
         let seg = Segment {
+            flags: r.u32(ph + 4, "p_flags")?,
             offset: r.u64(ph + 8, "p_offset")?,
             vaddr: r.u64(ph + 16, "p_vaddr")?,
             filesz: r.u64(ph + 32, "p_filesz")?,
@@ -315,6 +341,7 @@ pub fn elf_to_image(data: &[u8]) -> Result<Image> {
     // Dynamic relocations are applied by the image to itself: they must be
     // among the bytes the loader copies, not in a NOBITS tail or outside
     // every segment.
+    let mut text_relocations = Vec::new();
     if shnum > 0 && shoff != 0 {
         ensure!(shentsize >= 64, "bad section header size {shentsize}");
         let strtab_off = if shstrndx < shnum {
@@ -343,6 +370,18 @@ pub fn elf_to_image(data: &[u8]) -> Result<Image> {
                  the file-backed part of a PT_LOAD segment, so the image would not \
                  contain it; place it in a loaded output section before .bss"
             );
+            if kind == SHT_RELA {
+                let file_offset = r.u64(sh + 24, "sh_offset")?;
+                for k in 0..size / RELA_ENTRY {
+                    let target = r.u64(file_offset + k * RELA_ENTRY, "r_offset")?;
+                    let in_text = segments.iter().any(|s| {
+                        s.flags & PF_X != 0 && target >= s.vaddr && target < s.vaddr + s.memsz
+                    });
+                    if in_text {
+                        text_relocations.push(target - base);
+                    }
+                }
+            }
         }
     }
 
@@ -350,6 +389,7 @@ pub fn elf_to_image(data: &[u8]) -> Result<Image> {
         bytes,
         base,
         footprint: mem_end - base,
+        text_relocations,
     })
 }
 
@@ -419,6 +459,263 @@ pub fn validate_header(image: &Image) -> Result<()> {
          (bit 0 = 0, bits 2:1 = 01, reserved bits 63:4 = 0)"
     );
     Ok(())
+}
+
+/// PE/COFF numbers (Microsoft PE/COFF specification).
+mod pe {
+    /// Offset of `e_lfanew` in the MS-DOS header (the Image header's `res5`).
+    pub const E_LFANEW: usize = 0x3c;
+    pub const SIGNATURE: &[u8; 4] = b"PE\0\0";
+    /// COFF file header bytes.
+    pub const COFF_HEADER_LEN: usize = 20;
+    /// `IMAGE_FILE_MACHINE_ARM64`.
+    pub const MACHINE_ARM64: u16 = 0xaa64;
+    /// Characteristics bits.
+    pub const RELOCS_STRIPPED: u16 = 0x0001;
+    pub const EXECUTABLE_IMAGE: u16 = 0x0002;
+    /// Optional header magic of PE32+.
+    pub const PE32_PLUS: u16 = 0x20b;
+    /// The optional header's fixed part (PE32+), before the data directories.
+    pub const OPTIONAL_FIXED_LEN: usize = 112;
+    /// `IMAGE_SUBSYSTEM_EFI_APPLICATION`.
+    pub const SUBSYSTEM_EFI_APPLICATION: u16 = 10;
+    /// Data directory of base relocations (`.reloc`).
+    pub const BASE_RELOCATION_DIRECTORY: usize = 5;
+    pub const SECTION_HEADER_LEN: usize = 40;
+    /// Section characteristics.
+    pub const MEM_EXECUTE: u32 = 0x2000_0000;
+    pub const MEM_WRITE: u32 = 0x8000_0000;
+    /// UEFI's page: the section alignment firmware expects.
+    pub const PAGE: u32 = 4096;
+}
+
+/// One section of a PE/COFF image.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeSection {
+    pub name: String,
+    pub virtual_address: u32,
+    pub virtual_size: u32,
+    pub raw_pointer: u32,
+    pub raw_size: u32,
+    pub characteristics: u32,
+}
+
+/// What [`validate_pe`] found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeInfo {
+    /// AddressOfEntryPoint.
+    pub entry: u32,
+    pub size_of_image: u32,
+    pub size_of_headers: u32,
+    pub sections: Vec<PeSection>,
+}
+
+/// Checks the PE/COFF header of an image whose `code0` starts with "MZ"
+/// (an arm64 Image that is also an EFI application, like el2's); `None`
+/// for an image without one. Besides PE/COFF's own rules, the header must
+/// describe the image as the arm64 Image header does, because the same
+/// bytes are loaded both ways: PE32+ for AArch64, an EFI application,
+/// SizeOfImage = `image_size`, 4 KiB section alignment, sections in
+/// ascending, contiguous order from the end of the headers to the end of
+/// the image (so .bss is inside), each at the same offset in the file as
+/// in memory, none both writable and executable, the entry point in an
+/// executable one; no base relocations and IMAGE_FILE_RELOCS_STRIPPED
+/// clear (the image relocates itself wherever the firmware puts it), and
+/// no dynamic relocation inside the text.
+pub fn validate_pe(image: &Image) -> Result<Option<PeInfo>> {
+    let b = &image.bytes;
+    if b.len() < 2 || &b[0..2] != b"MZ" {
+        return Ok(None);
+    }
+    let field = |at: usize, len: usize, what: &str| -> Result<&[u8]> {
+        b.get(at..at.saturating_add(len))
+            .with_context(|| format!("{what} (offset {at:#x}) lies past the end of the image"))
+    };
+    let u16_at = |at: usize, what: &str| -> Result<u16> {
+        Ok(u16::from_le_bytes(
+            field(at, 2, what)?.try_into().expect("2 bytes"),
+        ))
+    };
+    let u32_at = |at: usize, what: &str| -> Result<u32> {
+        Ok(u32::from_le_bytes(
+            field(at, 4, what)?.try_into().expect("4 bytes"),
+        ))
+    };
+    let pe_at = u32_at(pe::E_LFANEW, "e_lfanew")? as usize;
+    ensure!(
+        field(pe_at, 4, "the PE signature")? == pe::SIGNATURE,
+        "e_lfanew (offset 0x3c, the Image header's res5) is {pe_at:#x}, where there is no \
+         \"PE\\0\\0\" signature"
+    );
+    let coff = pe_at + 4;
+    let machine = u16_at(coff, "Machine")?;
+    ensure!(
+        machine == pe::MACHINE_ARM64,
+        "Machine is {machine:#06x}, not IMAGE_FILE_MACHINE_ARM64 ({:#06x})",
+        pe::MACHINE_ARM64
+    );
+    let sections = u16_at(coff + 2, "NumberOfSections")? as usize;
+    let optional_len = u16_at(coff + 16, "SizeOfOptionalHeader")? as usize;
+    let characteristics = u16_at(coff + 18, "Characteristics")?;
+    ensure!(
+        characteristics & pe::EXECUTABLE_IMAGE != 0,
+        "Characteristics {characteristics:#06x} lacks IMAGE_FILE_EXECUTABLE_IMAGE"
+    );
+    ensure!(
+        characteristics & pe::RELOCS_STRIPPED == 0,
+        "Characteristics {characteristics:#06x} has IMAGE_FILE_RELOCS_STRIPPED: firmware would \
+         then load the image only at ImageBase; el2 relocates itself and must say it can go \
+         anywhere"
+    );
+    let opt = coff + pe::COFF_HEADER_LEN;
+    ensure!(
+        optional_len >= pe::OPTIONAL_FIXED_LEN,
+        "SizeOfOptionalHeader is {optional_len}, less than PE32+'s {}",
+        pe::OPTIONAL_FIXED_LEN
+    );
+    let magic = u16_at(opt, "Magic")?;
+    ensure!(
+        magic == pe::PE32_PLUS,
+        "optional header Magic is {magic:#x}, not PE32+ ({:#x})",
+        pe::PE32_PLUS
+    );
+    let entry = u32_at(opt + 16, "AddressOfEntryPoint")?;
+    let section_alignment = u32_at(opt + 32, "SectionAlignment")?;
+    let file_alignment = u32_at(opt + 36, "FileAlignment")?;
+    let size_of_image = u32_at(opt + 56, "SizeOfImage")?;
+    let size_of_headers = u32_at(opt + 60, "SizeOfHeaders")?;
+    let subsystem = u16_at(opt + 68, "Subsystem")?;
+    let directories = u32_at(opt + 108, "NumberOfRvaAndSizes")? as usize;
+    ensure!(
+        subsystem == pe::SUBSYSTEM_EFI_APPLICATION,
+        "Subsystem is {subsystem}, not IMAGE_SUBSYSTEM_EFI_APPLICATION ({})",
+        pe::SUBSYSTEM_EFI_APPLICATION
+    );
+    ensure!(
+        section_alignment == pe::PAGE,
+        "SectionAlignment is {section_alignment:#x}, not UEFI's page ({:#x})",
+        pe::PAGE
+    );
+    ensure!(
+        file_alignment.is_power_of_two() && (512..=section_alignment).contains(&file_alignment),
+        "FileAlignment {file_alignment:#x} is not a power of two from 512 to SectionAlignment"
+    );
+    ensure!(
+        pe::OPTIONAL_FIXED_LEN + 8 * directories <= optional_len,
+        "NumberOfRvaAndSizes {directories} does not fit SizeOfOptionalHeader {optional_len}"
+    );
+    if directories > pe::BASE_RELOCATION_DIRECTORY {
+        let at = opt + pe::OPTIONAL_FIXED_LEN + 8 * pe::BASE_RELOCATION_DIRECTORY;
+        let size = u32_at(at + 4, "the base relocation directory")?;
+        ensure!(
+            size == 0,
+            "the base relocation directory is not empty ({size} bytes): the image relocates \
+             itself, the firmware must not"
+        );
+    }
+    let image_size = u64::from_le_bytes(b[16..24].try_into().expect("8 bytes"));
+    ensure!(
+        u64::from(size_of_image) == image_size,
+        "SizeOfImage is {size_of_image:#x} but the Image header's image_size is {image_size:#x}: \
+         UEFI and the Image loaders would reserve different footprints"
+    );
+    ensure!(
+        size_of_image.is_multiple_of(section_alignment),
+        "SizeOfImage {size_of_image:#x} is not a multiple of SectionAlignment"
+    );
+    let table = opt + optional_len;
+    let table_end = table + sections * pe::SECTION_HEADER_LEN;
+    ensure!(
+        size_of_headers.is_multiple_of(file_alignment) && table_end <= size_of_headers as usize,
+        "SizeOfHeaders {size_of_headers:#x} is not a multiple of FileAlignment or does not \
+         cover the section table (ends at {table_end:#x})"
+    );
+    ensure!(sections > 0, "NumberOfSections is 0");
+    let mut parsed = Vec::new();
+    let mut next = size_of_headers.next_multiple_of(section_alignment);
+    for i in 0..sections {
+        let at = table + i * pe::SECTION_HEADER_LEN;
+        let raw_name = field(at, 8, "a section name")?;
+        let name: String = raw_name
+            .iter()
+            .take_while(|&&c| c != 0)
+            .map(|&c| char::from(c))
+            .collect();
+        let s = PeSection {
+            virtual_size: u32_at(at + 8, "VirtualSize")?,
+            virtual_address: u32_at(at + 12, "VirtualAddress")?,
+            raw_size: u32_at(at + 16, "SizeOfRawData")?,
+            raw_pointer: u32_at(at + 20, "PointerToRawData")?,
+            characteristics: u32_at(at + 36, "Characteristics")?,
+            name,
+        };
+        let what = format!("section {i} ({})", s.name);
+        ensure!(
+            s.virtual_address == next,
+            "{what}: VirtualAddress is {:#x}, expected {next:#x}: sections must follow the \
+             headers and each other without gaps",
+            s.virtual_address
+        );
+        ensure!(
+            s.raw_pointer == s.virtual_address || s.raw_size == 0,
+            "{what}: PointerToRawData {:#x} differs from VirtualAddress {:#x}, but the Image \
+             loaders copy the file as it is",
+            s.raw_pointer,
+            s.virtual_address
+        );
+        ensure!(
+            s.raw_size.is_multiple_of(file_alignment) && s.raw_size <= s.virtual_size,
+            "{what}: SizeOfRawData {:#x} is not a multiple of FileAlignment or exceeds \
+             VirtualSize {:#x}",
+            s.raw_size,
+            s.virtual_size
+        );
+        let raw_end = u64::from(s.raw_pointer) + u64::from(s.raw_size);
+        ensure!(
+            raw_end <= b.len() as u64,
+            "{what}: its raw data ends at {raw_end:#x}, past the end of the image file \
+             ({:#x} bytes)",
+            b.len()
+        );
+        ensure!(
+            s.characteristics & (pe::MEM_EXECUTE | pe::MEM_WRITE)
+                != pe::MEM_EXECUTE | pe::MEM_WRITE,
+            "{what} is both writable and executable"
+        );
+        next = s
+            .virtual_address
+            .checked_add(s.virtual_size)
+            .map(|end| end.next_multiple_of(section_alignment))
+            .with_context(|| format!("{what} runs past 4 GiB"))?;
+        parsed.push(s);
+    }
+    ensure!(
+        next == size_of_image,
+        "the sections end at {next:#x} but SizeOfImage is {size_of_image:#x}: they must cover \
+         the whole image, .bss, stacks and heap included"
+    );
+    ensure!(
+        parsed
+            .iter()
+            .any(|s| s.characteristics & pe::MEM_EXECUTE != 0
+                && entry >= s.virtual_address
+                && entry < s.virtual_address + s.virtual_size)
+            && entry.is_multiple_of(4),
+        "AddressOfEntryPoint {entry:#x} is not an instruction in an executable section"
+    );
+    if let Some(at) = image.text_relocations.first() {
+        bail!(
+            "{} dynamic relocation(s) patch the text (the first at image offset {at:#x}): the \
+             EFI entry relocates the image with its text read-only",
+            image.text_relocations.len()
+        );
+    }
+    Ok(Some(PeInfo {
+        entry,
+        size_of_image,
+        size_of_headers,
+        sections: parsed,
+    }))
 }
 
 /// The fields of an arm64 Image header that placing an image needs.
@@ -629,6 +926,148 @@ mod tests {
         elf.truncate(200);
         let err = elf_to_image(&elf).unwrap_err();
         assert!(err.to_string().contains("truncated"), "{err}");
+    }
+
+    fn put16(b: &mut [u8], at: usize, v: u16) {
+        b[at..at + 2].copy_from_slice(&v.to_le_bytes());
+    }
+    fn put32(b: &mut [u8], at: usize, v: u32) {
+        b[at..at + 4].copy_from_slice(&v.to_le_bytes());
+    }
+
+    /// Where the test image's PE header and its parts are.
+    const PE: usize = 0x40;
+    const OPT: usize = PE + 4 + 20;
+    const SECTIONS: usize = OPT + 240;
+
+    /// An image laid out like el2's: the arm64 Image header with "MZ" in
+    /// code0, a PE32+ header in the first page, `.text` (one page) and
+    /// `.data` (one file page, five more zero-filled) after it.
+    fn efi_image() -> Image {
+        let image_size = 0x8000u32;
+        let mut b = vec![0u8; 0x3000];
+        put32(&mut b, 0, 0x9100_5a4d); // add x13, x18, #0x16: "MZ"
+        put32(&mut b, 4, 0x1400_0000 | ((0x1000 - 4) / 4)); // b 0x1000
+        b[8..16].copy_from_slice(&TEXT_OFFSET.to_le_bytes());
+        b[16..24].copy_from_slice(&u64::from(image_size).to_le_bytes());
+        b[24..32].copy_from_slice(&2u64.to_le_bytes());
+        b[0x38..0x3c].copy_from_slice(&MAGIC.to_le_bytes());
+        put32(&mut b, 0x3c, PE as u32);
+        b[PE..PE + 4].copy_from_slice(b"PE\0\0");
+        put16(&mut b, PE + 4, 0xaa64);
+        put16(&mut b, PE + 6, 2);
+        put16(&mut b, PE + 20, 240);
+        put16(&mut b, PE + 22, 0x0222);
+        put16(&mut b, OPT, 0x20b);
+        put32(&mut b, OPT + 16, 0x1000); // entry
+        put32(&mut b, OPT + 32, 0x1000);
+        put32(&mut b, OPT + 36, 0x1000);
+        put32(&mut b, OPT + 56, image_size);
+        put32(&mut b, OPT + 60, 0x1000);
+        put16(&mut b, OPT + 68, 10);
+        put32(&mut b, OPT + 108, 16);
+        let section =
+            |b: &mut Vec<u8>, at: usize, name: &[u8], va: u32, vsize: u32, raw: u32, ch: u32| {
+                b[at..at + name.len()].copy_from_slice(name);
+                put32(b, at + 8, vsize);
+                put32(b, at + 12, va);
+                put32(b, at + 16, raw);
+                put32(b, at + 20, va);
+                put32(b, at + 36, ch);
+            };
+        section(
+            &mut b,
+            SECTIONS,
+            b".text",
+            0x1000,
+            0x1000,
+            0x1000,
+            0x6000_0020,
+        );
+        section(
+            &mut b,
+            SECTIONS + 40,
+            b".data",
+            0x2000,
+            0x6000,
+            0x1000,
+            0xc000_0040,
+        );
+        Image {
+            bytes: b,
+            base: 0,
+            footprint: u64::from(image_size),
+            text_relocations: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn an_efi_image_passes_both_checks() {
+        let img = efi_image();
+        validate_header(&img).unwrap();
+        let info = validate_pe(&img).unwrap().expect("a PE header");
+        assert_eq!(info.entry, 0x1000);
+        assert_eq!(info.size_of_image, 0x8000);
+        assert_eq!(info.size_of_headers, 0x1000);
+        let names: Vec<&str> = info.sections.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, [".text", ".data"]);
+        assert_eq!(info.sections[1].virtual_size, 0x6000);
+        // An image without "MZ" has no PE header to check.
+        let plain = Image {
+            bytes: text(0x1000),
+            base: 0,
+            footprint: 0x1000,
+            text_relocations: Vec::new(),
+        };
+        assert_eq!(validate_pe(&plain).unwrap(), None);
+    }
+
+    #[test]
+    fn bad_pe_fields_are_named() {
+        let cases: [(usize, u32, usize, &str); 16] = [
+            (0x3c, 0x80, 4, "e_lfanew"),
+            (PE + 4, 0x8664, 2, "Machine"),
+            (PE + 22, 0x0223, 2, "RELOCS_STRIPPED"),
+            (PE + 22, 0x0220, 2, "EXECUTABLE_IMAGE"),
+            (OPT, 0x10b, 2, "PE32+"),
+            (OPT + 68, 11, 2, "Subsystem"),
+            (OPT + 32, 0x1_0000, 4, "SectionAlignment"),
+            (OPT + 36, 0x100, 4, "FileAlignment"),
+            (OPT + 56, 0x9000, 4, "SizeOfImage"),
+            (OPT + 112 + 5 * 8 + 4, 12, 4, "base relocation"),
+            (OPT + 16, 0x2000, 4, "AddressOfEntryPoint"),
+            (SECTIONS + 12, 0x2000, 4, "VirtualAddress"),
+            (SECTIONS + 20, 0x1200, 4, "PointerToRawData"),
+            (
+                SECTIONS + 40 + 16,
+                0x2000,
+                4,
+                "past the end of the image file",
+            ),
+            (SECTIONS + 40 + 8, 0x5000, 4, "must cover"),
+            (
+                SECTIONS + 36,
+                0xe000_0020,
+                4,
+                "both writable and executable",
+            ),
+        ];
+        for (at, value, len, expected) in cases {
+            let mut img = efi_image();
+            match len {
+                2 => put16(&mut img.bytes, at, value as u16),
+                _ => put32(&mut img.bytes, at, value),
+            }
+            let err = validate_pe(&img).unwrap_err().to_string();
+            assert!(err.contains(expected), "{expected}: {err}");
+        }
+        let mut img = efi_image();
+        img.text_relocations = vec![0x1238];
+        let err = validate_pe(&img).unwrap_err().to_string();
+        assert!(err.contains("0x1238"), "{err}");
+        let mut short = efi_image();
+        short.bytes.truncate(0x50);
+        assert!(validate_pe(&short).is_err());
     }
 
     #[test]

@@ -18,6 +18,7 @@ mod setup;
 mod soak;
 mod suite;
 mod sys;
+mod uefi;
 mod vm;
 
 use std::env;
@@ -96,7 +97,7 @@ fn dispatch(cmd: Cmd) -> Result<ExitCode> {
         }
         Cmd::Setup => {
             setup::ensure_rust_target(&ws)?;
-            setup::ensure_tools(&[Tool::Qemu, Tool::UBoot, Tool::Gdb])?;
+            setup::ensure_tools(&[Tool::Qemu, Tool::UBoot, Tool::Uefi, Tool::Gdb])?;
             println!("{}", qemu::check_version()?);
             println!("setup complete");
             Ok(ExitCode::SUCCESS)
@@ -116,7 +117,9 @@ fn dispatch(cmd: Cmd) -> Result<ExitCode> {
 
 /// Tools a boot of `machine` needs.
 pub fn tools_for(machine: &qemu::Machine) -> Vec<Tool> {
-    if machine.uboot {
+    if machine.uefi.is_some() {
+        vec![Tool::Qemu, Tool::Uefi]
+    } else if machine.uboot {
         vec![Tool::Qemu, Tool::UBoot]
     } else {
         vec![Tool::Qemu]
@@ -142,10 +145,22 @@ pub fn prepare_launch(ws: &Workspace, o: &RunOpts) -> Result<Launch> {
     if g.no_vm {
         setup::ensure_tools(&tools_for(&machine))?;
         let kernel = image::build(ws, &o.build.source)?;
+        let notes = if machine.uefi.is_some() {
+            let dir = ws.xtask_dir()?.join("run-uefi");
+            uefi::prepare(
+                &mut machine,
+                &kernel.image,
+                &guests::Guests::default(),
+                &[],
+                &dir,
+            )?
+        } else {
+            Vec::new()
+        };
         return Ok(Launch {
             machine,
             kernel,
-            notes: Vec::new(),
+            notes,
         });
     }
     let guests = guests::build(ws)?;
@@ -202,7 +217,9 @@ pub fn prepare_launch(ws: &Workspace, o: &RunOpts) -> Result<Launch> {
         });
     }
     let mut tools = tools_for(&machine);
-    tools.push(Tool::Dtc);
+    if machine.uefi.is_none() {
+        tools.push(Tool::Dtc);
+    }
     setup::ensure_tools(&tools)?;
     let kernel = image::build(ws, &o.build.source)?;
     if !g.any() && !o.smp_given {
@@ -235,6 +252,16 @@ pub fn prepare_launch(ws: &Workspace, o: &RunOpts) -> Result<Launch> {
         boost: None,
         control: None,
     };
+    if machine.uefi.is_some() {
+        // The VMs and their payloads go on the EFI system partition.
+        let dir = ws.xtask_dir()?.join("run-uefi");
+        let notes = uefi::prepare(&mut machine, &kernel.image, &guests, &[config], &dir)?;
+        return Ok(Launch {
+            machine,
+            kernel,
+            notes,
+        });
+    }
     let plan = vm::plan_for(&machine, &kernel.image, &guests, &[config])?;
     machine.extra_args.extend(plan.qemu_args());
     let dir = ws.xtask_dir()?.join("run-dt");

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 
-use crate::setup::{QEMU, UBOOT_BIN};
+use crate::setup::{AAVMF_CODE, QEMU, UBOOT_BIN};
 
 /// First line of every el2 crash report.
 pub const FATAL_MARKER: &str = "EL2 FATAL";
@@ -55,6 +55,29 @@ pub struct Machine {
     /// Start the CPUs at EL2 (`virtualization=on`), as el2 needs; without
     /// it they start at EL1 and a guest can boot directly.
     pub virtualization: bool,
+    /// Boot through UEFI firmware (AAVMF) from an EFI system partition
+    /// instead of QEMU's `-kernel` loader.
+    pub uefi: Option<Uefi>,
+}
+
+/// A boot through UEFI: QEMU's AAVMF firmware (edk2 for `virt`) in the two
+/// flash banks, starting `\EFI\BOOT\BOOTAA64.EFI` (el2's image, which is
+/// also an EFI application) from a FAT disk made from a directory.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Uefi {
+    /// `-machine acpi=off`: the firmware then installs QEMU's device tree
+    /// instead of ACPI tables (with ACPI on, edk2 hands over ACPI only).
+    pub device_tree: bool,
+    /// The partition's directory and the writable copy of the variable
+    /// store, once [`crate::uefi::prepare`] has made them.
+    pub esp: Option<PathBuf>,
+    pub vars: Option<PathBuf>,
+    /// Boot-test fault: the VM description names the first VM's kernel
+    /// file, but the file is left off the partition.
+    pub missing_kernel: bool,
+    /// Start el2 from the UEFI Shell with these arguments (its load
+    /// options) instead of as the partition's default boot file.
+    pub shell_args: Option<String>,
 }
 
 impl Default for Machine {
@@ -71,6 +94,7 @@ impl Default for Machine {
             dtb: None,
             dump_dtb: None,
             virtualization: true,
+            uefi: None,
         }
     }
 }
@@ -120,6 +144,16 @@ impl Machine {
              (e.g. 1G, 512M)",
             self.mem
         );
+        if self.uefi.is_some() {
+            ensure!(
+                !self.uboot,
+                "--uefi and --uboot are two different firmwares: give one of them"
+            );
+            ensure!(
+                self.dtb.is_none() && self.virtualization,
+                "--uefi boots el2 at EL2 with the firmware's own description of the machine"
+            );
+        }
         if let Some(append) = &self.append {
             ensure!(
                 !append.chars().any(char::is_control),
@@ -153,6 +187,13 @@ impl Machine {
         if self.uboot {
             s += " uboot";
         }
+        if let Some(uefi) = &self.uefi {
+            s += if uefi.device_tree {
+                " uefi-dt"
+            } else {
+                " uefi"
+            };
+        }
         if self.icount {
             s += " icount";
         }
@@ -183,6 +224,9 @@ impl Machine {
         } else {
             "virt,gic-version=3"
         });
+        if self.uefi.as_ref().is_some_and(|u| u.device_tree) {
+            machine.push(",acpi=off");
+        }
         if let Some(path) = &self.dump_dtb {
             machine.push(",dumpdtb=");
             machine.push(path);
@@ -227,7 +271,12 @@ impl Machine {
             a.push(path);
             args.push(a);
         }
-        if self.uboot {
+        if let Some(uefi) = &self.uefi {
+            let (Some(esp), Some(vars)) = (&uefi.esp, &uefi.vars) else {
+                bail!("internal error: the EFI system partition was not prepared");
+            };
+            args.extend(uefi_args(esp, vars));
+        } else if self.uboot {
             args.push("-bios".into());
             args.push(UBOOT_BIN.into());
             args.push("-device".into());
@@ -287,6 +336,31 @@ impl Machine {
             )],
         })
     }
+}
+
+/// The firmware's flash banks (code read-only, a private copy of the
+/// variable store) and the partition: a read-only FAT disk QEMU makes
+/// from `esp` (vvfat), on virtio-mmio, which the firmware boots from when
+/// its variables name no boot option (`\EFI\BOOT\BOOTAA64.EFI`, UEFI
+/// 2.10 section 3.5.1.1).
+fn uefi_args(esp: &Path, vars: &Path) -> Vec<OsString> {
+    let mut code = OsString::from("if=pflash,format=raw,readonly=on,file=");
+    code.push(AAVMF_CODE);
+    let mut vars_drive = OsString::from("if=pflash,format=raw,file=");
+    vars_drive.push(vars);
+    let mut disk = OsString::from("file=fat:");
+    disk.push(esp);
+    disk.push(",format=raw,if=none,id=esp,readonly=on");
+    vec![
+        "-drive".into(),
+        code,
+        "-drive".into(),
+        vars_drive,
+        "-drive".into(),
+        disk,
+        "-device".into(),
+        "virtio-blk-device,drive=esp".into(),
+    ]
 }
 
 fn is_mem_size(s: &str) -> bool {
@@ -376,6 +450,9 @@ pub struct RunSpec {
     /// Put QEMU in its own process group, out of reach of the terminal's
     /// Ctrl-C (used while gdb owns the terminal).
     pub own_process_group: bool,
+    /// Stop QEMU once the console shows this (a machine that would not
+    /// stop by itself, such as firmware back at its boot menu).
+    pub stop_on: Option<&'static str>,
 }
 
 /// Why a run ended.
@@ -391,6 +468,8 @@ pub enum Ending {
     ConsoleError(String),
     /// Killed on request.
     Cancelled,
+    /// Killed once the console showed [`RunSpec::stop_on`].
+    Stopped(&'static str),
 }
 
 /// What a run produced.
@@ -476,6 +555,7 @@ impl fmt::Display for Ending {
             ),
             Ending::ConsoleError(m) => write!(f, "{m}; QEMU killed"),
             Ending::Cancelled => write!(f, "QEMU stopped by xtask"),
+            Ending::Stopped(what) => write!(f, "QEMU stopped once the console showed {what:?}"),
         }
     }
 }
@@ -746,6 +826,12 @@ pub fn run(mut cmd: Command, spec: RunSpec) -> Result<Outcome> {
                     qemu.stop();
                     break Ending::ConsoleError(message);
                 }
+                if let Some(pattern) = spec.stop_on
+                    && find(&capture.buf, pattern.as_bytes()).is_some()
+                {
+                    qemu.stop();
+                    break Ending::Stopped(pattern);
+                }
             }
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => stdout_open = false,
@@ -875,6 +961,52 @@ mod tests {
         g.push(b"smp-demo: hi\r\nGUEST F");
         g.push(b"ATAL: vcpu 0: undefined instruction\r\n");
         assert!(g.guest_fatal && !g.fatal);
+    }
+
+    #[test]
+    fn uefi_machines_boot_from_flash_and_a_fat_disk() {
+        let m = Machine {
+            uefi: Some(Uefi {
+                device_tree: true,
+                esp: Some("/t/esp".into()),
+                vars: Some("/t/vars.fd".into()),
+                missing_kernel: false,
+                shell_args: None,
+            }),
+            append: Some("loglevel=debug".into()),
+            ..Machine::default()
+        };
+        let args: Vec<String> = m
+            .command(Path::new("el2.bin"), &Console::Stdio, false)
+            .unwrap()
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(args[1], "virt,virtualization=on,gic-version=3,acpi=off");
+        let joined = args.join(" ");
+        assert!(joined.contains(&format!(
+            "-drive if=pflash,format=raw,readonly=on,file={AAVMF_CODE} \
+             -drive if=pflash,format=raw,file=/t/vars.fd \
+             -drive file=fat:/t/esp,format=raw,if=none,id=esp,readonly=on \
+             -device virtio-blk-device,drive=esp"
+        )));
+        assert!(!joined.contains("-kernel") && !joined.contains("-append"));
+        assert_eq!(m.describe(), "max,pauth=off smp=4 uefi-dt");
+        // Not prepared yet, or with another firmware: refused.
+        let unprepared = Machine {
+            uefi: Some(Uefi::default()),
+            ..Machine::default()
+        };
+        assert!(
+            unprepared
+                .command(Path::new("el2.bin"), &Console::Stdio, false)
+                .is_err()
+        );
+        let both = Machine {
+            uboot: true,
+            ..unprepared
+        };
+        assert!(both.validate().is_err());
     }
 
     #[test]

@@ -15,6 +15,10 @@ use crate::{Workspace, sys};
 pub const QEMU: &str = "qemu-system-aarch64";
 pub const GDB: &str = "gdb-multiarch";
 pub const UBOOT_BIN: &str = "/usr/lib/u-boot/qemu_arm64/u-boot.bin";
+/// QEMU's UEFI firmware for `virt` (edk2's ArmVirtQemu, Debian's AAVMF):
+/// the code, and the variable store each boot gets a copy of.
+pub const AAVMF_CODE: &str = "/usr/share/AAVMF/AAVMF_CODE.fd";
+pub const AAVMF_VARS: &str = "/usr/share/AAVMF/AAVMF_VARS.fd";
 
 /// A host tool xtask needs, and the Debian package that provides it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -24,6 +28,8 @@ pub enum Tool {
     Gdb,
     /// The device tree compiler, for boot tests with edited trees.
     Dtc,
+    /// UEFI firmware for QEMU's `virt` machine (`--uefi`).
+    Uefi,
 }
 
 impl Tool {
@@ -33,6 +39,7 @@ impl Tool {
             Tool::UBoot => "u-boot-qemu",
             Tool::Gdb => "gdb-multiarch",
             Tool::Dtc => "device-tree-compiler",
+            Tool::Uefi => "qemu-efi-aarch64",
         }
     }
 
@@ -42,6 +49,7 @@ impl Tool {
             Tool::UBoot => UBOOT_BIN.to_string(),
             Tool::Gdb => GDB.to_string(),
             Tool::Dtc => crate::dtedit::DTC.to_string(),
+            Tool::Uefi => format!("{AAVMF_CODE} and {AAVMF_VARS}"),
         }
     }
 
@@ -51,6 +59,7 @@ impl Tool {
             Tool::UBoot => Path::new(UBOOT_BIN).is_file(),
             Tool::Gdb => find_in_path(GDB).is_some(),
             Tool::Dtc => find_in_path(crate::dtedit::DTC).is_some(),
+            Tool::Uefi => Path::new(AAVMF_CODE).is_file() && Path::new(AAVMF_VARS).is_file(),
         }
     }
 }

@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use anyhow::Result;
 
-use crate::boottest::{self, BootTest, Kernel};
+use crate::boottest::{self, BootTest, Kernel, Outcome};
 use crate::cli::TestOpts;
 use crate::dtedit::DtEdit;
 use crate::guests::{self, Guests};
@@ -18,7 +18,7 @@ use crate::qemu::{self, Console, Echo, RunSpec};
 use crate::setup::{self, Tool};
 use crate::{
     FATAL_GRACE, Workspace, display_command, dtedit, hostiletest, image, irqtest, linux, linuxtest,
-    vm,
+    uefi, vm,
 };
 
 /// The host checks: (name, cargo arguments).
@@ -108,6 +108,7 @@ pub fn test(ws: &Workspace, o: &TestOpts) -> Result<ExitCode> {
     all.extend(linuxtest::tests(&linux_dir));
     all.extend(irqtest::tests());
     all.extend(hostiletest::tests());
+    all.extend(uefi::tests());
     let tests: Vec<BootTest> = all
         .into_iter()
         .filter(|t| o.filters.is_empty() || o.filters.iter().any(|f| t.name.contains(f.as_str())))
@@ -217,7 +218,19 @@ fn boot_tests(ws: &Workspace, o: &TestOpts, tests: &[BootTest], tally: &mut Tall
     } else {
         None
     };
+    // Likewise the UEFI firmware, only for the tests that boot through it.
+    let firmware = if tests.iter().any(uefi::needs_firmware) {
+        Some(setup::ensure_tools(&[Tool::Uefi]).map_err(|e| format!("{e:#}")))
+    } else {
+        None
+    };
     for t in tests {
+        if uefi::needs_firmware(t)
+            && let Some(Err(why)) = &firmware
+        {
+            tally.record(&t.name, Err(format!("not run: {why}")), false);
+            continue;
+        }
         if needs_linux(t)
             && let Some(Err(why)) = &linux_guest
         {
@@ -251,6 +264,17 @@ pub(crate) fn prepare(
         Kernel::El2 => el2_image.to_path_buf(),
         Kernel::Guest(name) => guests.get(name)?.image.clone(),
     };
+    if machine.uefi.is_some() {
+        // The VMs go in the partition's VM description, not in a tree.
+        uefi::prepare(
+            &mut machine,
+            &image,
+            guests,
+            &t.vms,
+            &uefi::test_dir(logs, &t.name),
+        )?;
+        return Ok((machine, image));
+    }
     // The VM nodes first, so that a test's own edit can break one of them.
     let mut edits: Vec<DtEdit> = Vec::new();
     if !t.vms.is_empty() {
@@ -311,6 +335,10 @@ fn run_one(
             .console_script()
             .or_else(|| linuxtest::console_script(t)),
         fatal_grace: Some(FATAL_GRACE),
+        stop_on: match t.outcome {
+            Outcome::StopsAt(pattern) => Some(pattern),
+            _ => None,
+        },
         ..RunSpec::default()
     };
     let outcome = match qemu::run(cmd, spec) {

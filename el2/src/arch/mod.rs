@@ -6,6 +6,7 @@
 pub mod cache;
 pub mod console;
 pub mod cpu;
+pub mod efi;
 pub mod exceptions;
 pub mod gic;
 pub mod gicv;
@@ -24,9 +25,11 @@ pub mod vcpu;
 pub mod vm;
 
 use crate::println;
+use alloc::string::String;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use el2::bootargs::{self, BootArgs, SelfTest};
+use el2::efi::handoff::{self, Handoff};
 use el2::guest::placement::OwnedRange;
 use el2::layout::{self, ImageLayout};
 use el2::percpu::PerCpu;
@@ -86,63 +89,94 @@ const FDT_MAGIC: u32 = 0xd00d_feed;
 /// The most device tree the hypervisor accepts; real boards need < 1 MiB.
 const FDT_MAX_SIZE: u32 = 64 << 20;
 
-/// The size of the device tree at `dtb`, from its header's `totalsize`.
+/// What the boot loader handed over in x0: a device tree (arm64 Image
+/// protocol), or the handoff block of the image's own EFI entry
+/// (`arch::efi`, `el2::efi::handoff`), told apart by their magic.
+struct BootBlob {
+    /// All of it: mapped read-only and kept from the VMs.
+    range: MemRange,
+    handoff: bool,
+}
+
+impl BootBlob {
+    /// What it is, in the hypervisor's owned ranges and messages.
+    fn what(&self) -> &'static str {
+        if self.handoff {
+            "UEFI handoff block"
+        } else {
+            "host device tree"
+        }
+    }
+}
+
+/// The blob at `x0`, from its header: the device tree's `totalsize`, or
+/// the handoff block's allocated size.
 ///
-/// Runs with the MMU off and no heap: it reads two words and nothing more;
-/// `Platform::parse` validates the rest once the heap works.
-fn dtb_size(dtb: u64) -> Option<usize> {
-    if dtb == 0 || !dtb.is_multiple_of(8) {
+/// Runs with the MMU off and no heap: it reads the header and nothing
+/// more; `Platform::parse` or `Handoff::parse` validates the rest once the
+/// heap works.
+fn boot_blob(x0: u64) -> Option<BootBlob> {
+    if x0 == 0 || !x0.is_multiple_of(8) {
         return None;
     }
-    let header = dtb as *const u32;
-    // SAFETY: the boot protocol hands us the physical address of a DTB in
-    // RAM; its first two words (magic, totalsize) are readable.
-    let (magic, size) = unsafe { (header.read_volatile(), header.add(1).read_volatile()) };
-    let size = u32::from_be(size);
-    (u32::from_be(magic) == FDT_MAGIC && (40..=FDT_MAX_SIZE).contains(&size))
-        .then_some(size as usize)
+    let words = x0 as *const u64;
+    let word = |i: usize| {
+        // SAFETY: the boot protocol hands us the physical address of a DTB
+        // (at least its 40-byte header) or of a handoff block (at least its
+        // 64-byte header, read only once the DTB magic is ruled out) in
+        // RAM; aligned 8-byte reads suit memory with the MMU off.
+        unsafe { words.add(i).read_volatile() }.to_le_bytes()
+    };
+    let first = word(0);
+    let magic = u32::from_be_bytes([first[0], first[1], first[2], first[3]]);
+    let size = u32::from_be_bytes([first[4], first[5], first[6], first[7]]);
+    if magic == FDT_MAGIC {
+        return (40..=FDT_MAX_SIZE).contains(&size).then(|| BootBlob {
+            range: MemRange::new(x0, u64::from(size)),
+            handoff: false,
+        });
+    }
+    let mut header = [0u8; handoff::HEADER_LEN];
+    for (i, chunk) in header.chunks_exact_mut(8).enumerate() {
+        chunk.copy_from_slice(&word(i));
+    }
+    handoff::probe(&header).map(|probe| BootBlob {
+        range: MemRange::new(x0, probe.block_size),
+        handoff: true,
+    })
 }
 
 /// The boot CPU's Rust entry, from `head.rs`, with the MMU off and SP_EL0 set.
-pub extern "C" fn primary_main(dtb: u64) -> ! {
+pub extern "C" fn primary_main(x0: u64) -> ! {
     cpu::clear_current();
     cpu::init_el2_registers(exceptions::vector_base());
     let image = image_layout();
-    // Without a readable DTB there is no console to complain on: stop.
-    let Some(dtb_len) = dtb_size(dtb) else {
+    // Without a readable DTB or handoff there is no console to complain on: stop.
+    let Some(boot) = boot_blob(x0) else {
         psci::park()
     };
-    let boot_params = mmu::boot_map(&[(image.image.base, image.image.size), (dtb, dtb_len as u64)]);
+    let boot_params = mmu::boot_map(&[
+        (image.image.base, image.image.size),
+        (boot.range.base, boot.range.size),
+    ]);
     // SAFETY: the boot map identity-maps the whole image (code, stacks,
-    // heap) and the DTB, so everything in use stays where it is.
+    // heap) and the DTB or handoff block, so everything in use stays where
+    // it is.
     unsafe { head::enable_mmu(&boot_params) };
     heap::init();
 
-    // SAFETY: `dtb_size` validated the header; the boot map covers the blob
-    // and nothing writes it.
-    let dtb_bytes: &'static [u8] =
-        unsafe { core::slice::from_raw_parts(dtb as *const u8, dtb_len) };
-    let platform = match Platform::parse(dtb_bytes) {
-        Ok(platform) => PLATFORM.call_once(|| platform),
-        Err(error) => {
-            let rescue = platform::rescue(dtb_bytes);
-            fail_early(
-                &image,
-                MemRange::new(dtb, dtb_len as u64),
-                rescue.console.as_ref(),
-                rescue.psci_conduit,
-                format_args!("cannot use the boot device tree: {error}"),
-            )
-        }
-    };
+    let (platform, source, mut notes) = acquire_platform(&image, &boot);
+    let platform = PLATFORM.call_once(|| platform);
     psci::set_conduit(platform.psci.conduit);
     let (args, warnings) = bootargs::parse(&platform.bootargs);
+    notes.extend(warnings);
+    let warnings = notes;
     let args = BOOT_ARGS.call_once(|| args);
 
     let boot_mpidr = cpu::current_mpidr();
     let order = smp::logical_order(&platform.cpus, boot_mpidr);
     let cpu_count = order.as_ref().map_or(1, |o| o.len().min(MAX_CPUS));
-    let dtb_range = MemRange::new(dtb, dtb_len as u64);
+    let dtb_range = boot.range;
     let built = layout::el2_map_plan(&image, platform, dtb_range, cpu_count)
         .map_err(|e| alloc::format!("EL2 memory map: {e}"))
         .and_then(|plan| {
@@ -167,6 +201,7 @@ pub extern "C" fn primary_main(dtb: u64) -> ! {
     start_console(platform, args);
 
     println!("{BANNER} at EL2 on {}", platform.model);
+    println!("platform: {source}");
     if let Some(rtc) = platform.rtc {
         // SAFETY: the RTC is in the final map as device memory (el2::layout).
         let seconds = unsafe { rtc::read_seconds(rtc.base) };
@@ -175,7 +210,7 @@ pub extern "C" fn primary_main(dtb: u64) -> ! {
     for warning in &warnings {
         log::warn!("{warning}");
     }
-    print_platform(platform, &image, dtb_range);
+    print_platform(platform, &image, &boot);
     for entry in &plan {
         log::debug!(
             "map {:#014x}..{:#014x} {:?} {}",
@@ -263,7 +298,7 @@ pub extern "C" fn primary_main(dtb: u64) -> ! {
         },
         OwnedRange {
             range: dtb_range,
-            what: "host device tree",
+            what: boot.what(),
         },
     ];
     let pcpus: Vec<(usize, platform::Mpidr)> = report
@@ -285,6 +320,113 @@ pub extern "C" fn primary_main(dtb: u64) -> ! {
     RUN_VMS.store(true, Ordering::Release);
     aarch64_cpu::asm::sev();
     vm::run(0)
+}
+
+/// The platform from what the boot loader handed over, a line saying
+/// where it came from, and warnings to log once the console works. Stops
+/// the machine (with a report on the console, when one can be found) if
+/// the description cannot be used.
+fn acquire_platform(image: &ImageLayout, boot: &BootBlob) -> (Platform, String, Vec<String>) {
+    // SAFETY: `boot_blob` checked the header; the boot map covers the
+    // whole blob and nothing writes it.
+    let bytes: &'static [u8] = unsafe {
+        core::slice::from_raw_parts(boot.range.base as *const u8, boot.range.size as usize)
+    };
+    if !boot.handoff {
+        return match Platform::parse(bytes) {
+            Ok(platform) => (platform, String::from("device tree"), Vec::new()),
+            Err(error) => {
+                let rescue = platform::rescue(bytes);
+                fail_early(
+                    image,
+                    boot.range,
+                    rescue.console.as_ref(),
+                    rescue.psci_conduit,
+                    format_args!("cannot use the boot device tree: {error}"),
+                )
+            }
+        };
+    }
+    // Nothing in a corrupt handoff block can be trusted to find a console.
+    let Ok(handoff) = Handoff::parse(bytes, boot.range.base) else {
+        psci::park()
+    };
+    let mut notes = Vec::new();
+    if handoff.ram_truncated() {
+        notes.push(String::from(
+            "UEFI handoff: the EFI entry had to leave some RAM banks out",
+        ));
+    }
+    if handoff.unknown_records() > 0 {
+        notes.push(alloc::format!(
+            "UEFI handoff: {} record(s) of unknown kinds skipped",
+            handoff.unknown_records()
+        ));
+    }
+    let ram = handoff.ram();
+    let reserved = handoff.reserved();
+    let tables = handoff.acpi_tables();
+    let description = handoff.vm_description();
+    if !tables.is_empty() {
+        return match Platform::from_acpi(&tables, &ram, &reserved, description) {
+            Ok(platform) => {
+                let source = alloc::format!(
+                    "ACPI tables ({}) and UEFI memory map from the UEFI handoff block",
+                    tables.len()
+                );
+                (platform, source, notes)
+            }
+            Err(error) => {
+                let rescue = platform::acpi::rescue(&tables);
+                fail_early(
+                    image,
+                    boot.range,
+                    rescue.console.as_ref(),
+                    rescue.psci_conduit,
+                    format_args!("cannot use the firmware's ACPI tables: {error}"),
+                )
+            }
+        };
+    }
+    let Some(dtb) = handoff.firmware_dtb() else {
+        psci::park()
+    };
+    let mut platform = match Platform::parse(dtb) {
+        Ok(platform) => platform,
+        Err(error) => {
+            let rescue = platform::rescue(dtb);
+            fail_early(
+                image,
+                boot.range,
+                rescue.console.as_ref(),
+                rescue.psci_conduit,
+                format_args!("cannot use the firmware's device tree: {error}"),
+            )
+        }
+    };
+    // Under UEFI the memory map, not the tree's /memory, says what RAM is
+    // free (the firmware keeps some for itself); the tree's reserved
+    // regions stay reserved too.
+    platform.memory = ram;
+    platform.reserved.splice(0..0, reserved);
+    if let Some(description) = description {
+        match platform::vms_from_dt(description) {
+            Ok((bootargs, vms)) => {
+                platform.bootargs = bootargs;
+                platform.vms = vms;
+            }
+            Err(error) => fail_early(
+                image,
+                boot.range,
+                platform.uart.as_ref(),
+                Some(platform.psci.conduit),
+                format_args!("cannot use the UEFI VM description: {error}"),
+            ),
+        }
+    }
+    let source =
+        String::from("firmware device tree and UEFI memory map from the UEFI handoff block");
+    (platform, source, notes)
 }
 
 /// `el2.selftest=panic-all`: every CPU panics at about the same moment
@@ -491,7 +633,7 @@ fn start_console(platform: &Platform, args: &BootArgs) {
     console::init_logger(args.log_level);
 }
 
-fn print_platform(platform: &Platform, image: &ImageLayout, dtb: MemRange) {
+fn print_platform(platform: &Platform, image: &ImageLayout, boot: &BootBlob) {
     let frequency = cpu::counter_frequency();
     println!(
         "platform: {} CPUs in the DT, {} memory bank(s), counter {}.{:03} MHz",
@@ -517,11 +659,12 @@ fn print_platform(platform: &Platform, image: &ImageLayout, dtb: MemRange) {
         );
     }
     println!(
-        "  image    {:#014x}..{:#014x}  dtb {:#014x}..{:#014x}",
+        "  image    {:#014x}..{:#014x}  {} {:#014x}..{:#014x}",
         image.image.base,
         image.image.end(),
-        dtb.base,
-        dtb.end()
+        if boot.handoff { "handoff" } else { "dtb" },
+        boot.range.base,
+        boot.range.end()
     );
     println!(
         "  GICv3    distributor {:#x}, {} redistributor region(s), maintenance IRQ {:?}",
