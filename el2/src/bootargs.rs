@@ -20,6 +20,10 @@ pub enum SelfTest {
     /// Panic on every CPU at once, after the tick check: one report, and
     /// the machine stops.
     PanicAll,
+    /// Panic in the UEFI stage, before ExitBootServices: the report goes
+    /// to the firmware's console and the image returns to the firmware.
+    /// Ignored when el2 was not started as an EFI application.
+    UefiPanic,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -27,7 +31,7 @@ pub struct BootArgs {
     /// `loglevel=`: a `log` level name (`off`, `error`, `warn`, `info`,
     /// `debug`, `trace`) or a Linux console level number 0..=8.
     pub log_level: LevelFilter,
-    /// `el2.selftest=undef|stack-overflow|panic-all`.
+    /// `el2.selftest=undef|stack-overflow|panic-all|uefi-panic`.
     pub selftest: Option<SelfTest>,
     /// `el2.tick_ms=`: period of the EL2 physical timer tick (1..=1000).
     pub tick_ms: u32,
@@ -74,6 +78,10 @@ pub fn parse(cmdline: &str) -> (BootArgs, Vec<String>) {
                 }
                 "panic-all" => {
                     args.selftest = Some(SelfTest::PanicAll);
+                    true
+                }
+                "uefi-panic" => {
+                    args.selftest = Some(SelfTest::UefiPanic);
                     true
                 }
                 _ => false,
@@ -148,6 +156,7 @@ mod tests {
             ("undef", SelfTest::Undef),
             ("stack-overflow", SelfTest::StackOverflow),
             ("panic-all", SelfTest::PanicAll),
+            ("uefi-panic", SelfTest::UefiPanic),
         ] {
             let (args, warnings) = parse(&alloc::format!("el2.selftest={name}"));
             assert_eq!((args.selftest, warnings.len()), (Some(test), 0), "{name}");

@@ -134,9 +134,9 @@ impl fmt::Display for LayoutError {
 }
 
 /// The EL2 stage-1 map: the image by section, the stacks of the first
-/// `cpus` CPUs (guards left out), the device tree blob read-only, and the
-/// devices the hypervisor drives itself (console UART, GIC distributor and
-/// redistributors). Sorted by address; overlapping regions are an error.
+/// `cpus` CPUs (guards left out), the boot description (device tree or
+/// UEFI handoff block) read-only, and the devices the hypervisor drives
+/// itself (console UART, GIC distributor and redistributors). Sorted by address; overlapping regions are an error.
 pub fn el2_map_plan(
     image: &ImageLayout,
     platform: &Platform,
@@ -173,7 +173,11 @@ pub fn el2_map_plan(
         )?;
     }
     add(image.heap, MapKind::ReadWrite, "hypervisor heap")?;
-    add(dtb, MapKind::ReadOnly, "device tree blob")?;
+    add(
+        dtb,
+        MapKind::ReadOnly,
+        "boot description (DT or UEFI handoff)",
+    )?;
     if let Some(uart) = &platform.uart {
         add(uart.range, MapKind::Device, "console UART")?;
     }
@@ -220,7 +224,11 @@ pub fn emergency_map_plan(image: &ImageLayout, dtb: MemRange, uart: MemRange) ->
             "stacks"
         ),
         entry(image.heap, MapKind::ReadWrite, "hypervisor heap"),
-        entry(dtb, MapKind::ReadOnly, "device tree blob"),
+        entry(
+            dtb,
+            MapKind::ReadOnly,
+            "boot description (DT or UEFI handoff)"
+        ),
         entry(uart, MapKind::Device, "console UART"),
     ]
 }
@@ -364,7 +372,10 @@ mod tests {
         .expect("plan");
         let uart = plan.iter().find(|e| e.what == "console UART").unwrap();
         assert_eq!(uart.range, MemRange::new(0x0900_0000, PAGE_SIZE));
-        let dtb = plan.iter().find(|e| e.what == "device tree blob").unwrap();
+        let dtb = plan
+            .iter()
+            .find(|e| e.what == "boot description (DT or UEFI handoff)")
+            .unwrap();
         assert_eq!(dtb.range, MemRange::new(0x4800_0000, 3 * PAGE_SIZE));
     }
 

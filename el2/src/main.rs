@@ -13,6 +13,8 @@ mod arch;
 #[cfg(target_os = "none")]
 #[panic_handler]
 fn panic(info: &core::panic::PanicInfo) -> ! {
+    // Still inside the firmware (UEFI stage): report there and return to it.
+    arch::efi::report_panic(info);
     arch::exceptions::begin_fatal();
     let cpu = arch::cpu::current().map_or(0, |c| c.index);
     arch::console::print_fatal(format_args!(

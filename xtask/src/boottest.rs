@@ -36,6 +36,9 @@ pub enum Outcome {
     /// The console shows this text and xtask stops QEMU there (firmware
     /// that would otherwise wait forever), with no crash marker before.
     StopsAt(&'static str),
+    /// el2's crash marker, then this text, where xtask stops QEMU: a
+    /// failure el2 reports and hands back to the firmware, which carries on.
+    FatalThenStopsAt(&'static str),
 }
 
 /// What QEMU loads with `-kernel`.
@@ -1015,6 +1018,17 @@ pub fn judge(test: &BootTest, run: &qemu::Outcome) -> Result<(), String> {
             }
             if !matches!(run.ending, Ending::Exited(_)) {
                 return Err(run.ending.to_string());
+            }
+        }
+        Outcome::FatalThenStopsAt(pattern) => {
+            if !run.fatal || run.guest_fatal {
+                return Err(format!("expected {FATAL_MARKER} (and no guest crash)"));
+            }
+            if run.ending != Ending::Stopped(pattern) {
+                return Err(format!(
+                    "expected the console to show {pattern:?} after the report; {}",
+                    run.ending
+                ));
             }
         }
         Outcome::StopsAt(pattern) => {

@@ -593,6 +593,13 @@ impl Drop for Supervised {
 }
 
 /// Captured console bytes, bounded so a runaway guest cannot exhaust memory.
+/// Whether `buf` holds a whole line containing `pattern` (its newline
+/// arrived): stopping on the pattern alone cut lines that later checks
+/// read in half.
+fn completes_a_line_with(buf: &[u8], pattern: &str) -> bool {
+    find(buf, pattern.as_bytes()).is_some_and(|at| buf[at..].contains(&b'\n'))
+}
+
 struct Capture {
     buf: Vec<u8>,
     dropped: usize,
@@ -827,7 +834,7 @@ pub fn run(mut cmd: Command, spec: RunSpec) -> Result<Outcome> {
                     break Ending::ConsoleError(message);
                 }
                 if let Some(pattern) = spec.stop_on
-                    && find(&capture.buf, pattern.as_bytes()).is_some()
+                    && completes_a_line_with(&capture.buf, pattern)
                 {
                     qemu.stop();
                     break Ending::Stopped(pattern);
@@ -875,6 +882,24 @@ pub fn check_version() -> Result<String> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_stop_pattern_counts_once_its_line_is_complete() {
+        let pattern = "BdsDxe: failed to start Boot";
+        assert!(!completes_a_line_with(
+            b"x\nBdsDxe: failed to start Boot",
+            pattern
+        ));
+        assert!(!completes_a_line_with(
+            b"BdsDxe: failed to start Boot0001 \"UEFI",
+            pattern
+        ));
+        assert!(completes_a_line_with(
+            b"BdsDxe: failed to start Boot0001 (...): Not Found\r\n",
+            pattern
+        ));
+        assert!(!completes_a_line_with(b"something else\n", pattern));
+    }
     use super::*;
 
     #[test]

@@ -336,7 +336,7 @@ fn run_one(
             .or_else(|| linuxtest::console_script(t)),
         fatal_grace: Some(FATAL_GRACE),
         stop_on: match t.outcome {
-            Outcome::StopsAt(pattern) => Some(pattern),
+            Outcome::StopsAt(pattern) | Outcome::FatalThenStopsAt(pattern) => Some(pattern),
             _ => None,
         },
         ..RunSpec::default()

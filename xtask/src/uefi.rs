@@ -440,6 +440,33 @@ fn missing_kernel_test() -> BootTest {
     }
 }
 
+/// A panic in the UEFI stage (`el2.selftest=uefi-panic`, before
+/// ExitBootServices, where el2 has no console of its own yet) is reported
+/// on the firmware's console and the image returns `EFI_ABORTED`; the
+/// firmware's boot manager carries on. el2 proper never starts.
+fn uefi_panic_test() -> BootTest {
+    let mut machine = uefi_machine(false, false);
+    machine.append = Some("el2.selftest=uefi-panic".into());
+    BootTest {
+        name: format!("uefi selftest=uefi-panic {}", machine.describe()),
+        timeout: TIMEOUT,
+        outcome: Outcome::FatalThenStopsAt(BOOT_FAILED),
+        checks: vec![
+            Check::Line("EL2 FATAL: panic in the UEFI stage: "),
+            Check::Line("selftest: el2.selftest=uefi-panic"),
+            Check::Line("): Aborted"),
+            Check::Lines {
+                text: " at EL2 on ".into(),
+                count: 0,
+            },
+        ],
+        dt_edit: None,
+        kernel: Kernel::El2,
+        vms: vec![demo_vm()],
+        machine,
+    }
+}
+
 /// The UEFI boot tests.
 pub fn tests() -> Vec<BootTest> {
     vec![
@@ -447,6 +474,7 @@ pub fn tests() -> Vec<BootTest> {
         demo_test(true),
         missing_kernel_test(),
         load_options_test(),
+        uefi_panic_test(),
     ]
 }
 
@@ -569,9 +597,11 @@ mod tests {
                 "uefi acpi smp-demo max,pauth=off smp=4 uefi",
                 "uefi dt smp-demo max,pauth=off smp=4 uefi-dt",
                 "uefi missing-kernel-file max,pauth=off smp=4 uefi",
-                "uefi load-options smp-demo max,pauth=off smp=4 uefi"
+                "uefi load-options smp-demo max,pauth=off smp=4 uefi",
+                "uefi selftest=uefi-panic max,pauth=off smp=4 uefi"
             ]
         );
         assert_eq!(tests[2].outcome, Outcome::StopsAt(BOOT_FAILED));
+        assert_eq!(tests[4].outcome, Outcome::FatalThenStopsAt(BOOT_FAILED));
     }
 }

@@ -278,6 +278,8 @@ pub extern "C" fn primary_main(x0: u64) -> ! {
         }
         // After the tick check, on every CPU (below).
         Some(SelfTest::PanicAll) => log::info!("selftest: every CPU will panic"),
+        // Its panic was in the UEFI stage, if there was one.
+        Some(SelfTest::UefiPanic) => log::info!("selftest: uefi-panic applies to the UEFI stage"),
         None => {}
     }
 
@@ -636,7 +638,7 @@ fn start_console(platform: &Platform, args: &BootArgs) {
 fn print_platform(platform: &Platform, image: &ImageLayout, boot: &BootBlob) {
     let frequency = cpu::counter_frequency();
     println!(
-        "platform: {} CPUs in the DT, {} memory bank(s), counter {}.{:03} MHz",
+        "platform: {} CPUs, {} memory bank(s), counter {}.{:03} MHz",
         platform.cpus.len(),
         platform.memory.len(),
         frequency / 1_000_000,

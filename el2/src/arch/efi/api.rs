@@ -107,7 +107,7 @@ struct BootServices {
     install_configuration_table: usize,
     load_image: usize,
     start_image: usize,
-    exit: usize,
+    exit: unsafe extern "efiapi" fn(Handle, EfiStatus, usize, *const u16) -> EfiStatus,
     unload_image: usize,
     exit_boot_services: unsafe extern "efiapi" fn(Handle, usize) -> EfiStatus,
 }
@@ -365,6 +365,18 @@ impl Firmware {
         // SAFETY: the firmware's file system protocol on `device`.
         status(unsafe { ((*fs).open_volume)(fs, &mut root) })?;
         File::wrap(root)
+    }
+
+    /// Ends this image with `status` (UEFI 2.10 section 7.4.5, `Exit()`):
+    /// the firmware takes over again, as if the entry point had returned.
+    pub fn exit(&self, status: Status) -> ! {
+        // SAFETY: the documented call, with this image's handle and no
+        // exit data; boot services are still there (they consume `self`).
+        unsafe { (self.bs().exit)(self.image, status.0, 0, core::ptr::null()) };
+        // Exit() does not return for a started image; if it does, stop here.
+        loop {
+            aarch64_cpu::asm::wfi();
+        }
     }
 
     /// Gets the memory map into `buf` and leaves boot services with it,

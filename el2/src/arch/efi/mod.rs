@@ -41,6 +41,7 @@ use alloc::vec::Vec;
 
 use aarch64_cpu::registers::{CurrentEL, DAIF};
 use api::{Firmware, Handle, LOADER_DATA, SystemTable};
+use core::sync::atomic::{AtomicUsize, Ordering};
 use el2::efi::acpi::{self, PhysMemory};
 use el2::efi::handoff::{self, Kind, Writer};
 use el2::efi::memmap::{self, MIN_DESCRIPTOR_SIZE};
@@ -76,6 +77,36 @@ fn data_section() -> MemRange {
     MemRange::new(start, end - start)
 }
 
+/// While the UEFI stage runs with boot services: the image handle and the
+/// system table, for a panic to be reported on the firmware's console
+/// ([`report_panic`]); 0 otherwise.
+static PANIC_IMAGE: AtomicUsize = AtomicUsize::new(0);
+static PANIC_SYSTEM_TABLE: AtomicUsize = AtomicUsize::new(0);
+
+/// Called by the panic handler first: during the UEFI stage (before
+/// ExitBootServices), prints the panic on the firmware's console and ends
+/// the image with `EFI_ABORTED`, so the firmware's boot manager goes on
+/// instead of the machine hanging with no console set up. Returns at any
+/// other time.
+pub fn report_panic(info: &core::panic::PanicInfo) {
+    let table = PANIC_SYSTEM_TABLE.swap(0, Ordering::AcqRel);
+    if table == 0 {
+        return;
+    }
+    let image = PANIC_IMAGE.load(Ordering::Acquire) as Handle;
+    // SAFETY: both were stored by `efi_main` from the entry point's
+    // arguments and are cleared before boot services end, so boot services
+    // still exist; the swap above lets only one panic use them.
+    let Some(fw) = (unsafe { Firmware::new(image, table as *const SystemTable) }) else {
+        return;
+    };
+    fw.print(format_args!(
+        "*** {}: panic in the UEFI stage: {info} ***\n",
+        el2::FATAL_MARKER
+    ));
+    fw.exit(Status::ABORTED)
+}
+
 /// The PE/COFF entry's Rust half (see the module docs); returns an
 /// `EFI_STATUS` to the firmware, or never returns.
 pub extern "C" fn efi_main(image: Handle, system_table: *const SystemTable) -> usize {
@@ -83,6 +114,8 @@ pub extern "C" fn efi_main(image: Handle, system_table: *const SystemTable) -> u
     let Some(fw) = (unsafe { Firmware::new(image, system_table) }) else {
         return Status::INVALID_PARAMETER.0;
     };
+    PANIC_IMAGE.store(image as usize, Ordering::Release);
+    PANIC_SYSTEM_TABLE.store(system_table as usize, Ordering::Release);
     fw.print(format_args!("{} (UEFI entry)\n", el2::BANNER));
     // The ordinary boot parks a CPU that is not at EL2; say so while the
     // firmware's console still works.
@@ -118,6 +151,7 @@ pub extern "C" fn efi_main(image: Handle, system_table: *const SystemTable) -> u
             status
         }
     };
+    PANIC_SYSTEM_TABLE.store(0, Ordering::Release);
     status.0
 }
 
@@ -378,6 +412,12 @@ fn prepare(fw: &Firmware, pages: &mut Pages) -> Result<Ready, Status> {
             say!(fw, "error: {}: {error}", vmdesc::PATH);
             Status::LOAD_ERROR
         })?;
+    let selftest = platform::vms_from_dt(&vm_description)
+        .ok()
+        .and_then(|(line, _)| el2::bootargs::parse(&line).0.selftest);
+    if selftest == Some(el2::bootargs::SelfTest::UefiPanic) {
+        panic!("selftest: el2.selftest=uefi-panic");
+    }
 
     // The handoff block, with room for the RAM and reserved ranges of a
     // map up to twice today's size (ours and the firmware's allocations
@@ -540,6 +580,8 @@ fn hand_over(fw: Firmware, ready: Ready, data_copy: u64) -> Status {
         mut map,
         payloads,
     } = ready;
+    // From here on a panic cannot use the firmware's console.
+    PANIC_SYSTEM_TABLE.store(0, Ordering::Release);
     let info = match fw.exit_boot_services(&mut map) {
         Ok(info) => info,
         Err(status) => return status,
