@@ -72,8 +72,8 @@ GUEST OPTIONS (run, gdb):
     --linux            Boot VMs running Debian 12's arm64 cloud kernel with a busybox
                        initramfs (fetched with apt-get into target/xtask/linux/ the first
                        time: needs root and the network; 256 MiB per VM unless --guest-mem).
-                       Work in progress: without a virtual GIC the kernel stops once it
-                       needs interrupts.
+                       The kernel runs its /init on the virtual GICv3 and timer, with
+                       PV stolen time, and powers off (docs/linux-guests.md).
 
     VMs are described to el2 by /chosen/vm@N nodes in QEMU's device tree (compiled to
     target/xtask/run-dt/edited.dtb); their images are loaded high in RAM, so --mem must

@@ -166,6 +166,26 @@ pub extern "C" fn primary_main(x0: u64) -> ! {
     heap::init();
 
     let (platform, source, mut notes) = acquire_platform(&image, &boot);
+    if platform.psci.conduit == Conduit::Hvc {
+        // An HVC from EL2 is taken at EL2: el2 would be calling itself.
+        // (Not boot-tested: QEMU rewrites /psci's method to its own conduit
+        // when it loads the kernel itself.)
+        let described_by = if source.starts_with("ACPI") {
+            "ACPI table FADT, field \"ARM_BOOT_ARCH\" (PSCI_USE_HVC)"
+        } else {
+            "device tree node /psci, property \"method\" (\"hvc\")"
+        };
+        fail_early(
+            &image,
+            boot.range,
+            platform.uart.as_ref(),
+            None,
+            format_args!(
+                "{described_by}: PSCI through HVC is for a kernel under a hypervisor; \
+                 el2 runs at EL2 and needs PSCI from EL3 firmware through SMC"
+            ),
+        )
+    }
     let platform = PLATFORM.call_once(|| platform);
     psci::set_conduit(platform.psci.conduit);
     let (args, warnings) = bootargs::parse(&platform.bootargs);
