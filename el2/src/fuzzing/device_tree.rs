@@ -13,13 +13,15 @@
 //! - a blob that parses has a readable header, and parses the same when
 //!   cut at its `totalsize`;
 //! - memory banks are sorted by base; there is at least one CPU;
-//! - each VM is either an error naming its `/chosen` node and a property,
-//!   or a configuration within the binding's rules: 1 to 64 vCPUs, memory
-//!   a non-zero multiple of 2 MiB, kernel and initrd non-empty and not
-//!   wrapping, a name of 1 to 16 printable characters without spaces and
-//!   unique among the VMs, a CPU affinity that is non-empty, names only
-//!   existing CPUs and none twice, no KVM_PTP with a PV-lock variant that
-//!   shares its id, per-vCPU WFE policies for existing vCPUs, each once;
+//! - each VM is either an error naming its `/chosen` node (`/chosen` may
+//!   carry a unit address, which a lookup of `/chosen` ignores) and a
+//!   property, or a configuration within the binding's rules: 1 to 64
+//!   vCPUs, memory a non-zero multiple of 2 MiB, kernel and initrd
+//!   non-empty and not wrapping, a name of 1 to 16 printable characters
+//!   without spaces and unique among the VMs, a CPU affinity that is
+//!   non-empty, names only existing CPUs and none twice, no KVM_PTP with a
+//!   PV-lock variant that shares its id, per-vCPU WFE policies for
+//!   existing vCPUs, each once;
 //! - such a VM's services validate; if it can be laid out, its device
 //!   tree sits in the top 2 MiB of its RAM with the PV area right below,
 //!   and the tree el2 writes for it fits that slot.
@@ -75,7 +77,7 @@ pub fn device_tree(data: &[u8]) {
         match vm {
             Err(error) => {
                 check_error(error);
-                assert!(error.node.starts_with("/chosen/"), "{error}");
+                assert!(under_chosen(&error.node), "{error}");
                 assert!(error.property.is_some(), "{error} names no property");
             }
             Ok(config) => {
@@ -97,7 +99,7 @@ pub fn device_tree(data: &[u8]) {
     }
 }
 
-fn check_error(error: &PlatformError) {
+pub(super) fn check_error(error: &PlatformError) {
     assert!(
         error.node.starts_with('/'),
         "an error naming no node: {error:?}"
@@ -105,14 +107,29 @@ fn check_error(error: &PlatformError) {
     let _ = write!(Discard, "{error}");
 }
 
+/// Whether `node` is a child of the node a lookup of `/chosen` finds:
+/// `/chosen/...`, or `/chosen@<unit>/...`, since a path component without
+/// a unit address matches a node name with one (`platform`'s lookups do;
+/// the Devicetree Specification allows it when unambiguous).
+pub(super) fn under_chosen(node: &str) -> bool {
+    let Some(rest) = node.strip_prefix("/chosen") else {
+        return false;
+    };
+    let rest = match rest.strip_prefix('@') {
+        Some(unit) => unit.find('/').map_or("", |at| &unit[at..]),
+        None => rest,
+    };
+    rest.len() > 1 && rest.starts_with('/')
+}
+
 /// A non-empty range that does not wrap.
 fn module_ok(module: MemRange) -> bool {
     module.size > 0 && module.base.checked_add(module.size).is_some()
 }
 
-fn check_config(config: &VmConfig, platform: &Platform) {
+pub(super) fn check_config(config: &VmConfig, platform: &Platform) {
     let what = &config.node;
-    assert!(config.node.starts_with("/chosen/"), "{what}");
+    assert!(under_chosen(&config.node), "{what}");
     assert!(
         (1..=MAX_VCPUS).contains(&config.vcpus),
         "{what}: {} vCPUs",

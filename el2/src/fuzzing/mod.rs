@@ -15,6 +15,7 @@
 //! | [`exits()`] | `Exit::decode`, `Esr`, `MmioAccess::decode` with the register helpers and `MmioMap::route`, `SysregAccess` with `emulate`, `sanitize_id`, `sgi_register` |
 //! | [`pl011()`] | the emulated PL011: accesses at any offset and size, input, flush, reset |
 //! | [`vgic()`] | the virtual GIC: distributor and redistributor accesses, SGIs, lines, edges, list-register fill and sync-back, wake-ups, reset |
+//! | [`acpi()`] | `platform::Platform::from_acpi` with any tables, RAM, reserved regions and VM description, `acpi::numa`, `acpi::rescue` |
 //!
 //! The same functions serve two drivers: the cargo-fuzz targets in the
 //! repository's `fuzz/` directory (coverage-guided, with nightly Rust; see
@@ -30,6 +31,7 @@
 //! The module is `no_std` like the rest of the library and uses only its
 //! public interfaces, so it exercises exactly what the arch layer calls.
 
+mod acpi;
 mod device_tree;
 mod exits;
 mod input;
@@ -42,6 +44,7 @@ mod seeds;
 #[cfg(test)]
 mod tests;
 
+pub use acpi::acpi;
 pub use device_tree::device_tree;
 pub use exits::exits;
 pub use pl011::pl011;
@@ -59,7 +62,7 @@ pub struct Target {
 }
 
 /// Every harness.
-pub const TARGETS: [Target; 5] = [
+pub const TARGETS: [Target; 6] = [
     Target {
         name: "device_tree",
         run: device_tree,
@@ -79,5 +82,9 @@ pub const TARGETS: [Target; 5] = [
     Target {
         name: "vgic",
         run: vgic,
+    },
+    Target {
+        name: "acpi",
+        run: acpi,
     },
 ];

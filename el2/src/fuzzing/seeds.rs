@@ -20,7 +20,7 @@ use pvlock_abi::smccc::FunctionId;
 use pvlock_abi::{arch, catalog, control, directed_yield, kvm, psci, pvtime};
 use vm_fdt::{FdtReserveEntry, FdtWriter};
 
-use super::{exits, pl011, smccc, vgic};
+use super::{acpi, exits, pl011, smccc, vgic};
 use crate::emul::pl011::{bits as uart_bits, offset as uart};
 use crate::guest::layout::{ImageHeader, plan};
 use crate::vgic::LrState;
@@ -37,6 +37,7 @@ pub(super) fn seeds(target: &str) -> Vec<Seed> {
         "exits" => exits_seeds(),
         "pl011" => pl011_seeds(),
         "vgic" => vgic_seeds(),
+        "acpi" => acpi_seeds(),
         _ => Vec::new(),
     }
 }
@@ -114,21 +115,7 @@ fn write_host_tree(vms: &[VmNode]) -> Result<Vec<u8>, vm_fdt::Error> {
     let chosen = fdt.begin_node("chosen")?;
     fdt.property_string("bootargs", "loglevel=info")?;
     fdt.property_string("stdout-path", "/pl011@9000000")?;
-    for vm in vms {
-        let node = fdt.begin_node(vm.name)?;
-        for (name, value) in &vm.properties {
-            match value {
-                Value::U32(v) => fdt.property_u32(name, *v)?,
-                Value::U32s(v) => fdt.property_array_u32(name, v)?,
-                Value::U64(v) => fdt.property_u64(name, *v)?,
-                Value::U64s(v) => fdt.property_array_u64(name, v)?,
-                Value::Str(v) => fdt.property_string(name, v)?,
-                Value::Strs(v) => fdt.property_string_list(name, strings(v))?,
-                Value::Raw(v) => fdt.property(name, v)?,
-            }
-        }
-        fdt.end_node(node)?;
-    }
+    write_vm_nodes(&mut fdt, vms)?;
     fdt.end_node(chosen)?;
 
     let memory = fdt.begin_node("memory@40000000")?;
@@ -206,6 +193,27 @@ fn write_host_tree(vms: &[VmNode]) -> Result<Vec<u8>, vm_fdt::Error> {
 
     fdt.end_node(root)?;
     fdt.finish()
+}
+
+/// `vms`, each a node of the open node (`/chosen`).
+fn write_vm_nodes(fdt: &mut FdtWriter, vms: &[VmNode]) -> Result<(), vm_fdt::Error> {
+    let strings = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<String>>();
+    for vm in vms {
+        let node = fdt.begin_node(vm.name)?;
+        for (name, value) in &vm.properties {
+            match value {
+                Value::U32(v) => fdt.property_u32(name, *v)?,
+                Value::U32s(v) => fdt.property_array_u32(name, v)?,
+                Value::U64(v) => fdt.property_u64(name, *v)?,
+                Value::U64s(v) => fdt.property_array_u64(name, v)?,
+                Value::Str(v) => fdt.property_string(name, v)?,
+                Value::Strs(v) => fdt.property_string_list(name, strings(v))?,
+                Value::Raw(v) => fdt.property(name, v)?,
+            }
+        }
+        fdt.end_node(node)?;
+    }
+    Ok(())
 }
 
 /// An arm64 Image header with `text_offset` and `image_size`, as the
@@ -1363,5 +1371,480 @@ fn vgic_seeds() -> Vec<Seed> {
         ("refused-and-ignored-accesses", odd.finish()),
         ("64-vcpus-every-spi", big.finish()),
         ("duplicate-mpidrs", duplicate.finish()),
+    ]
+}
+
+// ---- ACPI -----------------------------------------------------------------
+
+/// A table of the QEMU dumps in `platform/tests/fixtures/acpi/<machine>/`
+/// (see its PROVENANCE.md).
+macro_rules! acpi_fixture {
+    ($machine:literal, $table:literal) => {
+        include_bytes!(concat!(
+            "../../../platform/tests/fixtures/acpi/",
+            $machine,
+            "/",
+            $table,
+            ".bin"
+        ))
+        .as_slice()
+    };
+}
+
+/// QEMU 7.2 `virt`, 4 CPUs: the tables `platform::acpi` reads, then ones
+/// it ignores (all but the 5 KiB DSDT, which would not leave the
+/// mutations room).
+const QEMU_4CPU: [&[u8]; 4] = [
+    acpi_fixture!("qemu-virt-4cpu", "APIC"),
+    acpi_fixture!("qemu-virt-4cpu", "FACP"),
+    acpi_fixture!("qemu-virt-4cpu", "GTDT"),
+    acpi_fixture!("qemu-virt-4cpu", "SPCR"),
+];
+const QEMU_4CPU_UNREAD: [&[u8]; 4] = [
+    acpi_fixture!("qemu-virt-4cpu", "DBG2"),
+    acpi_fixture!("qemu-virt-4cpu", "IORT"),
+    acpi_fixture!("qemu-virt-4cpu", "MCFG"),
+    acpi_fixture!("qemu-virt-4cpu", "PPTT"),
+];
+/// QEMU 7.2 `virt`, 8 CPUs in two NUMA nodes.
+const QEMU_8CPU_NUMA: [&[u8]; 5] = [
+    acpi_fixture!("qemu-virt-8cpu-numa", "APIC"),
+    acpi_fixture!("qemu-virt-8cpu-numa", "FACP"),
+    acpi_fixture!("qemu-virt-8cpu-numa", "GTDT"),
+    acpi_fixture!("qemu-virt-8cpu-numa", "SPCR"),
+    acpi_fixture!("qemu-virt-8cpu-numa", "SRAT"),
+];
+
+/// QEMU's `-m 1G`.
+const QEMU_RAM: (u64, u64) = (0x4000_0000, 0x4000_0000);
+
+/// Writes an ACPI harness input.
+struct AcpiSeed(Vec<u8>);
+
+impl AcpiSeed {
+    /// The first chunk: `ram` and `reserved` as (base, size).
+    fn new(ram: &[(u64, u64)], reserved: &[(u64, u64)]) -> Self {
+        assert!(ram.len() <= acpi::MAX_RAM && reserved.len() <= acpi::MAX_RESERVED);
+        let mut bytes = Vec::new();
+        for list in [ram, reserved] {
+            bytes.push(list.len() as u8);
+            for (base, size) in list {
+                bytes.extend(base.to_le_bytes());
+                bytes.extend(size.to_le_bytes());
+            }
+        }
+        assert!(!bytes.windows(4).any(|w| w == acpi::SEPARATOR));
+        Self(bytes)
+    }
+
+    fn chunk(&mut self, control: u8, bytes: &[u8]) -> &mut Self {
+        self.0.extend(acpi::SEPARATOR);
+        let start = self.0.len();
+        self.0.push(control);
+        self.0.extend(bytes);
+        // The separator has no border, so only a chunk can hold one.
+        assert!(
+            !self.0[start..].windows(4).any(|w| w == acpi::SEPARATOR),
+            "a seed chunk holds the separator"
+        );
+        self
+    }
+
+    /// A table whose length and checksum the harness keeps right.
+    fn table(&mut self, table: &[u8]) -> &mut Self {
+        self.chunk(acpi::FIX_LENGTH | acpi::FIX_CHECKSUM, table)
+    }
+
+    fn tables(&mut self, tables: &[&[u8]]) -> &mut Self {
+        for table in tables {
+            self.table(table);
+        }
+        self
+    }
+
+    fn vm_description(&mut self, dtb: &[u8]) -> &mut Self {
+        self.chunk(acpi::VM_DESCRIPTION, dtb)
+    }
+
+    fn finish(&mut self) -> Vec<u8> {
+        core::mem::take(&mut self.0)
+    }
+}
+
+/// Little-endian fields of a table or structure.
+#[derive(Default)]
+struct Le(Vec<u8>);
+
+impl Le {
+    fn u8(mut self, value: u8) -> Self {
+        self.0.push(value);
+        self
+    }
+
+    fn u16(mut self, value: u16) -> Self {
+        self.0.extend(value.to_le_bytes());
+        self
+    }
+
+    fn u32(mut self, value: u32) -> Self {
+        self.0.extend(value.to_le_bytes());
+        self
+    }
+
+    fn u64(mut self, value: u64) -> Self {
+        self.0.extend(value.to_le_bytes());
+        self
+    }
+
+    /// Zeros up to `len` bytes in all.
+    fn to(mut self, len: usize) -> Vec<u8> {
+        assert!(self.0.len() <= len);
+        self.0.resize(len, 0);
+        self.0
+    }
+}
+
+/// OEM ID and OEM Table ID of a built table.
+type Oem = (&'static [u8; 6], &'static [u8; 8]);
+
+/// A table: the System Description Table header (ACPI 6.5 §5.2.6) with
+/// its `Length` and `Checksum` right, then `body`.
+fn acpi_table(signature: &[u8; 4], revision: u8, (oem_id, table_id): Oem, body: &[u8]) -> Vec<u8> {
+    let mut table = Le::default()
+        .u32(u32::from_le_bytes(*signature))
+        .u32((36 + body.len()) as u32)
+        .u8(revision)
+        .u8(0)
+        .0;
+    table.extend(oem_id);
+    table.extend(table_id);
+    table.extend(1u32.to_le_bytes()); // OEM Revision
+    table.extend(b"FUZZ"); // Creator ID
+    table.extend(1u32.to_le_bytes()); // Creator Revision
+    table.extend(body);
+    let sum = table.iter().fold(0u8, |sum, &b| sum.wrapping_add(b));
+    table[9] = sum.wrapping_neg();
+    table
+}
+
+/// MADT GICC flags (Table 5.38).
+const GICC_ENABLED: u32 = 1 << 0;
+const GICC_MAINTENANCE_EDGE: u32 = 1 << 2;
+const GICC_ONLINE_CAPABLE: u32 = 1 << 3;
+
+/// A GICC structure (§5.2.12.14) of `len` bytes: 76 (ACPI 5.1) or 82
+/// (ACPI 6.5).
+fn gicc(len: u8, uid: u32, flags: u32, mpidr: u64, gicr_base: u64) -> Vec<u8> {
+    Le::default()
+        .u8(0x0b)
+        .u8(len)
+        .u16(0)
+        .u32(uid) // CPU Interface Number
+        .u32(uid)
+        .u32(flags)
+        .u32(0) // Parking Protocol Version
+        .u32(23) // Performance Interrupt GSIV
+        .u64(0) // Parked Address
+        .u64(0) // GICC
+        .u64(0) // GICV
+        .u64(0) // GICH
+        .u32(25) // VGIC Maintenance interrupt
+        .u64(gicr_base)
+        .u64(mpidr)
+        .to(usize::from(len))
+}
+
+/// A GICD structure (§5.2.12.15).
+fn gicd(base: u64, version: u8) -> Vec<u8> {
+    Le::default()
+        .u8(0x0c)
+        .u8(24)
+        .u16(0)
+        .u32(0)
+        .u64(base)
+        .u32(0)
+        .u8(version)
+        .to(24)
+}
+
+/// A GIC ITS structure (§5.2.12.18).
+fn gic_its(id: u32, base: u64) -> Vec<u8> {
+    Le::default()
+        .u8(0x0f)
+        .u8(20)
+        .u16(0)
+        .u32(id)
+        .u64(base)
+        .to(20)
+}
+
+fn madt(revision: u8, oem: Oem, structures: &[Vec<u8>]) -> Vec<u8> {
+    let mut body = Le::default().u32(0).u32(0).0; // LIC address, Flags
+    body.extend(structures.concat());
+    acpi_table(b"APIC", revision, oem, &body)
+}
+
+/// GTDT timer flags (Table 5.122).
+const TIMER_EDGE: u32 = 1 << 0;
+const TIMER_ACTIVE_LOW: u32 = 1 << 1;
+const TIMER_ALWAYS_ON: u32 = 1 << 2;
+
+/// A GTDT (§5.2.25) with (GSIV, flags) of the secure EL1, non-secure
+/// EL1, virtual EL1 and EL2 timers: revision 1, 80 bytes, or with a
+/// virtual EL2 timer revision 3, 104 bytes.
+fn gtdt(oem: Oem, timers: [(u32, u32); 4], virtual_el2: Option<(u32, u32)>) -> Vec<u8> {
+    let mut body = Le::default().u64(u64::MAX).u32(0); // CntControlBase
+    for (gsiv, flags) in timers {
+        body = body.u32(gsiv).u32(flags);
+    }
+    match virtual_el2 {
+        None => acpi_table(b"GTDT", 1, oem, &body.0),
+        Some((gsiv, flags)) => {
+            let body = body.u64(u64::MAX).u32(0).u32(0).u32(gsiv).u32(flags);
+            acpi_table(b"GTDT", 3, oem, &body.0)
+        }
+    }
+}
+
+/// A hardware-reduced FADT (§5.2.9) of `len` bytes with `arm_boot_arch`.
+fn fadt(oem: Oem, revision: u8, len: usize, arm_boot_arch: u16) -> Vec<u8> {
+    let mut body = vec![0u8; len - 36];
+    body[112 - 36..116 - 36].copy_from_slice(&(1u32 << 20).to_le_bytes());
+    body[129 - 36..131 - 36].copy_from_slice(&arm_boot_arch.to_le_bytes());
+    body[131 - 36] = 1; // FADT Minor Version
+    acpi_table(b"FACP", revision, oem, &body)
+}
+
+/// An 80-byte revision 2 SPCR: `interface` in memory space at `base`,
+/// with `gsiv` as a GIC interrupt when given.
+fn spcr(oem: Oem, interface: u8, base: u64, gsiv: Option<u32>) -> Vec<u8> {
+    let body = Le::default()
+        .u8(interface)
+        .u8(0)
+        .u16(0)
+        .u8(0) // Generic Address Structure: system memory,
+        .u8(32) // 32-bit registers,
+        .u8(0)
+        .u8(3) // dword accesses
+        .u64(base)
+        .u8(if gsiv.is_some() { 1 << 3 } else { 0 })
+        .u8(0)
+        .u32(gsiv.unwrap_or(0))
+        .u8(7) // 115200 baud
+        .to(80 - 36);
+    acpi_table(b"SPCR", 2, oem, &body)
+}
+
+/// An SRAT (§5.2.16) holding `structures`.
+fn srat(oem: Oem, structures: &[Vec<u8>]) -> Vec<u8> {
+    let mut body = Le::default().u32(1).u64(0).0;
+    body.extend(structures.concat());
+    acpi_table(b"SRAT", 3, oem, &body)
+}
+
+/// A Memory Affinity structure (§5.2.16.2); `enabled` is flag bit 0.
+fn memory_affinity(domain: u32, base: u64, length: u64, enabled: bool) -> Vec<u8> {
+    Le::default()
+        .u8(1)
+        .u8(40)
+        .u32(domain)
+        .u16(0)
+        .u64(base)
+        .u64(length)
+        .u32(0)
+        .u32(u32::from(enabled))
+        .to(40)
+}
+
+/// A GICC Affinity structure (§5.2.16.4).
+fn gicc_affinity(domain: u32, uid: u32, enabled: bool) -> Vec<u8> {
+    Le::default()
+        .u8(3)
+        .u8(18)
+        .u32(domain)
+        .u32(uid)
+        .u32(u32::from(enabled))
+        .to(18)
+}
+
+/// A device tree with only `/chosen`: `bootargs` and `vms`.
+fn chosen_tree(bootargs: &str, vms: &[VmNode]) -> Vec<u8> {
+    let write = || -> Result<Vec<u8>, vm_fdt::Error> {
+        let mut fdt = FdtWriter::new()?;
+        let root = fdt.begin_node("")?;
+        fdt.property_u32("#address-cells", 2)?;
+        fdt.property_u32("#size-cells", 2)?;
+        let chosen = fdt.begin_node("chosen")?;
+        fdt.property_string("bootargs", bootargs)?;
+        write_vm_nodes(&mut fdt, vms)?;
+        fdt.end_node(chosen)?;
+        fdt.end_node(root)?;
+        fdt.finish()
+    };
+    write().expect("the seed tree is well-formed")
+}
+
+/// A many-core server's tables, built: a GICv4 whose redistributors only
+/// the GICCs give, CPUs in clusters with MPIDR bit 31 (RES1) set, one
+/// disabled and one online-capable GICC, two ITSes and structures the
+/// parser skips; a revision 3 GTDT with every trigger and a virtual EL2
+/// timer; PSCI over HVC; an SBSA UART without an interrupt; an SRAT of
+/// two domains with a disabled and an empty range, a GICC Affinity for
+/// the disabled CPU and a structure the parser skips.
+fn server_tables() -> Vec<Vec<u8>> {
+    const OEM: Oem = (b"HISI  ", b"HIP08   ");
+    let mut structures = vec![
+        // A GIC MSI Frame (§5.2.12.16): skipped.
+        Le::default().u8(0x0d).u8(24).to(24),
+        gicd(0xae00_0000, 4),
+    ];
+    for index in 0..8u32 {
+        let flags = match index {
+            6 => 0,
+            7 => GICC_ONLINE_CAPABLE,
+            _ => GICC_ENABLED | GICC_MAINTENANCE_EDGE,
+        };
+        let mpidr = 1 << 31 | u64::from(index / 4) << 16 | u64::from(index % 4) << 8;
+        let gicr = 0xae10_0000 + u64::from(index) * 0x4_0000;
+        structures.push(gicc(82, index, flags, mpidr, gicr));
+    }
+    structures.push(gic_its(0, 0xa020_0000));
+    structures.push(gic_its(1, 0xc620_0000));
+    let memory = [
+        memory_affinity(0, 0, 0x7fe0_0000, true),
+        memory_affinity(0, 0x20_0000_0000, 0x10_0000_0000, true),
+        memory_affinity(1, 0x30_0000_0000, 0x10_0000_0000, true),
+        memory_affinity(2, 0x20_0000_0000, 0x20_0000_0000, false),
+        memory_affinity(3, 0x40_0000_0000, 0, true),
+    ];
+    let mut affinity: Vec<Vec<u8>> = memory.to_vec();
+    // An x2APIC Affinity structure (§5.2.16.3): skipped.
+    affinity.push(Le::default().u8(2).u8(24).to(24));
+    affinity.extend((0..8).map(|uid| gicc_affinity(uid / 4, uid, uid != 5)));
+    affinity.push(gicc_affinity(1, 9, true));
+    vec![
+        madt(6, OEM, &structures),
+        gtdt(
+            OEM,
+            [
+                (0, 0),
+                (30, TIMER_ACTIVE_LOW | TIMER_ALWAYS_ON),
+                (27, TIMER_ACTIVE_LOW),
+                (26, TIMER_EDGE),
+            ],
+            Some((28, TIMER_EDGE | TIMER_ACTIVE_LOW)),
+        ),
+        fadt(OEM, 6, 276, 0b11),
+        spcr(OEM, 0x0e, 0x9408_0000, None),
+        srat(OEM, &affinity),
+    ]
+}
+
+/// ACPI 5.1-era tables: a GICD whose version is not given, 76-byte
+/// GICCs whose redistributors their `GICR Base Address` gives, an
+/// 80-byte revision 1 GTDT, a 268-byte FADT, and an SPCR for a 16550
+/// (no console).
+fn acpi_5_1_tables() -> Vec<Vec<u8>> {
+    const OEM: Oem = (b"ARMLTD", b"ARM-JUNO");
+    let mut structures = vec![gicd(0x2c01_0000, 0)];
+    for index in 0..2u32 {
+        let gicr = 0x2c02_0000 + u64::from(index) * 0x2_0000;
+        structures.push(gicc(76, index, GICC_ENABLED, u64::from(index) << 8, gicr));
+    }
+    vec![
+        madt(3, OEM, &structures),
+        gtdt(OEM, [(29, 0), (30, 0), (27, 0), (26, 0)], None),
+        fadt(OEM, 5, 268, 0b01),
+        spcr(OEM, 0x00, 0x7ff8_0000, Some(115)),
+    ]
+}
+
+fn acpi_seeds() -> Vec<Seed> {
+    let mut qemu_4cpu = AcpiSeed::new(&[QEMU_RAM], &[]);
+    qemu_4cpu
+        .tables(&QEMU_4CPU)
+        .tables(&QEMU_4CPU_UNREAD)
+        .vm_description(&chosen_tree("console=ttyAMA0", &good_vms()));
+
+    // UEFI's map lists RAM in pieces: out of order, touching, nested,
+    // empty.
+    let mut qemu_8cpu = AcpiSeed::new(
+        &[
+            (0x6000_0000, 0x2000_0000),
+            (0x4000_0000, 0x1000_0000),
+            (0x5000_0000, 0x1000_0000),
+            (0x4800_0000, 0x100_0000),
+            (0x1_0000_0000, 0),
+        ],
+        &[(0x5fe0_0000, 0x20_0000), (0x4000_0000, 0)],
+    );
+    let vms = [
+        VmNode::minimal("vm@0", KERNELS)
+            .with("vcpus", Value::U32(4))
+            .with("cpu-affinity", Value::U32s(vec![4, 5, 6, 7])),
+        // Only the MADT's 8 CPUs make this one wrong.
+        VmNode::minimal("vm@1", KERNELS).with("cpu-affinity", Value::U32s(vec![8])),
+        VmNode::minimal("vm@2", KERNELS).with("cpu-affinity", Value::U32s(vec![0, 0])),
+    ];
+    qemu_8cpu
+        .tables(&QEMU_8CPU_NUMA)
+        .vm_description(&chosen_tree("", &vms));
+
+    let mut server = AcpiSeed::new(
+        &[
+            (0, 0x7fe0_0000),
+            (0x20_0000_0000, 0x10_0000_0000),
+            (0x30_0000_0000, 0x10_0000_0000),
+        ],
+        &[(0x7fe0_0000, 0x20_0000)],
+    );
+    for table in server_tables() {
+        server.table(&table);
+    }
+
+    let mut old = AcpiSeed::new(&[(0x8000_0000, 0x8000_0000)], &[]);
+    for table in acpi_5_1_tables() {
+        old.table(&table);
+    }
+
+    let oem: Oem = (b"BOCHS ", b"BXPC    ");
+    let gicv2 = madt(
+        4,
+        oem,
+        &[gicd(0x0800_0000, 2), gicc(80, 0, GICC_ENABLED, 0, 0)],
+    );
+    let mut refused = AcpiSeed::new(&[QEMU_RAM], &[]);
+    refused.table(&gicv2).tables(&QEMU_4CPU[1..]);
+
+    // Tables as given, without the harness's fixes: a mutation breaks
+    // their checksums.
+    let mut as_given = AcpiSeed::new(&[QEMU_RAM], &[]);
+    for table in QEMU_4CPU {
+        as_given.chunk(0, table);
+    }
+
+    // Two GTDTs and two SRATs, no FADT.
+    let [madt_8, _, gtdt_8, spcr_8, srat_8] = QEMU_8CPU_NUMA;
+    let mut twice = AcpiSeed::new(&[QEMU_RAM], &[]);
+    twice.tables(&[madt_8, gtdt_8, spcr_8, srat_8, gtdt_8, srat_8]);
+
+    let mut wraps = AcpiSeed::new(&[QEMU_RAM, (u64::MAX - 0xfff, 0x2000)], &[]);
+    wraps.tables(&QEMU_4CPU);
+
+    let mut not_a_tree = AcpiSeed::new(&[QEMU_RAM], &[]);
+    not_a_tree
+        .tables(&QEMU_4CPU)
+        .vm_description(b"\xd0\x0d\xfe\xed not a device tree");
+
+    vec![
+        ("qemu-4cpu-unread-tables-vms", qemu_4cpu.finish()),
+        ("qemu-8cpu-numa-uefi-ram-pieces", qemu_8cpu.finish()),
+        ("server-gicv4-per-cpu-redistributors", server.finish()),
+        ("acpi-5.1-gic-version-unspecified", old.finish()),
+        ("gicv2-refused", refused.finish()),
+        ("qemu-4cpu-checksums-as-given", as_given.finish()),
+        ("duplicate-and-missing-tables", twice.finish()),
+        ("ram-runs-past-the-end", wraps.finish()),
+        ("vm-description-not-a-tree", not_a_tree.finish()),
     ]
 }

@@ -282,6 +282,11 @@ fn mutated_vgic_sessions_keep_every_invariant() {
 }
 
 #[test]
+fn mutated_acpi_tables_keep_every_invariant() {
+    mutate_and_run("acpi", 40_000, 0x5eed_ac91, Length::Changes);
+}
+
+#[test]
 fn the_mutator_stays_within_bounds() {
     let mut rng = XorShift::new(1);
     let others = [("other", alloc::vec![7u8; 5000])];
@@ -320,4 +325,120 @@ fn device_tree_seeds_reach_every_vm_outcome() {
     assert!(bad.vms[0].is_ok());
     assert!(bad.vms[1..].iter().all(Result::is_err), "{:?}", bad.vms);
     assert!(tree("guest-64-vcpus-openeuler").vms.is_empty());
+}
+
+/// The ACPI seeds reach what they are named for: the QEMU machines and the
+/// built server build, with their VMs and NUMA domains; the others fail
+/// where they should.
+#[test]
+fn acpi_seeds_reach_every_outcome() {
+    use platform::acpi::{numa, rescue};
+    use platform::{ErrorKind, ErrorOrigin, Platform};
+
+    let seeds = seeds("acpi");
+    assert!(seeds.iter().all(|(_, bytes)| bytes.len() <= MAX_LEN));
+    let run = |name: &str| {
+        let (_, bytes) = seeds
+            .iter()
+            .find(|(n, _)| *n == name)
+            .expect("a seed of that name");
+        let input = super::acpi::decode(bytes);
+        let tables = input.slices();
+        (
+            Platform::from_acpi(&tables, &input.ram, &input.reserved, input.vm_description),
+            numa(&tables),
+            rescue(&tables),
+        )
+    };
+    let ok = |name: &str| {
+        let (platform, numa, _) = run(name);
+        let platform = platform.unwrap_or_else(|e| panic!("{name}: {e}"));
+        (platform, numa.unwrap_or_else(|e| panic!("{name}: {e}")))
+    };
+    let error = |name: &str| run(name).0.expect_err(name);
+
+    let (four, nodes) = ok("qemu-4cpu-unread-tables-vms");
+    assert_eq!((four.cpus.len(), four.model.as_str()), (4, "BOCHS BXPC"));
+    assert!(nodes.is_empty());
+    assert_eq!(four.vms.len(), 5);
+    assert!(four.vms.iter().all(Result::is_ok), "{:?}", four.vms);
+
+    let (eight, nodes) = ok("qemu-8cpu-numa-uefi-ram-pieces");
+    assert_eq!(eight.cpus.len(), 8);
+    assert_eq!(
+        eight.memory,
+        [platform::MemRange::new(0x4000_0000, 0x4000_0000)]
+    );
+    assert_eq!(eight.reserved.len(), 1);
+    assert_eq!(nodes.len(), 2);
+    assert!(eight.vms[0].is_ok());
+    let affinity = eight.vms[1].as_ref().expect_err("CPU 8 of 8");
+    assert_eq!(affinity.property.as_deref(), Some("cpu-affinity"));
+    assert!(eight.vms[2].is_err());
+
+    let (server, nodes) = ok("server-gicv4-per-cpu-redistributors");
+    assert_eq!(server.cpus.len(), 6);
+    assert_eq!(server.gic.redistributor_regions.len(), 6);
+    assert_eq!(server.gic.its.len(), 2);
+    assert!(server.timer.hyp_virt.is_some());
+    assert_eq!(server.psci.conduit, platform::Conduit::Hvc);
+    assert!(server.uart.as_ref().is_some_and(|uart| uart.irq.is_none()));
+    assert_eq!(nodes.len(), 2);
+    assert_eq!(
+        nodes.iter().map(|n| n.cpus.len()).collect::<Vec<_>>(),
+        [4, 1]
+    );
+
+    let (old, nodes) = ok("acpi-5.1-gic-version-unspecified");
+    assert_eq!(old.gic.redistributor_regions.len(), 2);
+    assert!(old.uart.is_none() && old.timer.hyp_virt.is_none() && nodes.is_empty());
+
+    assert!(matches!(
+        error("gicv2-refused").kind,
+        ErrorKind::Unsupported(_)
+    ));
+    let (platform, _, rescued) = run("qemu-4cpu-checksums-as-given");
+    assert!(platform.is_ok() && rescued.console.is_some());
+    let twice = error("duplicate-and-missing-tables");
+    assert_eq!(
+        (twice.node.as_str(), twice.property.as_deref()),
+        ("ACPI table GTDT", Some("Signature"))
+    );
+    let (_, numa_twice, rescued) = run("duplicate-and-missing-tables");
+    assert_eq!(numa_twice.expect_err("two SRATs").node, "ACPI table SRAT");
+    assert!(rescued.console.is_some() && rescued.psci_conduit.is_none());
+    assert_eq!(
+        error("ram-runs-past-the-end").origin(),
+        ErrorOrigin::MemoryMap
+    );
+    assert_eq!(
+        error("vm-description-not-a-tree").origin(),
+        ErrorOrigin::DeviceTree
+    );
+}
+
+/// A VM node is under `/chosen` also when `/chosen` has a unit address,
+/// which a lookup of `/chosen` ignores (the fuzzer found a tree whose
+/// `chosen@` node held the VMs: `regression-chosen-with-unit-address`).
+#[test]
+fn vm_nodes_may_sit_under_a_chosen_with_a_unit_address() {
+    use super::device_tree::under_chosen;
+    for node in [
+        "/chosen/vm@0",
+        "/chosen@/vm@0",
+        "/chosen@1/vm",
+        "/chosen/a/b",
+    ] {
+        assert!(under_chosen(node), "{node}");
+    }
+    for node in [
+        "/chosen",
+        "/chosen/",
+        "/chosen@1",
+        "/chosen@1/",
+        "/chosenx/vm",
+        "/vm@0",
+    ] {
+        assert!(!under_chosen(node), "{node}");
+    }
 }
