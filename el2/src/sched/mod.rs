@@ -394,6 +394,11 @@ pub struct Scheduler {
     vms: Vec<Vec<usize>>,
     /// The vCPU list [`Self::reserve_vm`] made room in, for `add_vm`.
     next_vm_slots: Vec<usize>,
+    /// Tests only: the elements every scan has visited (queues, pCPUs,
+    /// queued vCPUs), to show that no operation's work grows faster than
+    /// linearly with the machine (`tests::work_per_operation_grows_linearly`).
+    #[cfg(test)]
+    visits: core::cell::Cell<u64>,
     /// The fair clock: the highest `vruntime` a vCPU was scheduled in (or
     /// had its slice renewed) with.
     fair_clock: u64,
@@ -414,6 +419,8 @@ impl Scheduler {
             vcpus: Vec::new(),
             vms: Vec::new(),
             next_vm_slots: Vec::new(),
+            #[cfg(test)]
+            visits: core::cell::Cell::new(0),
             fair_clock: 0,
         }
     }
@@ -872,6 +879,7 @@ impl Scheduler {
             if deadline > now {
                 break;
             }
+            self.visit();
             // Disarming first guarantees progress whatever the vCPU's state.
             self.disarm_timer(slot);
             let wakeup = self.wake_slot(slot, now);
@@ -883,6 +891,7 @@ impl Scheduler {
     pub fn expire_timers(&mut self, now: u64, mut on_wake: impl FnMut(VcpuId, Wakeup)) {
         let online = self.online;
         for pcpu in online.iter() {
+            self.visit();
             self.expire_timers_on(pcpu, now, &mut on_wake);
         }
     }
@@ -898,6 +907,7 @@ impl Scheduler {
     pub fn next_deadline(&self) -> Option<u64> {
         self.online
             .iter()
+            .inspect(|_| self.visit())
             .filter_map(|pcpu| self.next_deadline_on(pcpu))
             .min()
     }
@@ -1031,6 +1041,13 @@ impl Scheduler {
         self.least_loaded(&v.allowed, v.home)
     }
 
+    /// Counts one element visited by a scan (tests only; nothing otherwise).
+    #[inline(always)]
+    fn visit(&self) {
+        #[cfg(test)]
+        self.visits.set(self.visits.get() + 1);
+    }
+
     /// The least loaded pCPU of `allowed`; ties go to `prefer`, then to the
     /// lowest index.
     fn least_loaded(&self, allowed: &CpuSet, prefer: usize) -> usize {
@@ -1044,6 +1061,7 @@ impl Scheduler {
             },
         );
         for pcpu in allowed.iter() {
+            self.visit();
             if load(pcpu) < best.1 {
                 best = (pcpu, load(pcpu));
             }
@@ -1176,6 +1194,7 @@ impl Scheduler {
     fn least_served_foreign_head(&self, pcpu: usize) -> Option<usize> {
         self.queued
             .iter()
+            .inspect(|_| self.visit())
             .filter(|&other| other != pcpu)
             .filter_map(|other| self.pcpus.get(other)?.head)
             .filter(|&head| self.vcpus[head].allowed.contains(pcpu))
@@ -1187,12 +1206,14 @@ impl Scheduler {
     fn steal_for(&self, pcpu: usize) -> Option<usize> {
         let mut best: Option<(usize, usize)> = None;
         for other in self.queued.iter().filter(|&other| other != pcpu) {
+            self.visit();
             let len = self.pcpus[other].len;
             if best.is_some_and(|(best_len, _)| len <= best_len) {
                 continue;
             }
             let mut cursor = self.pcpus[other].head;
             while let Some(slot) = cursor {
+                self.visit();
                 if self.vcpus[slot].allowed.contains(pcpu) {
                     best = Some((len, slot));
                     break;

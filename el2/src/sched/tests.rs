@@ -1070,3 +1070,103 @@ fn steal_ticks_agrees_with_the_full_stats() {
     assert_eq!(s.steal_ticks(queued, SLICE + 40), Some(40));
     assert_eq!(s.steal_ticks(vcpu(9, 0), 0), None);
 }
+
+/// The random operation mix of `random_operations_keep_every_queue_consistent`
+/// on a machine of `pcpus` pCPUs and `vms` VMs of `vcpus_per_vm` vCPUs with
+/// a quarter of the VMs pinned to half the pCPUs; returns the mean and the
+/// largest number of elements one operation's scans visited.
+fn work_per_operation(pcpus: usize, vms: u16, vcpus_per_vm: u16) -> (f64, u64) {
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut random = move |n: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % n
+    };
+    let mut s = Scheduler::new(CpuSet::first_n(pcpus), SLICE);
+    let half = CpuSet::first_n(pcpus / 2);
+    let mut vcpus = Vec::new();
+    for n in 0..vms {
+        let vm = s.add_vm().unwrap();
+        let affinity = (n % 4 == 0).then_some(half);
+        for _ in 0..vcpus_per_vm {
+            vcpus.push(s.add_vcpu(vm, affinity, InitialState::Runnable, 0).unwrap());
+        }
+    }
+    let ops = 20_000;
+    let (mut total, mut most, mut now) = (0, 0, 0);
+    for _ in 0..ops {
+        now += 1 + random(300);
+        let p = random(pcpus as u64) as usize;
+        let before = s.visits.get();
+        match random(7) {
+            0 | 1 => {
+                s.pick_next(p, now);
+            }
+            2 => {
+                if let Some(v) = s.current(p) {
+                    let why = match random(3) {
+                        0 => PutReason::SliceExpired,
+                        1 => PutReason::Yield,
+                        _ => PutReason::Wfi {
+                            deadline: Some(now + random(3000)),
+                        },
+                    };
+                    s.put(v, p, now, why).unwrap();
+                }
+            }
+            3 => {
+                let v = vcpus[random(vcpus.len() as u64) as usize];
+                let _ = s.wake(v, now);
+            }
+            4 => {
+                if let Some(v) = s.current(p) {
+                    let target = vcpus[random(vcpus.len() as u64) as usize];
+                    let _ = s.yield_to(v, target, p, now);
+                }
+            }
+            5 => s.expire_timers_on(p, now, |_, _| {}),
+            _ => {
+                let _ = s.next_deadline_on(p);
+            }
+        }
+        let work = s.visits.get() - before;
+        total += work;
+        most = most.max(work);
+    }
+    (total as f64 / f64::from(ops), most)
+}
+
+/// The scheduler's hot paths scale with the machine at most linearly: on
+/// machines 4 and 16 times larger (pCPUs and vCPUs alike), the mean work
+/// per operation grows about 4 and 16 times at worst (quadratic work
+/// would grow 16 and 256 times), and no single operation visits more than
+/// the machine's pCPUs and vCPUs together, plus the vCPUs it woke.
+#[test]
+fn work_per_operation_grows_linearly() {
+    let small = work_per_operation(16, 4, 16);
+    let medium = work_per_operation(64, 16, 16);
+    let large = work_per_operation(256, 16, 64);
+    for ((mean, most), (pcpus, vcpus)) in
+        [small, medium, large]
+            .into_iter()
+            .zip([(16u64, 64u64), (64, 256), (256, 1024)])
+    {
+        assert!(mean > 0.0, "the scans were counted");
+        assert!(
+            most <= 2 * (pcpus + vcpus),
+            "one operation visited {most} elements on {pcpus} pCPUs / {vcpus} vCPUs"
+        );
+    }
+    let growth = |(a, _): (f64, u64), (b, _): (f64, u64)| b / a;
+    assert!(
+        growth(small, medium) <= 6.0,
+        "x4 machine: work per operation grew {:.1}x ({small:?} -> {medium:?})",
+        growth(small, medium)
+    );
+    assert!(
+        growth(small, large) <= 24.0,
+        "x16 machine: work per operation grew {:.1}x ({small:?} -> {large:?})",
+        growth(small, large)
+    );
+}
