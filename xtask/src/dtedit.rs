@@ -198,7 +198,7 @@ fn add_vms(dts: &str, plan: &Plan) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::vm::{Module, VmNode};
+    use crate::vm::{Module, Payload, VmNode};
 
     const DTS: &str = "/dts-v1/;
 
@@ -274,7 +274,10 @@ mod tests {
                 name: "vm0".into(),
                 vcpus: 2,
                 memory: 64 << 20,
-                kernel: (0x7bc0_0000, 0x1000),
+                kernel: Payload::At {
+                    addr: 0x7bc0_0000,
+                    size: 0x1000,
+                },
                 initrd: None,
                 bootargs: String::new(),
                 affinity: Vec::new(),

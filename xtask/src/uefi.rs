@@ -35,7 +35,7 @@ use crate::boottest::{self, BootTest, Check, Kernel, Outcome};
 use crate::guests::{self, Guests};
 use crate::qemu::{Machine, Uefi};
 use crate::setup::AAVMF_VARS;
-use crate::vm::{PvLock, VmConfig};
+use crate::vm::{Payload, Value, VmConfig, VmNode};
 
 /// Where the firmware looks for the boot file, from the partition's root.
 pub const BOOT_FILE: &[&str] = &["EFI", "BOOT", "BOOTAA64.EFI"];
@@ -49,63 +49,24 @@ pub const SHELL_IMAGE: &str = "el2.efi";
 /// 3.5, "Startup Script"), from the partition's root.
 const STARTUP_SCRIPT: &str = "startup.nsh";
 
-/// One VM node of the VM description.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EspVm {
-    pub name: String,
-    pub vcpus: u32,
-    pub memory: u64,
-    /// The kernel's path on the partition (`\EFI\pvlock\smp-demo.img`).
-    pub kernel_file: String,
-    pub initrd_file: Option<String>,
-    pub bootargs: String,
-    pub affinity: Vec<u32>,
-    pub pv_lock: Option<PvLock>,
-    pub pv_time: Option<bool>,
-    pub boost: Option<bool>,
-    pub control: Option<bool>,
-}
-
-const fn on_off(on: bool) -> &'static str {
-    if on { "on" } else { "off" }
-}
-
 /// The VM description: `/chosen` with `bootargs` and the VM nodes
 /// (docs/vm-binding.md, payloads by file).
-pub fn vm_description(bootargs: &str, vms: &[EspVm]) -> Result<Vec<u8>> {
+pub fn vm_description(bootargs: &str, vms: &[VmNode]) -> Result<Vec<u8>> {
     let fdt = |e: vm_fdt::Error| anyhow::anyhow!("cannot write the VM description: {e}");
     let mut w = vm_fdt::FdtWriter::new().map_err(fdt)?;
     let root = w.begin_node("").map_err(fdt)?;
     let chosen = w.begin_node("chosen").map_err(fdt)?;
     w.property_string("bootargs", bootargs).map_err(fdt)?;
-    for (index, vm) in vms.iter().enumerate() {
-        let node = w.begin_node(&format!("vm@{index}")).map_err(fdt)?;
-        w.property_string("compatible", "pvlock,vm").map_err(fdt)?;
-        w.property_string("label", &vm.name).map_err(fdt)?;
-        w.property_u32("vcpus", vm.vcpus).map_err(fdt)?;
-        w.property_u64("memory", vm.memory).map_err(fdt)?;
-        w.property_string("kernel-file", &vm.kernel_file)
-            .map_err(fdt)?;
-        if let Some(initrd) = &vm.initrd_file {
-            w.property_string("initrd-file", initrd).map_err(fdt)?;
-        }
-        w.property_string("bootargs", &vm.bootargs).map_err(fdt)?;
-        if !vm.affinity.is_empty() {
-            w.property_array_u32("cpu-affinity", &vm.affinity)
-                .map_err(fdt)?;
-        }
-        if let Some(lock) = vm.pv_lock {
-            w.property_string("pv-lock", lock.name()).map_err(fdt)?;
-        }
-        let switches = [
-            ("pv-time", vm.pv_time),
-            ("boost", vm.boost),
-            ("control", vm.control),
-        ];
-        for (name, value) in switches {
-            if let Some(on) = value {
-                w.property_string(name, on_off(on)).map_err(fdt)?;
+    for vm in vms {
+        let node = w.begin_node(&format!("vm@{}", vm.index)).map_err(fdt)?;
+        for (name, value) in vm.properties() {
+            match value {
+                Value::Str(text) => w.property_string(name, text),
+                Value::U32(v) => w.property_u32(name, v),
+                Value::U32s(list) => w.property_array_u32(name, list),
+                Value::U64s(values) => w.property_array_u64(name, &values),
             }
+            .map_err(fdt)?;
         }
         w.end_node(node).map_err(fdt)?;
     }
@@ -244,12 +205,14 @@ pub fn prepare(
             None => None,
         };
         for _ in 0..config.count {
-            nodes.push(EspVm {
-                name: format!("vm{}", nodes.len()),
+            let index = nodes.len();
+            nodes.push(VmNode {
+                index,
+                name: format!("vm{index}"),
                 vcpus: config.vcpus,
                 memory: config.memory,
-                kernel_file: kernel_file.clone(),
-                initrd_file: initrd_file.clone(),
+                kernel: Payload::File(kernel_file.clone()),
+                initrd: initrd_file.clone().map(Payload::File),
                 bootargs: config.bootargs.clone(),
                 affinity: config.affinity.clone(),
                 pv_lock: config.pv_lock,
@@ -288,14 +251,14 @@ pub fn prepare(
     )];
     for n in &nodes {
         let mut line = format!(
-            "{}: {} vCPUs, {} MiB, kernel-file {}",
+            "{}: {} vCPUs, {} MiB, kernel {}",
             n.name,
             n.vcpus,
             n.memory >> 20,
-            n.kernel_file
+            n.kernel
         );
-        if let Some(initrd) = &n.initrd_file {
-            line += &format!(", initrd-file {initrd}");
+        if let Some(initrd) = &n.initrd {
+            line += &format!(", initrd {initrd}");
         }
         if !n.bootargs.is_empty() {
             line += &format!(", bootargs \"{}\"", n.bootargs);
@@ -491,14 +454,16 @@ pub fn test_dir(logs: &Path, name: &str) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::vm::PvLock;
 
-    fn vm(name: &str) -> EspVm {
-        EspVm {
-            name: name.into(),
+    fn vm(index: usize) -> VmNode {
+        VmNode {
+            index,
+            name: format!("vm{index}"),
             vcpus: 4,
             memory: 64 << 20,
-            kernel_file: "\\EFI\\pvlock\\smp-demo.img".into(),
-            initrd_file: None,
+            kernel: Payload::File("\\EFI\\pvlock\\smp-demo.img".into()),
+            initrd: None,
             bootargs: "rounds=3".into(),
             affinity: Vec::new(),
             pv_lock: None,
@@ -510,13 +475,13 @@ mod tests {
 
     #[test]
     fn the_vm_description_names_payloads_by_file() {
-        let mut second = vm("vm1");
-        second.initrd_file = Some("\\EFI\\pvlock\\initrd.cpio".into());
+        let mut second = vm(1);
+        second.initrd = Some(Payload::File("\\EFI\\pvlock\\initrd.cpio".into()));
         second.affinity = vec![0, 1];
         second.pv_lock = Some(PvLock::Off);
         second.pv_time = Some(false);
         second.control = Some(true);
-        let dtb = vm_description("loglevel=debug", &[vm("vm0"), second]).unwrap();
+        let dtb = vm_description("loglevel=debug", &[vm(0), second]).unwrap();
         let tree = fdt::Fdt::new(&dtb).unwrap();
         let chosen = tree.find_node("/chosen").unwrap();
         assert_eq!(

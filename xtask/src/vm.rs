@@ -28,7 +28,7 @@
 //! el2 keeps every module out of its allocator itself, and rejects a module
 //! that overlaps a reserved region.
 
-use std::fmt::Write as _;
+use std::fmt::{self, Write as _};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail, ensure};
@@ -188,22 +188,98 @@ pub struct Module {
     pub size: u64,
 }
 
-/// One `/chosen/vm@N` node.
+/// Where a VM node's kernel or initrd is: already in RAM, put there by
+/// the loader (`kernel = <addr size>`), or a file on the EFI system
+/// partition that el2's EFI stage loads (`kernel-file = "\\EFI\\..."`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Payload {
+    /// At `addr`, `size` bytes.
+    At { addr: u64, size: u64 },
+    /// This path on the partition.
+    File(String),
+}
+
+impl fmt::Display for Payload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Payload::At { addr, size } => write!(f, "{} KiB at {addr:#x}", size.div_ceil(1024)),
+            Payload::File(path) => write!(f, "file {path}"),
+        }
+    }
+}
+
+/// One property value of a VM node, as both writers of the binding need
+/// it: device tree source for QEMU's `-dtb` ([`Plan::nodes_dts`]) and a
+/// blob for the EFI partition (`uefi::vm_description`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Value<'a> {
+    Str(&'a str),
+    U32(u32),
+    U32s(&'a [u32]),
+    /// 64-bit numbers, each as two cells (`#address-cells` and
+    /// `#size-cells` of `/chosen` are 2).
+    U64s(Vec<u64>),
+}
+
+/// One `/chosen/vm@N` node (docs/vm-binding.md).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct VmNode {
     pub index: usize,
     pub name: String,
     pub vcpus: u32,
     pub memory: u64,
-    /// (address, size) of the kernel module.
-    pub kernel: (u64, u64),
-    pub initrd: Option<(u64, u64)>,
+    pub kernel: Payload,
+    pub initrd: Option<Payload>,
     pub bootargs: String,
     pub affinity: Vec<u32>,
     pub pv_lock: Option<PvLock>,
     pub pv_time: Option<bool>,
     pub boost: Option<bool>,
     pub control: Option<bool>,
+}
+
+impl VmNode {
+    /// The node's properties, in the order they are written: the one place
+    /// that spells the binding for xtask.
+    pub fn properties(&self) -> Vec<(&'static str, Value<'_>)> {
+        fn payload<'p>(
+            address: &'static str,
+            file: &'static str,
+            p: &'p Payload,
+        ) -> (&'static str, Value<'p>) {
+            match p {
+                Payload::At { addr, size } => (address, Value::U64s(vec![*addr, *size])),
+                Payload::File(path) => (file, Value::Str(path)),
+            }
+        }
+        let mut props = vec![
+            ("compatible", Value::Str("pvlock,vm")),
+            ("label", Value::Str(&self.name)),
+            ("vcpus", Value::U32(self.vcpus)),
+            ("memory", Value::U64s(vec![self.memory])),
+            payload("kernel", "kernel-file", &self.kernel),
+        ];
+        if let Some(initrd) = &self.initrd {
+            props.push(payload("initrd", "initrd-file", initrd));
+        }
+        props.push(("bootargs", Value::Str(&self.bootargs)));
+        if !self.affinity.is_empty() {
+            props.push(("cpu-affinity", Value::U32s(&self.affinity)));
+        }
+        if let Some(lock) = self.pv_lock {
+            props.push(("pv-lock", Value::Str(lock.name())));
+        }
+        for (name, switch) in [
+            ("pv-time", self.pv_time),
+            ("boost", self.boost),
+            ("control", self.control),
+        ] {
+            if let Some(on) = switch {
+                props.push((name, Value::Str(on_off(on))));
+            }
+        }
+        props
+    }
 }
 
 /// Where everything goes.
@@ -270,9 +346,13 @@ pub fn plan(ram_size: u64, el2_image_size: u64, vms: &[Resolved<'_>]) -> Result<
     for vm in vms {
         vm.config.validate()?;
         for _ in 0..vm.config.count {
-            let kernel = place(&vm.kernel, vm.kernel_size)?;
+            let (addr, size) = place(&vm.kernel, vm.kernel_size)?;
+            let kernel = Payload::At { addr, size };
             let initrd = match (&vm.config.initrd, vm.initrd_size) {
-                (Some(path), Some(size)) => Some(place(path, size)?),
+                (Some(path), Some(size)) => {
+                    let (addr, size) = place(path, size)?;
+                    Some(Payload::At { addr, size })
+                }
                 (None, _) => None,
                 (Some(path), None) => bail!("the size of initrd {} is unknown", path.display()),
             };
@@ -338,30 +418,17 @@ impl Plan {
         let mut s = String::new();
         for n in &self.nodes {
             let _ = writeln!(s, "{pad}vm@{} {{", n.index);
-            let _ = writeln!(s, "{pad}\tcompatible = \"pvlock,vm\";");
-            let _ = writeln!(s, "{pad}\tlabel = \"{}\";", dts_string(&n.name));
-            let _ = writeln!(s, "{pad}\tvcpus = <{}>;", n.vcpus);
-            let _ = writeln!(s, "{pad}\tmemory = <{}>;", cells(&[n.memory]));
-            let _ = writeln!(s, "{pad}\tkernel = <{}>;", cells(&[n.kernel.0, n.kernel.1]));
-            if let Some((addr, size)) = n.initrd {
-                let _ = writeln!(s, "{pad}\tinitrd = <{}>;", cells(&[addr, size]));
-            }
-            let _ = writeln!(s, "{pad}\tbootargs = \"{}\";", dts_string(&n.bootargs));
-            if !n.affinity.is_empty() {
-                let list: Vec<String> = n.affinity.iter().map(u32::to_string).collect();
-                let _ = writeln!(s, "{pad}\tcpu-affinity = <{}>;", list.join(" "));
-            }
-            if let Some(lock) = n.pv_lock {
-                let _ = writeln!(s, "{pad}\tpv-lock = \"{}\";", lock.name());
-            }
-            if let Some(on) = n.pv_time {
-                let _ = writeln!(s, "{pad}\tpv-time = \"{}\";", on_off(on));
-            }
-            if let Some(on) = n.boost {
-                let _ = writeln!(s, "{pad}\tboost = \"{}\";", on_off(on));
-            }
-            if let Some(on) = n.control {
-                let _ = writeln!(s, "{pad}\tcontrol = \"{}\";", on_off(on));
+            for (name, value) in n.properties() {
+                let value = match value {
+                    Value::Str(text) => format!("\"{}\"", dts_string(text)),
+                    Value::U32(v) => format!("<{v}>"),
+                    Value::U32s(list) => {
+                        let list: Vec<String> = list.iter().map(u32::to_string).collect();
+                        format!("<{}>", list.join(" "))
+                    }
+                    Value::U64s(values) => format!("<{}>", cells(&values)),
+                };
+                let _ = writeln!(s, "{pad}\t{name} = {value};");
             }
             let _ = writeln!(s, "{pad}}};");
         }
@@ -374,15 +441,14 @@ impl Plan {
             .iter()
             .map(|n| {
                 let mut line = format!(
-                    "{}: {} vCPUs, {} MiB, kernel {} KiB at {:#x}",
+                    "{}: {} vCPUs, {} MiB, kernel {}",
                     n.name,
                     n.vcpus,
                     n.memory >> 20,
-                    n.kernel.1.div_ceil(1024),
-                    n.kernel.0
+                    n.kernel
                 );
-                if let Some((addr, size)) = n.initrd {
-                    let _ = write!(line, ", initrd {} KiB at {addr:#x}", size.div_ceil(1024));
+                if let Some(initrd) = &n.initrd {
+                    let _ = write!(line, ", initrd {initrd}");
                 }
                 if !n.affinity.is_empty() {
                     let _ = write!(line, ", pCPUs {:?}", n.affinity);
@@ -534,9 +600,10 @@ mod tests {
         }
         let names: Vec<&str> = plan.nodes.iter().map(|n| n.name.as_str()).collect();
         assert_eq!(names, ["vm0", "vm1", "vm2"]);
-        assert_eq!(plan.nodes[0].kernel, (top - 2 * MIB, 0x12820));
-        assert_eq!(plan.nodes[1].kernel, (top - 4 * MIB, 0x12820));
-        assert_eq!(plan.nodes[2].initrd, Some((top - 14 * MIB, 5 * MIB + 1)));
+        let at = |addr, size| Payload::At { addr, size };
+        assert_eq!(plan.nodes[0].kernel, at(top - 2 * MIB, 0x12820));
+        assert_eq!(plan.nodes[1].kernel, at(top - 4 * MIB, 0x12820));
+        assert_eq!(plan.nodes[2].initrd, Some(at(top - 14 * MIB, 5 * MIB + 1)));
         assert_eq!(
             plan.qemu_args()[..2],
             [
@@ -597,8 +664,14 @@ mod tests {
                 name: "vm1".into(),
                 vcpus: 8,
                 memory: 0x1_0000_0000,
-                kernel: (0x7bc0_0000, 0x12820),
-                initrd: Some((0x7ba0_0000, 0x1000)),
+                kernel: Payload::At {
+                    addr: 0x7bc0_0000,
+                    size: 0x12820,
+                },
+                initrd: Some(Payload::At {
+                    addr: 0x7ba0_0000,
+                    size: 0x1000,
+                }),
                 bootargs: "say \"hi\" c:\\".into(),
                 affinity: vec![0, 1],
                 pv_lock: Some(PvLock::Variant(Variant::OpenEuler)),
