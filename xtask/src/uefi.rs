@@ -380,27 +380,16 @@ fn demo_test(device_tree: bool) -> BootTest {
 /// failed (and would go on to its shell; xtask stops QEMU there). el2
 /// itself never starts.
 fn missing_kernel_test() -> BootTest {
-    let machine = uefi_machine(false, true);
-    BootTest {
-        name: format!("uefi missing-kernel-file {}", machine.describe()),
-        timeout: TIMEOUT,
-        outcome: Outcome::StopsAt(BOOT_FAILED),
-        checks: vec![
-            Check::Line(
-                "el2: UEFI: error: \\EFI\\pvlock\\vms.dtb: node /chosen/vm@0, property \
-                 \"kernel-file\": \\EFI\\pvlock\\smp-demo.img: cannot open it: EFI_NOT_FOUND",
-            ),
-            Check::Line("): Not Found"),
-            Check::Lines {
-                text: " at EL2 on ".into(),
-                count: 0,
-            },
+    firmware_carries_on(
+        "missing-kernel-file",
+        uefi_machine(false, true),
+        Outcome::StopsAt(BOOT_FAILED),
+        &[
+            "el2: UEFI: error: \\EFI\\pvlock\\vms.dtb: node /chosen/vm@0, property \
+             \"kernel-file\": \\EFI\\pvlock\\smp-demo.img: cannot open it: EFI_NOT_FOUND",
+            "): Not Found",
         ],
-        dt_edit: None,
-        kernel: Kernel::El2,
-        vms: vec![demo_vm()],
-        machine,
-    }
+    )
 }
 
 /// A panic in the UEFI stage (`el2.selftest=uefi-panic`, before
@@ -410,19 +399,37 @@ fn missing_kernel_test() -> BootTest {
 fn uefi_panic_test() -> BootTest {
     let mut machine = uefi_machine(false, false);
     machine.append = Some("el2.selftest=uefi-panic".into());
-    BootTest {
-        name: format!("uefi selftest=uefi-panic {}", machine.describe()),
-        timeout: TIMEOUT,
-        outcome: Outcome::FatalThenStopsAt(BOOT_FAILED),
-        checks: vec![
-            Check::Line("EL2 FATAL: panic in the UEFI stage: "),
-            Check::Line("selftest: el2.selftest=uefi-panic"),
-            Check::Line("): Aborted"),
-            Check::Lines {
-                text: " at EL2 on ".into(),
-                count: 0,
-            },
+    firmware_carries_on(
+        "selftest=uefi-panic",
+        machine,
+        Outcome::FatalThenStopsAt(BOOT_FAILED),
+        &[
+            "EL2 FATAL: panic in the UEFI stage: ",
+            "selftest: el2.selftest=uefi-panic",
+            "): Aborted",
         ],
+    )
+}
+
+/// A test in which the EFI stage gives up and returns to the firmware:
+/// each of `lines` shows, el2's own banner never does, and `outcome` says
+/// how the run ends.
+fn firmware_carries_on(
+    what: &str,
+    machine: Machine,
+    outcome: Outcome,
+    lines: &[&'static str],
+) -> BootTest {
+    let mut checks: Vec<Check> = lines.iter().map(|&line| Check::Line(line)).collect();
+    checks.push(Check::Lines {
+        text: " at EL2 on ".into(),
+        count: 0,
+    });
+    BootTest {
+        name: format!("uefi {what} {}", machine.describe()),
+        timeout: TIMEOUT,
+        outcome,
+        checks,
         dt_edit: None,
         kernel: Kernel::El2,
         vms: vec![demo_vm()],

@@ -981,6 +981,59 @@ fn assert_consistent(s: &Scheduler) {
     }
 }
 
+/// One operation of a random mix on `pcpus` pCPUs at `now`: a pick, a
+/// put for any reason, a wake, a directed yield, a slice extension, timer
+/// expiry, or a slice end.
+fn random_operation(
+    s: &mut Scheduler,
+    vcpus: &[VcpuId],
+    pcpus: usize,
+    now: u64,
+    random: &mut impl FnMut(u64) -> u64,
+) {
+    let p = random(pcpus as u64) as usize;
+    match random(8) {
+        0 | 1 => {
+            s.pick_next(p, now);
+        }
+        2 => {
+            if let Some(v) = s.current(p) {
+                let why = match random(3) {
+                    0 => PutReason::SliceExpired,
+                    1 => PutReason::Yield,
+                    _ => PutReason::Wfi {
+                        deadline: Some(now + random(3000)),
+                    },
+                };
+                s.put(v, p, now, why).unwrap();
+            }
+        }
+        3 => {
+            let v = vcpus[random(vcpus.len() as u64) as usize];
+            let _ = s.wake(v, now);
+        }
+        4 => {
+            if let Some(v) = s.current(p) {
+                let target = vcpus[random(vcpus.len() as u64) as usize];
+                let _ = s.yield_to(v, target, p, now);
+            }
+        }
+        5 => {
+            if let Some(v) = s.current(p) {
+                let _ = s.extend_slice(v, p, now, 100);
+            }
+        }
+        6 => s.expire_timers(now, |_, _| {}),
+        _ => {
+            if let Some(v) = s.current(p)
+                && s.slice_end(v).is_some_and(|end| end <= now)
+            {
+                s.put(v, p, now, PutReason::SliceExpired).unwrap();
+            }
+        }
+    }
+}
+
 #[test]
 fn random_operations_keep_every_queue_consistent() {
     // A fixed xorshift sequence: reproducible.
@@ -1005,47 +1058,7 @@ fn random_operations_keep_every_queue_consistent() {
         let mut now = 0;
         for _ in 0..20_000 {
             now += 1 + random(300);
-            let p = random(pcpus as u64) as usize;
-            match random(8) {
-                0 | 1 => {
-                    s.pick_next(p, now);
-                }
-                2 => {
-                    if let Some(v) = s.current(p) {
-                        let why = match random(3) {
-                            0 => PutReason::SliceExpired,
-                            1 => PutReason::Yield,
-                            _ => PutReason::Wfi {
-                                deadline: Some(now + random(3000)),
-                            },
-                        };
-                        s.put(v, p, now, why).unwrap();
-                    }
-                }
-                3 => {
-                    let v = vcpus[random(vcpus.len() as u64) as usize];
-                    let _ = s.wake(v, now);
-                }
-                4 => {
-                    if let Some(v) = s.current(p) {
-                        let target = vcpus[random(vcpus.len() as u64) as usize];
-                        let _ = s.yield_to(v, target, p, now);
-                    }
-                }
-                5 => {
-                    if let Some(v) = s.current(p) {
-                        let _ = s.extend_slice(v, p, now, 100);
-                    }
-                }
-                6 => s.expire_timers(now, |_, _| {}),
-                _ => {
-                    if let Some(v) = s.current(p)
-                        && s.slice_end(v).is_some_and(|end| end <= now)
-                    {
-                        s.put(v, p, now, PutReason::SliceExpired).unwrap();
-                    }
-                }
-            }
+            random_operation(&mut s, &vcpus, pcpus, now, &mut random);
             assert_consistent(&s);
         }
     }
@@ -1071,8 +1084,7 @@ fn steal_ticks_agrees_with_the_full_stats() {
     assert_eq!(s.steal_ticks(vcpu(9, 0), 0), None);
 }
 
-/// The random operation mix of `random_operations_keep_every_queue_consistent`
-/// on a machine of `pcpus` pCPUs and `vms` VMs of `vcpus_per_vm` vCPUs with
+/// [`random_operation`]s on a machine of `pcpus` pCPUs and `vms` VMs of `vcpus_per_vm` vCPUs with
 /// a quarter of the VMs pinned to half the pCPUs; returns the mean and the
 /// largest number of elements one operation's scans visited.
 fn work_per_operation(pcpus: usize, vms: u16, vcpus_per_vm: u16) -> (f64, u64) {
@@ -1097,39 +1109,8 @@ fn work_per_operation(pcpus: usize, vms: u16, vcpus_per_vm: u16) -> (f64, u64) {
     let (mut total, mut most, mut now) = (0, 0, 0);
     for _ in 0..ops {
         now += 1 + random(300);
-        let p = random(pcpus as u64) as usize;
         let before = s.visits.get();
-        match random(7) {
-            0 | 1 => {
-                s.pick_next(p, now);
-            }
-            2 => {
-                if let Some(v) = s.current(p) {
-                    let why = match random(3) {
-                        0 => PutReason::SliceExpired,
-                        1 => PutReason::Yield,
-                        _ => PutReason::Wfi {
-                            deadline: Some(now + random(3000)),
-                        },
-                    };
-                    s.put(v, p, now, why).unwrap();
-                }
-            }
-            3 => {
-                let v = vcpus[random(vcpus.len() as u64) as usize];
-                let _ = s.wake(v, now);
-            }
-            4 => {
-                if let Some(v) = s.current(p) {
-                    let target = vcpus[random(vcpus.len() as u64) as usize];
-                    let _ = s.yield_to(v, target, p, now);
-                }
-            }
-            5 => s.expire_timers_on(p, now, |_, _| {}),
-            _ => {
-                let _ = s.next_deadline_on(p);
-            }
-        }
+        random_operation(&mut s, &vcpus, pcpus, now, &mut random);
         let work = s.visits.get() - before;
         total += work;
         most = most.max(work);
