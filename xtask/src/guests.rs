@@ -12,7 +12,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result, ensure};
 
-use crate::{Workspace, image};
+use crate::{Workspace, image, setup};
 
 /// The target guests are built for.
 pub const GUEST_TARGET: &str = "aarch64-unknown-none";
@@ -61,6 +61,8 @@ impl fmt::Display for Guests {
 /// Builds every guest in release mode, writes each raw image next to its
 /// ELF and validates its header. Prints the image paths.
 pub fn build(ws: &Workspace) -> Result<Guests> {
+    // `cargo xtask run` builds the guests before el2: the targets first.
+    setup::ensure_rust_target(ws)?;
     let mut cmd = Command::new(ws.cargo());
     cmd.current_dir(&ws.root).args([
         "build",
