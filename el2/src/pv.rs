@@ -87,7 +87,7 @@
 
 use alloc::vec::Vec;
 use core::fmt;
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use platform::MemRange;
 use pvlock_abi::pvlock::{self, Variant, VcpuState32, VcpuState64};
@@ -305,6 +305,45 @@ pub struct PvRegistry {
     guest_lock: Vec<AtomicU64>,
     /// Per vCPU, the scheduler steal ticks that count as stolen time 0.
     steal_origin: Vec<AtomicU64>,
+    /// What the guest did with its PV-lock records, for the summary.
+    record_stats: RecordCounters,
+}
+
+/// How often a VM's guest asked for, registered and released PV-lock
+/// records: what shows, from outside, that it set them up on every CPU and
+/// gave them back (CPU hotplug, reboot, kexec).
+#[derive(Debug, Default)]
+struct RecordCounters {
+    handed_out: AtomicU32,
+    registered: AtomicU32,
+    refused: AtomicU32,
+    released: AtomicU32,
+}
+
+/// A snapshot of [`RecordCounters`] ([`PvRegistry::record_stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecordStats {
+    /// Hypervisor-placed records whose IPA a vCPU asked for (seed-v2
+    /// PV_LOCK_PREEMPTED, seed-v3 PREEMPTED).
+    pub handed_out: u32,
+    /// Guest-chosen records accepted (openEuler IPA_INIT, Anolis
+    /// PREEMPTED).
+    pub registered: u32,
+    /// Guest-chosen records refused (misaligned, outside RAM, in the PV
+    /// area).
+    pub refused: u32,
+    /// openEuler IPA_RELEASE calls.
+    pub released: u32,
+}
+
+impl fmt::Display for RecordStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "handed-out {} registered {} refused {} released {}",
+            self.handed_out, self.registered, self.refused, self.released
+        )
+    }
 }
 
 impl PvRegistry {
@@ -358,6 +397,7 @@ impl PvRegistry {
             steal_base: config.steal_time.then_some(base + lock_bytes),
             guest_lock,
             steal_origin: (0..vcpus).map(|_| AtomicU64::new(0)).collect(),
+            record_stats: RecordCounters::default(),
         })
     }
 
@@ -442,9 +482,52 @@ impl PvRegistry {
         Ok(())
     }
 
-    /// Forgets `vcpu`'s guest-chosen PV-lock record (openEuler
-    /// PV_SCHED_IPA_RELEASE). No-op for hypervisor-placed records.
+    /// [`Self::register_guest_lock`] on behalf of the guest's call, counted
+    /// in [`Self::record_stats`].
+    pub fn guest_registers_lock(
+        &self,
+        vcpu: u16,
+        ipa: u64,
+        vm: &dyn VmView,
+    ) -> Result<(), LockRegisterError> {
+        let result = self.register_guest_lock(vcpu, ipa, vm);
+        let counter = match result {
+            Ok(()) => &self.record_stats.registered,
+            Err(_) => &self.record_stats.refused,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        result
+    }
+
+    /// The guest's PV_SCHED_IPA_RELEASE: forgets `vcpu`'s guest-chosen
+    /// record, counted in [`Self::record_stats`]. No-op for
+    /// hypervisor-placed records.
     pub fn release_guest_lock(&self, vcpu: u16) {
+        self.record_stats.released.fetch_add(1, Ordering::Relaxed);
+        self.forget_guest_lock(vcpu);
+    }
+
+    /// The guest asked for `vcpu`'s hypervisor-placed record: `Some` IPA,
+    /// counted in [`Self::record_stats`], or `None`.
+    pub fn hand_out_lock_record(&self, vcpu: u16) -> Option<LockRecord> {
+        let record = self.lock_record(vcpu)?;
+        self.record_stats.handed_out.fetch_add(1, Ordering::Relaxed);
+        Some(record)
+    }
+
+    /// What the guest did with its records so far (never reset, not even
+    /// by SYSTEM_RESET: the counts span the VM's life).
+    pub fn record_stats(&self) -> RecordStats {
+        let c = &self.record_stats;
+        RecordStats {
+            handed_out: c.handed_out.load(Ordering::Relaxed),
+            registered: c.registered.load(Ordering::Relaxed),
+            refused: c.refused.load(Ordering::Relaxed),
+            released: c.released.load(Ordering::Relaxed),
+        }
+    }
+
+    fn forget_guest_lock(&self, vcpu: u16) {
         if let Some(slot) = self.guest_lock.get(usize::from(vcpu)) {
             slot.store(UNREGISTERED, Ordering::Release);
         }
@@ -462,7 +545,7 @@ impl PvRegistry {
     /// stay monotonic for the life of the guest OS (it starts over only at
     /// SYSTEM_RESET, [`Self::rebase_steal`]).
     pub fn reset_vcpu(&self, vcpu: u16) {
-        self.release_guest_lock(vcpu);
+        self.forget_guest_lock(vcpu);
     }
 
     /// PSCI SYSTEM_RESET / SYSTEM_RESET2: every guest-chosen registration

@@ -2044,6 +2044,13 @@ fn finish(vms: &[Vm], sched: &Mutex<Scheduler>) -> ! {
             exits
         );
         println!("summary:   wait/yield: {}", vm.spin.lock().stats());
+        if let Some(variant) = vm.pv.config().lock {
+            println!(
+                "summary:   pv-lock {}: {}",
+                variant.name(),
+                vm.pv.record_stats()
+            );
+        }
         println!("summary:   vgic: {}", vm.vgic_stats.snapshot());
         for v in s.vcpus(vm.id) {
             if let Some(stats) = s.stats(v, now) {

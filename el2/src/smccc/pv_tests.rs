@@ -4,7 +4,7 @@
 //! code uses.
 
 use super::*;
-use crate::pv::{ConfigError, LockRecord, PvConfig, PvRegistry};
+use crate::pv::{ConfigError, LockRecord, PvConfig, PvRegistry, RecordStats};
 use crate::vcpu::VmId;
 use alloc::vec::Vec;
 use platform::MemRange;
@@ -371,6 +371,13 @@ fn seed_v2() {
             Some(LockRecord { ipa, width: 8 })
         );
     }
+    assert_eq!(
+        vm.registry.record_stats(),
+        RecordStats {
+            handed_out: u32::from(VCPUS),
+            ..RecordStats::default()
+        }
+    );
     // Both ids discoverable through SMCCC_ARCH_FEATURES.
     assert_eq!(arch_features(&vm, abi::SEED_V2_FEATURES), 0);
     assert_eq!(arch_features(&vm, abi::SEED_V2_PREEMPTED), 0);
@@ -466,6 +473,17 @@ fn guest_registration(variant: Variant, register: u32) {
     assert_eq!(vm.registry.lock_record(2).unwrap().ipa, ok + 64);
     vm.registry.reset_all();
     assert!((0..VCPUS).all(|v| vm.registry.lock_record(v).is_none()));
+    // The summary's counts: every guest call, none of el2's own resets.
+    let refused = bad_record_ipas().len() as u32 + 1;
+    assert_eq!(
+        vm.registry.record_stats(),
+        RecordStats {
+            handed_out: 0,
+            registered: 3,
+            refused,
+            released: 0,
+        }
+    );
 }
 
 /// openEuler and Anolis KICK_CPU.
@@ -524,6 +542,15 @@ fn openeuler() {
     assert_eq!(x0_from(&vm, 3, abi::OE_IPA_RELEASE, &[ok + 64]), 0);
     assert_eq!(vm.registry.lock_record(3), None);
     assert_eq!(vm.registry.lock_record(2).unwrap().ipa, ok + 64);
+    // Two releases are counted, the first of them with nothing registered.
+    assert_eq!(
+        vm.registry.record_stats(),
+        RecordStats {
+            registered: 2,
+            released: 2,
+            ..RecordStats::default()
+        }
+    );
     kick(Variant::OpenEuler, abi::OE_KICK_CPU);
     // Probed with SMCCC_ARCH_FEATURES(0xC5000090) only.
     assert_eq!(arch_features(&vm, abi::OE_FEATURES), 0);

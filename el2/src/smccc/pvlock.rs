@@ -95,7 +95,7 @@ impl PvLockService {
 
     /// The IPA of the caller's record (hypervisor-placed variants).
     fn preempted_ipa(&self, call: &Call<'_>) -> Reply {
-        match self.registry.lock_record(call.caller().index) {
+        match self.registry.hand_out_lock_record(call.caller().index) {
             Some(record) => Reply::value(record.ipa),
             None => Reply::not_supported(),
         }
@@ -106,7 +106,7 @@ impl PvLockService {
         let ipa = call.arg(1);
         match self
             .registry
-            .register_guest_lock(call.caller().index, ipa, call.vm())
+            .guest_registers_lock(call.caller().index, ipa, call.vm())
         {
             Ok(()) => Reply::code(smccc::SUCCESS),
             Err(_) => Reply::not_supported(),
