@@ -1,0 +1,236 @@
+//! The system calls std does not wrap, each behind a safe function: the
+//! only calls into libc in pvlinux. [`fork`] alone stays `unsafe`: only
+//! its caller can know that the process is single-threaded.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+use std::ptr::{self, NonNull};
+use std::sync::atomic::AtomicU32;
+
+/// A return value of -1 as the error `errno` names.
+fn check(result: libc::c_int) -> io::Result<libc::c_int> {
+    if result == -1 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(result)
+    }
+}
+
+/// The CPUs currently online.
+pub fn online_cpus() -> io::Result<usize> {
+    // SAFETY: sysconf only reads system configuration.
+    let count = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    usize::try_from(count).map_err(|_| io::Error::last_os_error())
+}
+
+/// The CPUs this thread may run on, in increasing order.
+pub fn allowed_cpus() -> io::Result<Vec<usize>> {
+    // SAFETY: cpu_set_t is a plain bit array; all zeroes is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a live cpu_set_t and the size passed is its size.
+    check(unsafe { libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &mut set) })?;
+    let capacity = 8 * size_of::<libc::cpu_set_t>();
+    // SAFETY: CPU_ISSET reads bit `cpu` of `set`, in range by `capacity`.
+    Ok((0..capacity)
+        .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
+        .collect())
+}
+
+/// Restricts the calling thread to `cpu`.
+pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
+    if cpu >= 8 * size_of::<libc::cpu_set_t>() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("CPU {cpu} is beyond the affinity mask"),
+        ));
+    }
+    // SAFETY: cpu_set_t is a plain bit array; all zeroes is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `cpu` is below the set's capacity, checked above.
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: `set` is a live cpu_set_t and the size passed is its size;
+    // pid 0 is the calling thread.
+    check(unsafe { libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) })?;
+    Ok(())
+}
+
+/// CLOCK_MONOTONIC in nanoseconds.
+pub fn monotonic_ns() -> u64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a live timespec for clock_gettime to fill.
+    // CLOCK_MONOTONIC always exists on Linux, so the call cannot fail.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    // Both fields are non-negative for CLOCK_MONOTONIC.
+    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
+}
+
+/// A non-blocking eventfd, as a file for read(2) and write(2) of its
+/// 8-byte counter.
+pub fn eventfd_nonblocking() -> io::Result<File> {
+    // SAFETY: eventfd takes no pointers.
+    let fd = check(unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) })?;
+    // SAFETY: `fd` was just returned by eventfd and nothing else owns it.
+    Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
+}
+
+/// FUTEX_WAIT on `word` expecting `expected`, for at most `timeout_ns`.
+/// The kernel takes the futex's hash-bucket lock before comparing, so with
+/// a stale `expected` this returns `EAGAIN` at once, having taken it.
+pub fn futex_wait(word: &AtomicU32, expected: u32, timeout_ns: u32) -> io::Result<()> {
+    let timeout = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: libc::c_long::from(timeout_ns % 1_000_000_000),
+    };
+    // SAFETY: `word` is a live, aligned u32 for the duration of the call
+    // and `timeout` a live timespec; FUTEX_WAIT reads both and writes
+    // neither.
+    let result = unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+            expected,
+            &timeout as *const libc::timespec,
+        )
+    };
+    if result == -1 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// FUTEX_WAKE of up to `count` waiters on `word`; returns how many woke.
+pub fn futex_wake(word: &AtomicU32, count: u32) -> io::Result<u64> {
+    // SAFETY: `word` is a live, aligned u32; FUTEX_WAKE only uses its
+    // address as a key.
+    let result = unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            count,
+        )
+    };
+    u64::try_from(result).map_err(|_| io::Error::last_os_error())
+}
+
+/// A private anonymous read-write mapping, unmapped when dropped.
+pub struct AnonymousMapping {
+    start: NonNull<u8>,
+    len: usize,
+}
+
+impl AnonymousMapping {
+    /// Maps `len` bytes (no page is populated yet).
+    pub fn new(len: usize) -> io::Result<Self> {
+        // SAFETY: a new anonymous mapping at an address of the kernel's
+        // choosing does not touch any existing memory.
+        let start = unsafe {
+            libc::mmap(
+                ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if start == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let start = NonNull::new(start.cast::<u8>())
+            .ok_or_else(|| io::Error::other("mmap returned address 0"))?;
+        Ok(Self { start, len })
+    }
+
+    /// Writes its first byte, faulting its first page in.
+    pub fn touch_first_page(&mut self, value: u8) {
+        // SAFETY: the mapping is live, writable and at least one byte long
+        // (mmap refuses a length of 0), and only `self` refers to it.
+        unsafe { self.start.as_ptr().write_volatile(value) };
+    }
+
+    /// Unmaps it, reporting failure (dropping it ignores failure).
+    pub fn unmap(self) -> io::Result<()> {
+        let this = std::mem::ManuallyDrop::new(self);
+        // SAFETY: `start`/`len` are the live mapping `new` made; `this` is
+        // not dropped, so it is unmapped once.
+        check(unsafe { libc::munmap(this.start.as_ptr().cast(), this.len) })?;
+        Ok(())
+    }
+}
+
+impl Drop for AnonymousMapping {
+    fn drop(&mut self) {
+        // SAFETY: `start`/`len` are the live mapping `new` made, unmapped
+        // only here or in `unmap` (which skips this).
+        unsafe { libc::munmap(self.start.as_ptr().cast(), self.len) };
+    }
+}
+
+/// What `fork` returned in this process.
+pub enum Fork {
+    /// This is the new child.
+    Child,
+    /// This is the parent; the child has this pid.
+    Parent(libc::pid_t),
+}
+
+/// Forks.
+///
+/// # Safety
+///
+/// The calling process must be single-threaded: the child then holds no
+/// lock another thread held, and may run any code. The child must leave
+/// through [`exit_child`], never by returning into the parent's code.
+pub unsafe fn fork() -> io::Result<Fork> {
+    // SAFETY: the caller guarantees the process is single-threaded.
+    match check(unsafe { libc::fork() })? {
+        0 => Ok(Fork::Child),
+        pid => Ok(Fork::Parent(pid)),
+    }
+}
+
+/// Ends a forked child at once: no destructors, no atexit handlers, no
+/// flush of buffers it shares with the parent.
+pub fn exit_child(code: i32) -> ! {
+    // SAFETY: _exit only ends the calling process.
+    unsafe { libc::_exit(code) }
+}
+
+/// Waits for child `pid` to end.
+pub fn wait_child(pid: libc::pid_t) -> io::Result<ExitStatus> {
+    let mut status = 0;
+    loop {
+        // SAFETY: `status` is a live int for waitpid to fill.
+        match check(unsafe { libc::waitpid(pid, &mut status, 0) }) {
+            Ok(_) => return Ok(ExitStatus::from_raw(status)),
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+            Err(error) => return Err(error),
+        }
+    }
+}
+
+/// One round of `bench syscall`: getpid (the raw system call: the C
+/// library may cache it), dup(0) + close, umask, getuid.
+pub fn syscall_round() -> io::Result<()> {
+    // SAFETY: SYS_getpid takes no arguments and cannot fail.
+    unsafe { libc::syscall(libc::SYS_getpid) };
+    // SAFETY: dup takes no pointers; it fails cleanly if fd 0 is closed.
+    let duplicate = check(unsafe { libc::dup(0) })?;
+    // SAFETY: `duplicate` was just returned by dup and nothing else owns it.
+    check(unsafe { libc::close(duplicate) })?;
+    // SAFETY: umask and getuid take no pointers and cannot fail.
+    unsafe {
+        libc::umask(0o022);
+        libc::getuid();
+    }
+    Ok(())
+}
