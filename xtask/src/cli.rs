@@ -25,6 +25,10 @@ COMMANDS:
     soak      The PV lock benchmark and a stock Linux VM side by side for N minutes,
               then checks of every vCPU's progress and the lock's data
     gdb       Build, start QEMU halted with a gdb stub and attach gdb-multiarch
+    linux-build
+              Build the project's Linux guest kernel: Debian's linux-source-6.12 with the
+              PV-lock series of guest-driver/linux/ (--stock: without it); prints the
+              Image's path last
     setup     Install everything the other commands need (Rust target, QEMU, U-Boot,
               UEFI firmware, gdb)
     help      Print this help
@@ -74,6 +78,12 @@ GUEST OPTIONS (run, gdb):
                        time: needs root and the network; 256 MiB per VM unless --guest-mem).
                        The kernel runs its /init on the virtual GICv3 and timer, with
                        PV stolen time, and powers off (docs/linux-guests.md).
+    --linux-pv         Boot VMs running the project's Linux 6.12 guest kernel with the PV-lock
+                       series (built by `cargo xtask linux-build` if needed), busybox and
+                       pvlinux; /init runs the steps its command line names, e.g.
+                       --bootargs 'console=ttyAMA0 lgpv=vcpus,truth,stress' (default: vcpus).
+                       Pick the VMs' ABI with --pv-lock; with --bare, on QEMU without el2.
+    --linux-baseline   The same with the kernel built without the series (linux-build --stock)
 
     VMs are described to el2 by /chosen/vm@N nodes in QEMU's device tree (compiled to
     target/xtask/run-dt/edited.dtb); their images are loaded high in RAM, so --mem must
@@ -107,6 +117,12 @@ BENCH OPTIONS:
     docs/benchmarks.md and docs/benchmarks*.svg; consoles to target/xtask/bench/logs/.
     Exits non-zero if a run fails or loses data; missed targets are reported, not fatal.
 
+LINUX-BUILD OPTIONS:
+    --stock            The same tree and configuration without the series (the baseline)
+    Installs linux-source-6.12, gcc-aarch64-linux-gnu, flex, bison, bc, make and xz-utils
+    with apt-get as root; caches each kernel in target/xtask/kernel/ by source version,
+    series and configuration.
+
 SOAK OPTIONS:
     --minutes N        How long both guests run (1..=1440) [default: 5]
     --smp N            Physical CPUs; the two VMs have 4 vCPUs each [default: 2]
@@ -125,6 +141,14 @@ pub enum Cmd {
     Test(TestOpts),
     Bench(BenchOpts),
     Soak(SoakOpts),
+    LinuxBuild(LinuxBuildOpts),
+}
+
+/// `cargo xtask linux-build`'s options.
+#[derive(Debug, PartialEq, Eq)]
+pub struct LinuxBuildOpts {
+    /// `--stock`: without the series.
+    pub stock: bool,
 }
 
 /// `cargo xtask soak`'s options.
@@ -179,6 +203,9 @@ pub struct GuestOpts {
     pub no_vm: bool,
     /// `--linux`: the stock Debian arm64 kernel with a busybox initramfs.
     pub linux: bool,
+    /// `--linux-pv` / `--linux-baseline`: the project's 6.12 kernel with or
+    /// without the PV-lock series, with busybox and pvlinux.
+    pub linux_pv: Option<crate::kernel::Flavor>,
 }
 
 impl GuestOpts {
@@ -300,9 +327,10 @@ pub fn parse(args: Vec<String>) -> Result<Cmd> {
         "test" => "test",
         "bench" => "bench",
         "soak" => "soak",
+        "linux-build" => "linux-build",
         other => bail!(
             "unknown command {other:?}; the commands are build, run, test, bench, soak, gdb, \
-             setup (see `cargo xtask help`)"
+             linux-build, setup (see `cargo xtask help`)"
         ),
     };
     let mut p = Parser { args, cmd };
@@ -335,6 +363,20 @@ pub fn parse(args: Vec<String>) -> Result<Cmd> {
         }
         "bench" => parse_bench(&mut p),
         "soak" => parse_soak(&mut p),
+        "linux-build" => {
+            let mut o = LinuxBuildOpts { stock: false };
+            while let Some(opt) = p.next()? {
+                match opt.name.as_str() {
+                    "--help" | "-h" => return Ok(Cmd::Help),
+                    "--stock" => {
+                        p.flag(&opt)?;
+                        o.stock = true;
+                    }
+                    _ => return Err(p.unknown(&opt)),
+                }
+            }
+            Ok(Cmd::LinuxBuild(o))
+        }
         _ => parse_test(&mut p),
     }
 }
@@ -467,6 +509,14 @@ fn parse_run(p: &mut Parser) -> Result<Option<RunOpts>> {
                 p.flag(&opt)?;
                 g.linux = true;
             }
+            "--linux-pv" | "--linux-baseline" => {
+                p.flag(&opt)?;
+                g.linux_pv = Some(if opt.name == "--linux-pv" {
+                    crate::kernel::Flavor::Patched
+                } else {
+                    crate::kernel::Flavor::Stock
+                });
+            }
             _ => return Err(p.unknown(&opt)),
         }
     }
@@ -502,9 +552,14 @@ fn parse_run(p: &mut Parser) -> Result<Option<RunOpts>> {
         }
     }
     ensure!(
-        !g.linux || (g.guest.is_none() && g.initrd.is_none() && !g.bare),
-        "--linux picks the guest and its initrd itself: it does not go with --guest, --initrd \
-         or --bare"
+        !g.linux || (g.guest.is_none() && g.initrd.is_none() && !g.bare && g.linux_pv.is_none()),
+        "--linux picks the guest and its initrd itself: it does not go with --guest, --initrd, \
+         --bare or --linux-pv"
+    );
+    ensure!(
+        g.linux_pv.is_none() || (g.guest.is_none() && g.initrd.is_none()),
+        "--linux-pv and --linux-baseline pick the guest and its initrd themselves: they do not \
+         go with --guest or --initrd"
     );
     m.validate()?;
     Ok(Some(RunOpts {
@@ -664,8 +719,25 @@ mod tests {
                 bare: false,
                 no_vm: false,
                 linux: false,
+                linux_pv: None,
             }
         );
+        let Cmd::Run(pv) = parse_str("run --linux-pv --vcpus 4 --pv-lock openeuler").unwrap()
+        else {
+            panic!("not run");
+        };
+        assert_eq!(pv.guest.linux_pv, Some(crate::kernel::Flavor::Patched));
+        let Cmd::Run(base) = parse_str("run --linux-baseline").unwrap() else {
+            panic!("not run");
+        };
+        assert_eq!(base.guest.linux_pv, Some(crate::kernel::Flavor::Stock));
+        assert!(parse_str("run --linux-pv --guest smp-demo").is_err());
+        assert!(parse_str("run --linux --linux-pv").is_err());
+        let Cmd::LinuxBuild(b) = parse_str("linux-build --stock").unwrap() else {
+            panic!("not linux-build");
+        };
+        assert_eq!(b, LinuxBuildOpts { stock: true });
+        assert!(parse_str("linux-build --nosuch").is_err());
         let Cmd::Run(linux) = parse_str("run --linux --vcpus 4 --vms 2").unwrap() else {
             panic!("not run");
         };

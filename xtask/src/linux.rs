@@ -40,8 +40,11 @@ pub const VM_MEMORY: u64 = 256 << 20;
 pub struct LinuxGuest {
     pub image: PathBuf,
     pub initrd: PathBuf,
-    /// The Debian package the kernel came from.
+    /// Where the kernel came from (the Debian package, or the project's
+    /// own build).
     pub kernel_package: String,
+    /// The static busybox the initramfs is built around.
+    pub busybox: PathBuf,
 }
 
 /// The kernel Image's file name in the cache.
@@ -73,6 +76,7 @@ pub fn obtain(ws: &Workspace) -> Result<LinuxGuest> {
         image,
         initrd,
         kernel_package: fs::read_to_string(&package_file)?.trim().to_string(),
+        busybox,
     })
 }
 
@@ -280,6 +284,17 @@ const INIT_APPLETS: [&str; 17] = [
 /// Documentation/driver-api/early-userspace/buffer-format.rst): the
 /// directories, `/dev/console`, busybox with its applet links, `/init`.
 pub fn initramfs(busybox: &[u8]) -> Vec<u8> {
+    initramfs_with(busybox, &INIT_APPLETS, &init_script(), &[])
+}
+
+/// An initramfs like [`initramfs`]'s with `applets` linked to busybox,
+/// `init` as `/init` and `extra` executables (path in the archive, bytes).
+pub fn initramfs_with(
+    busybox: &[u8],
+    applets: &[&str],
+    init: &str,
+    extra: &[(&str, &[u8])],
+) -> Vec<u8> {
     let mut cpio = Cpio::default();
     for dir in ["bin", "dev", "proc", "sys", "etc", "tmp"] {
         cpio.entry(dir, 0o040_755, &[], 0);
@@ -289,10 +304,13 @@ pub fn initramfs(busybox: &[u8]) -> Vec<u8> {
     // The shell gives background jobs /dev/null as stdin: 1:3.
     cpio.entry("dev/null", 0o020_666, &[], (1 << 8) | 3);
     cpio.entry("bin/busybox", 0o100_755, busybox, 0);
-    for applet in INIT_APPLETS {
+    for applet in applets {
         cpio.entry(&format!("bin/{applet}"), 0o120_777, b"busybox", 0);
     }
-    cpio.entry("init", 0o100_755, init_script().as_bytes(), 0);
+    for (path, bytes) in extra {
+        cpio.entry(path, 0o100_755, bytes, 0);
+    }
+    cpio.entry("init", 0o100_755, init.as_bytes(), 0);
     cpio.finish()
 }
 

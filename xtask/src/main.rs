@@ -11,7 +11,9 @@ mod guests;
 mod hostiletest;
 mod image;
 mod irqtest;
+mod kernel;
 mod linux;
+mod linuxpv;
 mod linuxtest;
 mod qemu;
 mod setup;
@@ -112,6 +114,15 @@ fn dispatch(cmd: Cmd) -> Result<ExitCode> {
         Cmd::Test(o) => suite::test(&ws, &o),
         Cmd::Bench(o) => bench::bench(&ws, &o),
         Cmd::Soak(o) => soak::soak(&ws, &o),
+        Cmd::LinuxBuild(o) => {
+            let flavor = if o.stock {
+                kernel::Flavor::Stock
+            } else {
+                kernel::Flavor::Patched
+            };
+            kernel::build(&ws, flavor)?;
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 
@@ -164,8 +175,11 @@ pub fn prepare_launch(ws: &Workspace, o: &RunOpts) -> Result<Launch> {
         });
     }
     let guests = guests::build(ws)?;
-    let linux = if g.linux {
-        let l = linux::obtain(ws)?;
+    let linux = if g.linux || g.linux_pv.is_some() {
+        let l = match g.linux_pv {
+            Some(flavor) => linuxpv::obtain(ws, flavor)?,
+            None => linux::obtain(ws)?,
+        };
         eprintln!(
             "xtask: Linux guest {} ({}), initramfs {}",
             l.kernel_package,
@@ -197,8 +211,11 @@ pub fn prepare_launch(ws: &Workspace, o: &RunOpts) -> Result<Launch> {
             );
             machine.mem = format!("{}M", mem >> 20);
         }
-        machine.append = g.bootargs.clone();
-        if let Some(initrd) = &g.initrd {
+        machine.append = g
+            .bootargs
+            .clone()
+            .or_else(|| linux.as_ref().map(|_| linux::BOOTARGS.to_string()));
+        if let Some(initrd) = g.initrd.as_ref().or(linux.as_ref().map(|l| &l.initrd)) {
             machine.extra_args.push("-initrd".into());
             machine.extra_args.push(initrd.display().to_string());
         }

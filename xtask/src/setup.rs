@@ -14,6 +14,8 @@ use crate::{Workspace, sys};
 
 pub const QEMU: &str = "qemu-system-aarch64";
 pub const GDB: &str = "gdb-multiarch";
+/// The arm64 cross compiler's driver (Debian's `gcc-aarch64-linux-gnu`).
+pub const CROSS_GCC: &str = "aarch64-linux-gnu-gcc";
 pub const UBOOT_BIN: &str = "/usr/lib/u-boot/qemu_arm64/u-boot.bin";
 /// QEMU's UEFI firmware for `virt` (edk2's ArmVirtQemu, Debian's AAVMF):
 /// the code, and the variable store each boot gets a copy of.
@@ -30,6 +32,18 @@ pub enum Tool {
     Dtc,
     /// UEFI firmware for QEMU's `virt` machine (`--uefi`).
     Uefi,
+    /// The Linux 6.12 tree the project's guest kernel is built from.
+    LinuxSource,
+    /// The arm64 cross compiler that builds it, and the host tools its
+    /// build runs.
+    CrossGcc,
+    Flex,
+    Bison,
+    Bc,
+    Make,
+    Xz,
+    /// The Python modules `scripts/checkpatch.pl` runs its SPDX check with.
+    CheckpatchPython,
 }
 
 impl Tool {
@@ -40,6 +54,14 @@ impl Tool {
             Tool::Gdb => "gdb-multiarch",
             Tool::Dtc => "device-tree-compiler",
             Tool::Uefi => "qemu-efi-aarch64",
+            Tool::LinuxSource => crate::kernel::SOURCE_PACKAGE,
+            Tool::CrossGcc => "gcc-aarch64-linux-gnu",
+            Tool::Flex => "flex",
+            Tool::Bison => "bison",
+            Tool::Bc => "bc",
+            Tool::Make => "make",
+            Tool::Xz => "xz-utils",
+            Tool::CheckpatchPython => "python3-ply python3-git",
         }
     }
 
@@ -50,6 +72,14 @@ impl Tool {
             Tool::Gdb => GDB.to_string(),
             Tool::Dtc => crate::dtedit::DTC.to_string(),
             Tool::Uefi => format!("{AAVMF_CODE} and {AAVMF_VARS}"),
+            Tool::LinuxSource => crate::kernel::SOURCE_TARBALL.to_string(),
+            Tool::CrossGcc => CROSS_GCC.to_string(),
+            Tool::Flex => "flex".to_string(),
+            Tool::Bison => "bison".to_string(),
+            Tool::Bc => "bc".to_string(),
+            Tool::Make => "make".to_string(),
+            Tool::Xz => "xz".to_string(),
+            Tool::CheckpatchPython => "the Python modules ply and git".to_string(),
         }
     }
 
@@ -60,6 +90,19 @@ impl Tool {
             Tool::Gdb => find_in_path(GDB).is_some(),
             Tool::Dtc => find_in_path(crate::dtedit::DTC).is_some(),
             Tool::Uefi => Path::new(AAVMF_CODE).is_file() && Path::new(AAVMF_VARS).is_file(),
+            Tool::LinuxSource => Path::new(crate::kernel::SOURCE_TARBALL).is_file(),
+            Tool::CrossGcc => find_in_path(CROSS_GCC).is_some(),
+            Tool::Flex => find_in_path("flex").is_some(),
+            Tool::Bison => find_in_path("bison").is_some(),
+            Tool::Bc => find_in_path("bc").is_some(),
+            Tool::Make => find_in_path("make").is_some(),
+            Tool::Xz => find_in_path("xz").is_some(),
+            Tool::CheckpatchPython => Command::new("python3")
+                .args(["-c", "import ply, git"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success()),
         }
     }
 }
@@ -103,6 +146,14 @@ fn parse_targets(toml: &str) -> Vec<String> {
 /// toolchain file lists them, but with RUSTUP_AUTO_INSTALL=0 rustup does not
 /// act on that by itself.)
 pub fn ensure_rust_target(ws: &Workspace) -> Result<()> {
+    let wanted = wanted_targets(ws);
+    let wanted: Vec<&str> = wanted.iter().map(String::as_str).collect();
+    ensure_targets(ws, &wanted)
+}
+
+/// Makes sure the pinned toolchain has `targets` (with rustup: adds the
+/// missing ones).
+pub fn ensure_targets(ws: &Workspace, targets: &[&str]) -> Result<()> {
     if find_in_path("rustup").is_none() {
         // Not a rustup toolchain: all we can do is check the sysroot.
         let out = Command::new("rustc")
@@ -111,12 +162,15 @@ pub fn ensure_rust_target(ws: &Workspace) -> Result<()> {
             .output()
             .context("cannot run rustc to find the sysroot")?;
         let sysroot = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        let lib = Path::new(&sysroot).join("lib/rustlib").join(TARGET);
-        ensure!(
-            lib.is_dir(),
-            "the Rust toolchain at {sysroot} has no {TARGET} target and rustup is not \
-             installed; install rustup, or add the target's standard library to this toolchain"
-        );
+        for target in targets {
+            let lib = Path::new(&sysroot).join("lib/rustlib").join(target);
+            ensure!(
+                lib.is_dir(),
+                "the Rust toolchain at {sysroot} has no {target} target and rustup is not \
+                 installed; install rustup, or add the target's standard library to this \
+                 toolchain"
+            );
+        }
         return Ok(());
     }
     let out = Command::new("rustup")
@@ -133,9 +187,10 @@ pub fn ensure_rust_target(ws: &Workspace) -> Result<()> {
         ws.root.display()
     );
     let installed = String::from_utf8_lossy(&out.stdout);
-    let missing: Vec<String> = wanted_targets(ws)
-        .into_iter()
-        .filter(|t| !installed.lines().any(|l| l.trim() == t))
+    let missing: Vec<&str> = targets
+        .iter()
+        .copied()
+        .filter(|t| !installed.lines().any(|l| l.trim() == *t))
         .collect();
     if missing.is_empty() {
         return Ok(());
@@ -164,7 +219,10 @@ pub fn ensure_tools(tools: &[Tool]) -> Result<()> {
     if missing.is_empty() {
         return Ok(());
     }
-    let mut packages: Vec<&str> = missing.iter().map(|t| t.package()).collect();
+    let mut packages: Vec<&str> = missing
+        .iter()
+        .flat_map(|t| t.package().split_whitespace())
+        .collect();
     // U-Boot is small and the boot tests need it: fetch it along with QEMU.
     if missing.contains(&Tool::Qemu) && !Tool::UBoot.present() {
         packages.push(Tool::UBoot.package());
@@ -175,7 +233,10 @@ pub fn ensure_tools(tools: &[Tool]) -> Result<()> {
         .map(|t| t.what())
         .collect::<Vec<_>>()
         .join(", ");
-    let command = format!("apt-get install -y {}", packages.join(" "));
+    let command = format!(
+        "apt-get install -y --no-install-recommends {}",
+        packages.join(" ")
+    );
     if !sys::is_root() {
         bail!(
             "{what} not found; install it with `sudo {command}` (Debian/Ubuntu package names) \
@@ -191,9 +252,10 @@ pub fn ensure_tools(tools: &[Tool]) -> Result<()> {
     }
     eprintln!("xtask: {what} missing; running `apt-get update && {command}` (takes ~30 s)");
     apt_get(&["update", "-q"])?;
-    let mut args = vec!["install", "-y", "-q"];
+    let mut args = vec!["install", "-y", "-q", "--no-install-recommends"];
     args.extend(&packages);
     apt_get(&args)?;
+    eprintln!("xtask: installed {}", packages.join(" "));
     let still: Vec<String> = missing
         .iter()
         .filter(|t| !t.present())
