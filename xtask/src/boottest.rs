@@ -113,6 +113,10 @@ pub enum Check {
     /// Stock Linux VMs booted, found the hypervisor and powered off
     /// ([`crate::linuxtest::LinuxExpect`]).
     Linux(crate::linuxtest::LinuxExpect),
+    /// The project's PV-lock Linux guest booted, used (or did not use) the
+    /// PV-lock services as offered, and its `/init` steps passed
+    /// ([`crate::linuxpvtest::LinuxPvExpect`]).
+    LinuxPv(crate::linuxpvtest::LinuxPvExpect),
     /// A timed lockbench run with `vcpus` vCPUs beside other VMs
     /// ([`crate::soak::check_lock`]): exact data, the verdict.
     LockSoak { vcpus: usize },
@@ -1135,6 +1139,7 @@ impl Check {
             }
             Check::SmpOnline(n) => check_smp(lines, *n),
             Check::Linux(expect) => crate::linuxtest::check(lines, expect),
+            Check::LinuxPv(expect) => crate::linuxpvtest::check(lines, expect),
             Check::LockSoak { vcpus } => crate::soak::check_lock(lines, *vcpus),
             Check::Irq { vcpus, rounds } => crate::irqtest::check(lines, *vcpus, *rounds),
             Check::Hostile { vm } => crate::hostiletest::check(lines, *vm),

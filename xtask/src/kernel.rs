@@ -180,6 +180,76 @@ pub fn build(ws: &Workspace, flavor: Flavor) -> Result<Built> {
     })
 }
 
+/// Runs the base tree's `scripts/checkpatch.pl --strict` over the series
+/// (in the patched tree, which [`build`] left in place): every patch must
+/// end with `total: 0 errors, 0 warnings, 0 checks`.
+pub fn checkpatch(ws: &Workspace) -> Result<()> {
+    setup::ensure_tools(&[Tool::CheckpatchPython])?;
+    let tree = ws
+        .xtask_dir()?
+        .join("kernel")
+        .join(Flavor::Patched.name())
+        .join("src")
+        .join(TREE_TOP);
+    ensure!(
+        tree.join("scripts/checkpatch.pl").is_file(),
+        "no patched tree at {} (cargo xtask linux-build makes it)",
+        tree.display()
+    );
+    let patches = series(ws)?;
+    // checkpatch starts scripts/spdxcheck.py through `env python3`: the
+    // system's, which has the modules, must come first.
+    let path = std::env::var("PATH").unwrap_or_default();
+    let system_bin = Path::new(setup::SYSTEM_PYTHON)
+        .parent()
+        .map_or_else(String::new, |d| d.display().to_string());
+    let out = Command::new("perl")
+        .current_dir(&tree)
+        .env("PATH", format!("{system_bin}:{path}"))
+        .arg("scripts/checkpatch.pl")
+        .args(["--strict", "--color=never"])
+        .args(&patches)
+        .output()
+        .context("cannot run perl scripts/checkpatch.pl")?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    checkpatch_verdict(&text, patches.len())
+}
+
+/// Judges checkpatch's output for `patches` patches.
+fn checkpatch_verdict(text: &str, patches: usize) -> Result<()> {
+    let totals: Vec<&str> = text.lines().filter(|l| l.starts_with("total: ")).collect();
+    let clean = totals
+        .iter()
+        .filter(|l| l.starts_with("total: 0 errors, 0 warnings, 0 checks"))
+        .count();
+    ensure!(
+        !text.contains("Traceback"),
+        "checkpatch's SPDX check crashed: {}",
+        text.lines()
+            .find(|l| l.contains("Error"))
+            .unwrap_or("see its output")
+    );
+    ensure!(
+        totals.len() == patches && clean == patches,
+        "checkpatch --strict is not clean on every patch:\n{}",
+        text.lines()
+            .filter(|l| {
+                l.starts_with("ERROR")
+                    || l.starts_with("WARNING")
+                    || l.starts_with("CHECK")
+                    || l.starts_with("total")
+                    || l.starts_with('#')
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    Ok(())
+}
+
 /// The installed source package's version.
 fn source_version() -> Result<String> {
     let out = Command::new("dpkg-query")
@@ -376,6 +446,24 @@ pub fn check_config(fragment: &str, config: &str, skip: &[String]) -> Result<(),
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn checkpatch_must_be_clean_on_every_patch() {
+        let clean = "total: 0 errors, 0 warnings, 0 checks, 96 lines checked\n";
+        assert!(checkpatch_verdict(&clean.repeat(2), 2).is_ok());
+        assert!(checkpatch_verdict(clean, 2).is_err(), "a patch not checked");
+        let warned = format!(
+            "{clean}WARNING: line length of 101 exceeds 100 columns\n#5: FILE: a.c:1:\n\
+             total: 0 errors, 1 warnings, 0 checks, 9 lines checked\n"
+        );
+        let why = checkpatch_verdict(&warned, 2).unwrap_err().to_string();
+        assert!(
+            why.contains("line length") && why.contains("1 warnings"),
+            "{why}"
+        );
+        let crashed = format!("Traceback (most recent call last):\n{}", clean.repeat(2));
+        assert!(checkpatch_verdict(&crashed, 2).is_err());
+    }
 
     #[test]
     fn keys_change_with_every_input_and_only_then() {

@@ -227,13 +227,7 @@ pub const KERNEL_TROUBLE: [&str; 10] = [
 /// `lgtest=input` reads a line from the console and prints it.
 pub fn init_script() -> String {
     let mut s = String::from("#!/bin/sh\n");
-    let _ = writeln!(s, "mount -t proc proc /proc");
-    let _ = writeln!(s, "mount -t sysfs sys /sys");
-    let _ = writeln!(s, "echo \"{INIT_BANNER}\"");
-    let _ = writeln!(
-        s,
-        "echo \"linux-guest: cpus online $(cat /sys/devices/system/cpu/online)\""
-    );
+    write_init_prologue(&mut s);
     let _ = writeln!(
         s,
         "reset=$(od -An -tx1 /proc/device-tree/chosen/{} | tr -d ' \\n')",
@@ -259,6 +253,25 @@ pub fn init_script() -> String {
          ( while :; do :; done ) &\n  pids=\"$pids $!\"\n  i=$((i + 1))\ndone"
     );
     let _ = writeln!(s, "sleep $busy\nkill $pids");
+    write_init_epilogue(&mut s);
+    s
+}
+
+/// The first lines of every guest `/init`: /proc and /sys mounted, the
+/// banner, the CPUs online.
+pub fn write_init_prologue(s: &mut String) {
+    let _ = writeln!(s, "mount -t proc proc /proc");
+    let _ = writeln!(s, "mount -t sysfs sys /sys");
+    let _ = writeln!(s, "echo \"{INIT_BANNER}\"");
+    let _ = writeln!(
+        s,
+        "echo \"linux-guest: cpus online $(cat /sys/devices/system/cpu/online)\""
+    );
+}
+
+/// The last lines of every guest `/init`: the stolen time, the kernel's
+/// complaints counted in `dmesg`, a clean power-off.
+pub fn write_init_epilogue(s: &mut String) {
     // /proc/stat's first line: cpu user nice system idle iowait irq softirq steal ...
     let _ = writeln!(
         s,
@@ -271,7 +284,6 @@ pub fn init_script() -> String {
     );
     let _ = writeln!(s, "echo \"{INIT_DONE}\"");
     let _ = writeln!(s, "poweroff -f");
-    s
 }
 
 /// The busybox applets `/init` runs, linked into `/bin`.

@@ -30,7 +30,9 @@ use anyhow::{Context, Result, ensure};
 
 use crate::Workspace;
 use crate::kernel::{self, Flavor};
-use crate::linux::{self, INIT_BANNER, INIT_DONE, KERNEL_TROUBLE, LinuxGuest};
+use crate::linux::{self, LinuxGuest};
+#[cfg(test)]
+use crate::linux::{INIT_BANNER, INIT_DONE};
 use crate::setup;
 
 /// The userland program's package, and the target it is built for.
@@ -123,15 +125,9 @@ pub fn obtain(ws: &Workspace, flavor: Flavor) -> Result<LinuxGuest> {
 /// The guest's `/init` (see the module documentation).
 pub fn init_script() -> String {
     let mut s = String::from("#!/bin/sh\n");
-    let _ = writeln!(s, "mount -t proc proc /proc");
-    let _ = writeln!(s, "mount -t sysfs sys /sys");
+    linux::write_init_prologue(&mut s);
     let _ = writeln!(s, "mount -t debugfs debugfs /sys/kernel/debug");
     let _ = writeln!(s, "mount -t tmpfs tmpfs /tmp");
-    let _ = writeln!(s, "echo \"{INIT_BANNER}\"");
-    let _ = writeln!(
-        s,
-        "echo \"linux-guest: cpus online $(cat /sys/devices/system/cpu/online)\""
-    );
     let _ = writeln!(s, "echo \"linux-guest: kernel $(uname -r)\"");
     let _ = writeln!(s, "vcpus=/sys/kernel/debug/pvlock/vcpus");
     let _ = writeln!(
@@ -151,18 +147,7 @@ pub fn init_script() -> String {
          *) echo \"linux-guest: unknown step $step\"; false ;;\n  esac\n  \
          echo \"{STEP_PREFIX}$step exit $?\"\ndone"
     );
-    // /proc/stat's first line: cpu user nice system idle iowait irq softirq steal ...
-    let _ = writeln!(
-        s,
-        "echo \"linux-guest: steal $(awk '/^cpu / {{ print $9 }}' /proc/stat)\""
-    );
-    let _ = writeln!(
-        s,
-        "echo \"linux-guest: kernel warnings $(dmesg | grep -c -e '{}')\"",
-        KERNEL_TROUBLE.join("' -e '")
-    );
-    let _ = writeln!(s, "echo \"{INIT_DONE}\"");
-    let _ = writeln!(s, "poweroff -f");
+    linux::write_init_epilogue(&mut s);
     s
 }
 

@@ -176,6 +176,8 @@ pub fn check(lines: &[&str], expect: &LinuxExpect) -> Result<(), String> {
         return Err(format!("a kernel complained: {trouble:?}"));
     }
     exactly("linux-guest: kernel warnings 0", expect.vms)?;
+    // Stock kernels have no PV-lock driver, whatever el2 offers them.
+    exactly(crate::linuxpvtest::PVLOCK_PREFIX, 0)?;
     if let Some(line) = expect.input {
         exactly(&format!("linux-guest: read '{line}'"), expect.vms)?;
     }

@@ -14,6 +14,7 @@ mod irqtest;
 mod kernel;
 mod linux;
 mod linuxpv;
+mod linuxpvtest;
 mod linuxtest;
 mod qemu;
 mod setup;

@@ -14,6 +14,9 @@ use crate::{Workspace, sys};
 
 pub const QEMU: &str = "qemu-system-aarch64";
 pub const GDB: &str = "gdb-multiarch";
+/// The system's Python, where Debian's `python3-*` packages are (another
+/// `python3` may come first on PATH, e.g. pyenv's).
+pub const SYSTEM_PYTHON: &str = "/usr/bin/python3";
 /// The arm64 cross compiler's driver (Debian's `gcc-aarch64-linux-gnu`).
 pub const CROSS_GCC: &str = "aarch64-linux-gnu-gcc";
 pub const UBOOT_BIN: &str = "/usr/lib/u-boot/qemu_arm64/u-boot.bin";
@@ -79,7 +82,7 @@ impl Tool {
             Tool::Bc => "bc".to_string(),
             Tool::Make => "make".to_string(),
             Tool::Xz => "xz".to_string(),
-            Tool::CheckpatchPython => "the Python modules ply and git".to_string(),
+            Tool::CheckpatchPython => format!("the Python modules ply and git for {SYSTEM_PYTHON}"),
         }
     }
 
@@ -97,7 +100,7 @@ impl Tool {
             Tool::Bc => find_in_path("bc").is_some(),
             Tool::Make => find_in_path("make").is_some(),
             Tool::Xz => find_in_path("xz").is_some(),
-            Tool::CheckpatchPython => Command::new("python3")
+            Tool::CheckpatchPython => Command::new(SYSTEM_PYTHON)
                 .args(["-c", "import ply, git"])
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())

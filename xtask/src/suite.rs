@@ -17,8 +17,8 @@ use crate::guests::{self, Guests};
 use crate::qemu::{self, Console, Echo, RunSpec};
 use crate::setup::{self, Tool};
 use crate::{
-    FATAL_GRACE, Workspace, display_command, dtedit, hostiletest, image, irqtest, linux, linuxtest,
-    uefi, vm,
+    FATAL_GRACE, Workspace, display_command, dtedit, hostiletest, image, irqtest, kernel, linux,
+    linuxpv, linuxpvtest, linuxtest, uefi, vm,
 };
 
 /// The host checks: (name, cargo arguments).
@@ -106,6 +106,7 @@ pub fn test(ws: &Workspace, o: &TestOpts) -> Result<ExitCode> {
     let mut all = boottest::boot_tests();
     all.extend(boottest::vm_tests());
     all.extend(linuxtest::tests(&linux_dir));
+    all.extend(linuxpvtest::tests(&ws.xtask_dir()?));
     all.extend(irqtest::tests());
     all.extend(hostiletest::tests());
     all.extend(uefi::tests());
@@ -218,6 +219,32 @@ fn boot_tests(ws: &Workspace, o: &TestOpts, tests: &[BootTest], tally: &mut Tall
     } else {
         None
     };
+    // The project's own guest kernel is built (once; then cached) only if
+    // a test that boots it is selected; its series is checked with the
+    // tree's checkpatch then, as a test of its own.
+    let xtask_dir = ws.xtask_dir();
+    let needs_pv = |t: &BootTest| {
+        xtask_dir
+            .as_ref()
+            .is_ok_and(|dir| linuxpvtest::needs_guest(t, dir))
+    };
+    let pv_guest = if tests.iter().any(needs_pv) {
+        let guest = linuxpv::obtain(ws, kernel::Flavor::Patched).map_err(|e| format!("{e:#}"));
+        let name = "linux series checkpatch --strict";
+        print!("{name} ... ");
+        let _ = std::io::stdout().flush();
+        let start = Instant::now();
+        let verdict = match &guest {
+            Ok(_) => kernel::checkpatch(ws)
+                .map(|()| start.elapsed().as_secs_f64())
+                .map_err(|e| format!("{e:#}")),
+            Err(why) => Err(format!("not run: no patched tree: {why}")),
+        };
+        tally.record(name, verdict, true);
+        Some(guest)
+    } else {
+        None
+    };
     // Likewise the UEFI firmware, only for the tests that boot through it.
     let firmware = if tests.iter().any(uefi::needs_firmware) {
         Some(setup::ensure_tools(&[Tool::Uefi]).map_err(|e| format!("{e:#}")))
@@ -229,6 +256,16 @@ fn boot_tests(ws: &Workspace, o: &TestOpts, tests: &[BootTest], tally: &mut Tall
             && let Some(Err(why)) = &firmware
         {
             tally.record(&t.name, Err(format!("not run: {why}")), false);
+            continue;
+        }
+        if needs_pv(t)
+            && let Some(Err(why)) = &pv_guest
+        {
+            tally.record(
+                &t.name,
+                Err(format!("not run: no PV-lock Linux guest: {why}")),
+                false,
+            );
             continue;
         }
         if needs_linux(t)
