@@ -10,26 +10,29 @@
 //! start delay in [0, 2 ms) after being released, so that a seed names
 //! one of many slightly different, reproducible runs.
 //!
-//! The bases make one copy take roughly 20 to 100 ms on an x86-64 host at
-//! `--scale 1` (medians of five runs of one copy on the project's 2-core
-//! x86-64 development VM, release build; the arm64 guests under QEMU are
-//! some 20 to 50 times slower, and xtask picks the scale):
+//! The bases make each test take about 0.4 s of guest time at `--scale 1`
+//! with one copy per vCPU and as many vCPUs as physical CPUs (a Linux VM
+//! of the hypervisor with 2 vCPUs on 2 pCPUs under multi-threaded QEMU 7.2
+//! TCG on the project's 2-core x86-64 machine kind, which is what `cargo
+//! xtask bench --linux` runs at 1x); an x86-64 host runs them some 50
+//! times faster. `shell1` and `shell8` are single iterations of a few
+//! hundred milliseconds already.
 //!
-//! | test | one iteration | ops per iteration | base | host ms per copy |
+//! | test | one iteration | ops per iteration | base | guest s at 1x |
 //! |---|---|---|---|---|
-//! | `execl` | one `execve` of `/proc/self/exe` | 1 | 30 | 50 |
-//! | `spawn` | `fork`, child `_exit(0)`, `waitpid` | 1 | 350 | 40 |
-//! | `fcopy-256` | copy a 1 MiB file over another with 256 B `read`/`write` | 1024 (KiB) | 18 | 65 |
-//! | `fcopy-1024` | the same with 1 KiB | 1024 (KiB) | 70 | 70 |
-//! | `fcopy-4096` | the same with 4 KiB | 1024 (KiB) | 250 | 65 |
-//! | `pipe` | `write` 512 B to a pipe, `read` them back | 1 | 120 000 | 50 |
-//! | `context1` | a `u32` to a child process and back, through two pipes | 1 | 10 000 | 30 (400 when each wake-up crosses CPUs) |
-//! | `shell1` | `sh -c` [`SHELL_SCRIPT`] | 1 | 2 | 60 |
-//! | `shell8` | 8 of those at once, then wait for all | 8 | 1 | 80 |
-//! | `syscall` | `getpid`, `dup(0)` + `close`, `umask`, `getuid` | 1 | 100 000 | 65 |
-//! | `hackbench` | a 100 B message from each of 5 senders to each of 5 receivers | 25 | 4 000 | 50 |
-//! | `mmap` | `mmap` 64 KiB, touch a page, `munmap`; the copies are threads of one process | 1 | 10 000 | 70 |
-//! | `filewrite` | `pwrite` 4 KiB at the copy's own offset of one shared file; the copies are threads | 1 | 100 000 | 50 |
+//! | `execl` | one `execve` of `/proc/self/exe` | 1 | 120 | 0.4 |
+//! | `spawn` | `fork`, child `_exit(0)`, `waitpid` | 1 | 130 | 0.4 |
+//! | `fcopy-256` | copy a 256 KiB file over another with 256 B `read`/`write` | 256 (KiB) | 16 | 0.4 |
+//! | `fcopy-1024` | the same with 1 KiB | 256 (KiB) | 52 | 0.4 |
+//! | `fcopy-4096` | the same with 4 KiB | 256 (KiB) | 200 | 0.4 |
+//! | `pipe` | `write` 512 B to a pipe, `read` them back | 1 | 14 000 | 0.4 |
+//! | `context1` | a `u32` to a child process and back, through two pipes | 1 | 1 150 | 0.4 |
+//! | `shell1` | `sh -c` [`SHELL_SCRIPT`] | 1 | 2 | 0.37 |
+//! | `shell8` | 8 of those at once, then wait for all | 8 | 1 | 1.3 |
+//! | `syscall` | `getpid`, `dup(0)` + `close`, `umask`, `getuid` | 1 | 8 000 | 0.4 |
+//! | `hackbench` | a 100 B message from each of 5 senders to each of 5 receivers | 25 | 650 | 0.4 |
+//! | `mmap` | `mmap` 64 KiB, touch a page, `munmap`; the copies are threads of one process | 1 | 700 | 0.4 |
+//! | `filewrite` | `pwrite` 4 KiB at the copy's own offset of one shared file; the copies are threads | 1 | 60 000 | 0.4 |
 //!
 //! `shell8` cannot be scaled below one iteration (8 scripts) per copy,
 //! nor any test below one iteration.
@@ -94,7 +97,7 @@ pub const BENCH_TESTS: [&str; 13] = [
 ];
 
 /// The file each `fcopy` copy copies.
-pub const FCOPY_FILE_BYTES: usize = 1 << 20;
+pub const FCOPY_FILE_BYTES: usize = 256 << 10;
 /// What `pipe` writes and reads per iteration.
 pub const PIPE_MESSAGE_BYTES: usize = 512;
 /// The shells `shell8` starts per iteration.
@@ -161,19 +164,19 @@ impl BenchTest {
     /// Iterations per copy at scale 1 (the module's table).
     pub fn base_iterations(self) -> u64 {
         match self {
-            Self::Execl => 30,
-            Self::Spawn => 350,
-            Self::Fcopy256 => 18,
-            Self::Fcopy1024 => 70,
-            Self::Fcopy4096 => 250,
-            Self::Pipe => 120_000,
-            Self::Context1 => 10_000,
+            Self::Execl => 120,
+            Self::Spawn => 130,
+            Self::Fcopy256 => 16,
+            Self::Fcopy1024 => 52,
+            Self::Fcopy4096 => 200,
+            Self::Pipe => 14_000,
+            Self::Context1 => 1_150,
             Self::Shell1 => 2,
             Self::Shell8 => 1,
-            Self::Syscall => 100_000,
-            Self::Hackbench => 4_000,
-            Self::Mmap => 10_000,
-            Self::Filewrite => 100_000,
+            Self::Syscall => 8_000,
+            Self::Hackbench => 650,
+            Self::Mmap => 700,
+            Self::Filewrite => 60_000,
         }
     }
 
@@ -260,7 +263,7 @@ mod tests {
             assert!(test.ops(1) > 0);
         }
         assert_eq!(BenchTest::from_name("nosuch"), None);
-        assert_eq!(BenchTest::Fcopy1024.ops(3), 3 * 1024);
+        assert_eq!(BenchTest::Fcopy1024.ops(3), 3 * 256);
         assert_eq!(BenchTest::Hackbench.ops(2), 50);
         assert_eq!(BenchTest::Shell8.ops(2), 16);
         assert_eq!(BenchTest::Execl.ops(u64::MAX), u64::MAX);
@@ -275,7 +278,7 @@ mod tests {
                 assert_eq!(plan.start_delay_ns, 0);
             }
         }
-        assert_eq!(copy_plan(BenchTest::Pipe, 0, 0.05, None).iterations, 6_000);
+        assert_eq!(copy_plan(BenchTest::Pipe, 0, 0.05, None).iterations, 700);
         assert_eq!(copy_plan(BenchTest::Shell8, 0, 0.05, None).iterations, 1);
         assert_eq!(copy_plan(BenchTest::Shell8, 0, 1e-9, None).iterations, 1);
         assert_eq!(
@@ -298,7 +301,7 @@ mod tests {
         assert_eq!(
             copy_plan(BenchTest::Syscall, 3, 1.0, Some(2024)),
             CopyPlan {
-                iterations: 94_269,
+                iterations: 7_542,
                 start_delay_ns: 567_267,
             }
         );
