@@ -236,7 +236,7 @@ pub fn verdicts(summary: &Summary, targets: &Targets) -> Vec<Verdict> {
 }
 
 /// Pretty-prints a value as JSON, with a final newline.
-fn to_pretty_json<T: Serialize>(value: &T) -> String {
+pub(crate) fn to_pretty_json<T: Serialize>(value: &T) -> String {
     // Cannot fail: serde_json only fails on maps with non-string keys and on
     // errors a `Serialize` impl raises itself; every type this module
     // serialises has string keys and derived (or infallible) impls, and a
@@ -507,7 +507,7 @@ pub fn markdown(
 
 /// Tick values for an axis from 0 up to at least `max`: 4 to 6 values, evenly
 /// spaced by 1, 2, 2.5 or 5 times a power of ten.
-fn nice_ticks(max: f64) -> Vec<f64> {
+pub(crate) fn nice_ticks(max: f64) -> Vec<f64> {
     let max = if max.is_finite() && max > 0.0 {
         max
     } else {
@@ -545,7 +545,7 @@ fn nice_ticks(max: f64) -> Vec<f64> {
 
 /// Labels for the ticks, shortened with k, M or G after the largest tick:
 /// `0`, `2.5M`, `5M`.
-fn tick_labels(ticks: &[f64]) -> Vec<String> {
+pub(crate) fn tick_labels(ticks: &[f64]) -> Vec<String> {
     let top = ticks.iter().copied().fold(0.0, f64::max);
     let (unit, suffix) = if top >= 1e9 {
         (1e9, "G")
@@ -569,7 +569,7 @@ fn tick_labels(ticks: &[f64]) -> Vec<String> {
 }
 
 /// Escapes text for an XML text node or attribute value.
-fn xml_escape(text: &str) -> String {
+pub(crate) fn xml_escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for ch in text.chars() {
         match ch {
@@ -585,7 +585,7 @@ fn xml_escape(text: &str) -> String {
 }
 
 /// A coordinate with at most one decimal: `12`, `12.5`.
-fn coord(v: f64) -> String {
+pub(crate) fn coord(v: f64) -> String {
     let s = format!("{v:.1}");
     match s.strip_suffix(".0") {
         Some("-0") => "0".to_string(),
@@ -635,42 +635,12 @@ pub fn svg_plot(cells: &[Cell], pcpus: u32, hog: bool) -> String {
         PLOT_LEFT + (i as f64 + 0.5) * slot
     };
     let y_at = |v: f64| PLOT_BOTTOM - v / top_tick * (PLOT_BOTTOM - PLOT_TOP);
-    let (w, h) = (coord(SVG_WIDTH), coord(SVG_HEIGHT));
     let (left, right) = (coord(PLOT_LEFT), coord(PLOT_RIGHT));
     let (top, bottom) = (coord(PLOT_TOP), coord(PLOT_BOTTOM));
 
-    let mut out = String::new();
-    // Writing to a String cannot fail.
-    let _ = writeln!(
-        out,
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" \
-         viewBox=\"0 0 {w} {h}\" font-family=\"sans-serif\" font-size=\"12\">"
-    );
-    let _ = writeln!(out, "<rect width=\"{w}\" height=\"{h}\" fill=\"#ffffff\"/>");
     let title = format!("Lock throughput vs overcommit, {}", group_title(pcpus, hog));
-    let _ = writeln!(
-        out,
-        "<text x=\"{}\" y=\"28\" text-anchor=\"middle\" font-size=\"16\">{}</text>",
-        coord(SVG_WIDTH / 2.0),
-        xml_escape(&title)
-    );
-
-    // Gridlines and y labels.
-    for (tick, label) in ticks.iter().zip(tick_labels(&ticks)) {
-        let y = y_at(*tick);
-        let _ = writeln!(
-            out,
-            "<line x1=\"{left}\" y1=\"{y}\" x2=\"{right}\" y2=\"{y}\" stroke=\"#dddddd\"/>",
-            y = coord(y)
-        );
-        let _ = writeln!(
-            out,
-            "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>",
-            coord(PLOT_LEFT - 8.0),
-            coord(y + 4.0),
-            xml_escape(&label)
-        );
-    }
+    let mut out = svg_open(SVG_WIDTH, SVG_HEIGHT, &title);
+    svg_y_grid(&mut out, &ticks, y_at, PLOT_LEFT, PLOT_RIGHT);
 
     // Axes and x labels.
     let _ = writeln!(
@@ -766,6 +736,55 @@ pub fn svg_plot(cells: &[Cell], pcpus: u32, hog: bool) -> String {
     }
     out.push_str("</svg>\n");
     out
+}
+
+/// The start of a plot: the `svg` element, a white background and the
+/// title, centred at the top.
+pub(crate) fn svg_open(width: f64, height: f64, title: &str) -> String {
+    let (w, h) = (coord(width), coord(height));
+    let mut out = String::new();
+    // Writing to a String cannot fail.
+    let _ = writeln!(
+        out,
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" \
+         viewBox=\"0 0 {w} {h}\" font-family=\"sans-serif\" font-size=\"12\">"
+    );
+    let _ = writeln!(out, "<rect width=\"{w}\" height=\"{h}\" fill=\"#ffffff\"/>");
+    let _ = writeln!(
+        out,
+        "<text x=\"{}\" y=\"28\" text-anchor=\"middle\" font-size=\"16\">{}</text>",
+        coord(width / 2.0),
+        xml_escape(title)
+    );
+    out
+}
+
+/// A horizontal gridline from `left` to `right` at each tick, labelled on
+/// the left.
+pub(crate) fn svg_y_grid(
+    out: &mut String,
+    ticks: &[f64],
+    y_at: impl Fn(f64) -> f64,
+    left: f64,
+    right: f64,
+) {
+    for (tick, label) in ticks.iter().zip(tick_labels(ticks)) {
+        let y = y_at(*tick);
+        let _ = writeln!(
+            out,
+            "<line x1=\"{}\" y1=\"{y}\" x2=\"{}\" y2=\"{y}\" stroke=\"#dddddd\"/>",
+            coord(left),
+            coord(right),
+            y = coord(y)
+        );
+        let _ = writeln!(
+            out,
+            "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>",
+            coord(left - 8.0),
+            coord(y + 4.0),
+            xml_escape(&label)
+        );
+    }
 }
 
 /// The line that opens the generated section of `docs/benchmarks.md`.

@@ -108,6 +108,12 @@ TEST OPTIONS:
     Consoles of boot tests are saved in target/xtask/boot-logs/.
 
 BENCH OPTIONS:
+    --linux            The Linux workload benchmark instead of the lock benchmark: the
+                       project's 6.12 kernel with and without the PV-lock series, 2 pCPUs,
+                       2/4/8 vCPUs, alone and beside a CPU-hog VM, multi-threaded TCG (5 runs
+                       per cell) and icount (3 seeds); bare QEMU as the reference. Writes
+                       target/xtask/bench-linux/results.json and docs/benchmarks-linux.md
+                       (about 75 minutes; --quick: 1x and 2x, no hog, 3 runs: under 10)
     --quick            A reduced matrix (2 pCPUs; 1x and 2x overcommit; shorter runs): minutes
     --hog              Also run every cell beside a VM of CPU hogs (the seed 000 set-up)
     --json FILE        Also write the summary (speedup_2x, retention_2x,
@@ -164,6 +170,8 @@ pub struct SoakOpts {
 #[derive(Debug)]
 pub struct BenchOpts {
     pub build: BuildOpts,
+    /// `--linux`: the Linux workload benchmark instead of the lock one.
+    pub linux: bool,
     pub quick: bool,
     pub hog: bool,
     pub json: Option<PathBuf>,
@@ -384,6 +392,7 @@ pub fn parse(args: Vec<String>) -> Result<Cmd> {
 fn parse_bench(p: &mut Parser) -> Result<Cmd> {
     let mut o = BenchOpts {
         build: default_build(),
+        linux: false,
         quick: false,
         hog: false,
         json: None,
@@ -399,6 +408,10 @@ fn parse_bench(p: &mut Parser) -> Result<Cmd> {
                 p.flag(&opt)?;
                 o.quick = true;
             }
+            "--linux" => {
+                p.flag(&opt)?;
+                o.linux = true;
+            }
             "--hog" => {
                 p.flag(&opt)?;
                 o.hog = true;
@@ -411,6 +424,10 @@ fn parse_bench(p: &mut Parser) -> Result<Cmd> {
             _ => return Err(p.unknown(&opt)),
         }
     }
+    ensure!(
+        !(o.linux && o.hog),
+        "bench --linux runs beside the hog anyway (every cell but --quick's): drop --hog"
+    );
     Ok(Cmd::Bench(o))
 }
 

@@ -2,6 +2,8 @@
 //! hypervisor. See `cargo xtask help`.
 
 mod bench;
+mod bench_linux;
+mod bench_linux_report;
 mod bench_report;
 mod boottest;
 mod cli;
@@ -113,6 +115,7 @@ fn dispatch(cmd: Cmd) -> Result<ExitCode> {
         Cmd::Run(o) => run(&ws, &o),
         Cmd::Gdb(o) => gdb::gdb(&ws, &o),
         Cmd::Test(o) => suite::test(&ws, &o),
+        Cmd::Bench(o) if o.linux => bench_linux::bench(&ws, &o),
         Cmd::Bench(o) => bench::bench(&ws, &o),
         Cmd::Soak(o) => soak::soak(&ws, &o),
         Cmd::LinuxBuild(o) => {

@@ -1,0 +1,502 @@
+//! `cargo xtask bench --linux`: the Linux workload benchmark of
+//! docs/benchmarks-linux.md. Each run boots el2 with one Linux VM (the
+//! project's 6.12 kernel, with or without the PV-lock series, same tree and
+//! configuration, and the same VM description: openEuler PV lock and PV
+//! time offered to both) whose `/init` runs `pvlinux bench`; or, as the
+//! no-hypervisor reference, the stock kernel on bare QEMU.
+//!
+//! The matrix ([`matrix`]), 2 pCPUs throughout:
+//!
+//! | timing | kernels | vCPUs | hog | runs per cell |
+//! |---|---|---|---|---|
+//! | multi-threaded TCG (the headline) | stock, patched | 2, 4, 8 (1x, 2x, 4x) | without and beside a CPU-hog VM | 5 |
+//! | multi-threaded TCG | stock on bare QEMU, 2 CPUs | - | - | 5 |
+//! | icount (deterministic) | stock, patched | 2, 4 | without | 3 perturbations (seeds 1, 2, 3) |
+//!
+//! `--quick`: multi-threaded TCG, 1x and 2x, without the hog, 3 runs per
+//! cell. Runs go repetition by repetition (every cell once, then again),
+//! so that a slow spell of the host spreads over the cells instead of
+//! sinking one. Under icount a seed shifts each test's iteration count
+//! (within +-10%) and each copy's start (`pvlinux bench --seed`).
+//!
+//! What the runs mean and the statistics are in [`crate::bench_linux_report`].
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Write as _;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use pvlinux::lines::{BenchDone, BenchFailed, BenchResult};
+use pvlinux::suite::BENCH_TESTS;
+use pvlock_abi::pvlock::Variant;
+
+use crate::bench::{self, Bench};
+use crate::bench_linux_report::{
+    self as report, CellKey, Kernel, PCPUS, Run, Timing, cell_stats, summarize, verdicts,
+};
+use crate::bench_report::update_generated_section;
+use crate::boottest::{BootTest, Check, Kernel as BootKernel, Outcome};
+use crate::cli::BenchOpts;
+use crate::kernel::Flavor;
+use crate::linux::{self, INIT_DONE, KERNEL_TROUBLE, LinuxGuest};
+use crate::qemu::{self, Machine};
+use crate::vm::{PvLock, VmConfig};
+use crate::{Workspace, linuxpv};
+
+/// `pvlinux bench --scale` per timing mode: under icount one instruction
+/// is one nanosecond, so the guest runs some ten times more work per
+/// second of its time than under multi-threaded TCG; the larger scale keeps
+/// each test at tens of time slices.
+const MTTCG_SCALE: f64 = 1.0;
+const ICOUNT_SCALE: f64 = 3.0;
+
+/// Runs per cell.
+const MTTCG_RUNS: u32 = 5;
+const ICOUNT_RUNS: u32 = 3;
+const QUICK_RUNS: u32 = 3;
+
+/// Wall-clock limit of one run: the slowest cell (8 vCPUs beside the hog)
+/// takes about two minutes.
+const RUN_TIMEOUT: Duration = Duration::from_secs(900);
+
+/// How long the hog VM would compute (it is stopped with the run).
+const HOG_MS: u64 = 3_600_000;
+
+/// One run to make.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Plan {
+    pub cell: CellKey,
+    pub run: u32,
+    pub seed: Option<u64>,
+}
+
+impl Plan {
+    pub fn name(&self) -> String {
+        format!(
+            "{} run {}{}",
+            self.cell.describe(),
+            self.run,
+            self.seed.map_or(String::new(), |s| format!(" seed {s}"))
+        )
+    }
+}
+
+/// The matrix, repetition by repetition (module documentation).
+pub fn matrix(quick: bool) -> Vec<Plan> {
+    let key = |timing, kernel, ratio: u32, hog| CellKey {
+        timing,
+        kernel,
+        vcpus: PCPUS * ratio,
+        hog,
+    };
+    let mut mt: Vec<CellKey> = Vec::new();
+    let ratios: &[u32] = if quick { &[1, 2] } else { &[1, 2, 4] };
+    let hogs: &[bool] = if quick { &[false] } else { &[false, true] };
+    for &hog in hogs {
+        for &ratio in ratios {
+            for kernel in [Kernel::Stock, Kernel::Patched] {
+                mt.push(key(Timing::Mttcg, kernel, ratio, hog));
+            }
+        }
+    }
+    if !quick {
+        mt.push(key(Timing::Mttcg, Kernel::Bare, 1, false));
+    }
+    let runs = if quick { QUICK_RUNS } else { MTTCG_RUNS };
+    let mut plans = Vec::new();
+    for run in 0..runs {
+        plans.extend(mt.iter().map(|&cell| Plan {
+            cell,
+            run,
+            seed: None,
+        }));
+    }
+    if !quick {
+        let icount: Vec<CellKey> = [1, 2]
+            .into_iter()
+            .flat_map(|r| {
+                [Kernel::Stock, Kernel::Patched].map(|k| key(Timing::Icount, k, r, false))
+            })
+            .collect();
+        for run in 0..ICOUNT_RUNS {
+            plans.extend(icount.iter().map(|&cell| Plan {
+                cell,
+                run,
+                seed: Some(u64::from(run) + 1),
+            }));
+        }
+    }
+    plans
+}
+
+/// The guest's command line for `plan`.
+fn bootargs(plan: &Plan) -> String {
+    let scale = match plan.cell.timing {
+        Timing::Mttcg => MTTCG_SCALE,
+        Timing::Icount => ICOUNT_SCALE,
+    };
+    let mut args = format!("{} lgpv=bench lgscale={scale}", linux::BOOTARGS);
+    if let Some(seed) = plan.seed {
+        args.push_str(&format!(" lgseed={seed}"));
+    }
+    args
+}
+
+/// The results of one run's console: every test's ops/s, or why the run
+/// does not count.
+pub fn parse_run(plan: &Plan, console: &str, wall_secs: f64) -> Result<Run, String> {
+    // Beside the hog every guest line carries its VM's prefix.
+    let lines: Vec<&str> = console
+        .lines()
+        .map(|l| l.trim_end_matches('\r'))
+        .filter(|l| !plan.cell.hog || l.starts_with("[vm0]"))
+        .collect();
+    if let Some(trouble) = lines
+        .iter()
+        .find(|l| KERNEL_TROUBLE.iter().any(|t| l.contains(t)))
+    {
+        return Err(format!("the kernel complained: {trouble:?}"));
+    }
+    if let Some(failed) = lines.iter().find_map(|l| BenchFailed::parse(l)) {
+        return Err(format!("a test failed: {failed}"));
+    }
+    if !lines.iter().any(|l| BenchDone::parse(l).is_some()) {
+        return Err("no `pvlinux: bench done` line".into());
+    }
+    let mut ops_per_sec = BTreeMap::new();
+    for result in lines.iter().filter_map(|l| BenchResult::parse(l)) {
+        if result.copies != plan.cell.vcpus {
+            return Err(format!(
+                "{} ran {} copies, not {}",
+                result.test, result.copies, plan.cell.vcpus
+            ));
+        }
+        ops_per_sec.insert(result.test.clone(), result.ops_per_sec);
+    }
+    if let Some(missing) = BENCH_TESTS.iter().find(|t| !ops_per_sec.contains_key(**t)) {
+        return Err(format!("no result for {missing}"));
+    }
+    Ok(Run {
+        cell: plan.cell,
+        run: plan.run,
+        seed: plan.seed,
+        ops_per_sec,
+        wall_secs,
+    })
+}
+
+/// The two guests: (stock, patched), each with the initramfs.
+struct Guests {
+    stock: LinuxGuest,
+    patched: LinuxGuest,
+}
+
+impl Guests {
+    fn of(&self, kernel: Kernel) -> &LinuxGuest {
+        match kernel {
+            Kernel::Patched => &self.patched,
+            Kernel::Stock | Kernel::Bare => &self.stock,
+        }
+    }
+}
+
+/// Boots `plan` and measures it.
+fn run_plan(b: &Bench, guests: &Guests, plan: &Plan) -> Result<Run, String> {
+    let guest = guests.of(plan.cell.kernel);
+    let start = Instant::now();
+    let name = format!("bench-linux {}", plan.name());
+    let console = if plan.cell.kernel == Kernel::Bare {
+        let mut machine = Machine {
+            cpu: qemu::normalize_cpu("max,pauth=off"),
+            smp: plan.cell.vcpus,
+            virtualization: false,
+            mem: format!("{}M", linux::VM_MEMORY >> 20),
+            append: Some(bootargs(plan)),
+            ..Machine::default()
+        };
+        machine.icount = plan.cell.timing == Timing::Icount;
+        machine.extra_args.push("-initrd".into());
+        machine.extra_args.push(guest.initrd.display().to_string());
+        b.run_machine(&name, &machine, &guest.image, RUN_TIMEOUT, None)?
+    } else {
+        let mut vms = vec![VmConfig {
+            guest: guest.image.display().to_string(),
+            initrd: Some(guest.initrd.clone()),
+            memory: linux::VM_MEMORY,
+            bootargs: bootargs(plan),
+            pv_lock: Some(PvLock::Variant(Variant::OpenEuler)),
+            ..VmConfig::smp_demo(plan.cell.vcpus, "", 1)
+        }];
+        if plan.cell.hog {
+            vms.push(bench::hog_vm(PCPUS, HOG_MS / 2));
+        }
+        let t = BootTest {
+            name: name.clone(),
+            timeout: RUN_TIMEOUT,
+            outcome: Outcome::CleanExit,
+            checks: vec![Check::Banner],
+            dt_edit: None,
+            kernel: BootKernel::El2,
+            vms,
+            machine: Machine {
+                cpu: qemu::normalize_cpu("max,pauth=off"),
+                smp: PCPUS,
+                icount: plan.cell.timing == Timing::Icount,
+                ..Machine::default()
+            },
+        };
+        let (machine, image) = b.prepare_test(&t).map_err(|e| format!("{e:#}"))?;
+        // The hog computes for an hour: the run ends with the Linux VM.
+        let stop_on = plan.cell.hog.then_some(INIT_DONE);
+        b.run_machine(&name, &machine, &image, RUN_TIMEOUT, stop_on)?
+    };
+    parse_run(plan, &console, start.elapsed().as_secs_f64())
+}
+
+pub fn bench(ws: &Workspace, o: &BenchOpts) -> Result<ExitCode> {
+    let dir = ws.xtask_dir()?.join("bench-linux");
+    let b = Bench::prepare(ws, &o.build, dir.join("logs"), false)?;
+    let guests = Guests {
+        stock: linuxpv::obtain(ws, Flavor::Stock)?,
+        patched: linuxpv::obtain(ws, Flavor::Patched)?,
+    };
+    let plans = matrix(o.quick);
+    println!(
+        "bench --linux: {} runs, 2 pCPUs; multi-threaded TCG (scale {MTTCG_SCALE}){}",
+        plans.len(),
+        if o.quick {
+            String::new()
+        } else {
+            format!(" and -icount shift=0,sleep=off (scale {ICOUNT_SCALE}, seeded)")
+        }
+    );
+    let started = Instant::now();
+    let mut runs: Vec<Run> = Vec::new();
+    let mut failures: Vec<String> = Vec::new();
+    for (i, plan) in plans.iter().enumerate() {
+        print!("[{:>2}/{}] {:<34} ", i + 1, plans.len(), plan.name());
+        let _ = std::io::stdout().flush();
+        let start = Instant::now();
+        match run_plan(&b, &guests, plan) {
+            Ok(run) => {
+                let reference = report::reference(&runs, plan.cell.timing);
+                let index = report::index(&run, &reference)
+                    .map_or("   -".to_string(), |x| format!("{x:.3}"));
+                println!(
+                    "index {index}  {} tests  ({:.1} s)",
+                    run.ops_per_sec.len(),
+                    start.elapsed().as_secs_f64()
+                );
+                runs.push(run);
+            }
+            Err(why) => {
+                println!("FAILED: {why} ({:.1} s)", start.elapsed().as_secs_f64());
+                failures.push(format!("{}: {why}", plan.name()));
+            }
+        }
+    }
+    let stats = cell_stats(&runs);
+    let summary = summarize(&stats);
+    let verdicts = verdicts(&summary);
+    let wall = started.elapsed().as_secs_f64();
+    let meta = [
+        (
+            "command",
+            format!(
+                "cargo xtask bench --linux{}",
+                if o.quick { " --quick" } else { "" }
+            ),
+        ),
+        ("kernel", guests.patched.kernel_package.clone()),
+        (
+            "qemu",
+            qemu::check_version().unwrap_or_else(|e| format!("unknown: {e}")),
+        ),
+        ("pcpus", PCPUS.to_string()),
+        (
+            "scale",
+            format!("mttcg {MTTCG_SCALE}, icount {ICOUNT_SCALE}"),
+        ),
+        (
+            "runs",
+            format!("{} of {} completed", runs.len(), plans.len()),
+        ),
+        ("wall_minutes", format!("{:.1}", wall / 60.0)),
+    ];
+    fs::create_dir_all(&dir)?;
+    let results = dir.join("results.json");
+    fs::write(
+        &results,
+        report::results_json(&runs, &stats, &summary, &verdicts, &meta),
+    )
+    .with_context(|| format!("cannot write {}", results.display()))?;
+    println!("results: {}", results.display());
+    if let Some(path) = &o.json {
+        fs::write(path, report::summary_json(&summary))
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        println!("summary: {}", path.display());
+    }
+    if o.docs {
+        write_docs(ws, &stats, &summary, &verdicts, &meta)?;
+    }
+    for v in &verdicts {
+        println!(
+            "target {}: {} (>= {}): {}",
+            v.key,
+            v.value
+                .map_or("not measured".to_string(), |x| format!("{x:.2}")),
+            v.at_least,
+            match v.met {
+                Some(true) => "met",
+                Some(false) => "MISSED",
+                None => "not measured",
+            }
+        );
+    }
+    println!("bench --linux: {:.1} minutes", wall / 60.0);
+    if failures.is_empty() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        println!(
+            "bench --linux: {} runs failed: {}",
+            failures.len(),
+            failures.join("; ")
+        );
+        Ok(ExitCode::FAILURE)
+    }
+}
+
+/// The doc and its plots.
+const DOC: &str = "docs/benchmarks-linux.md";
+
+fn write_docs(
+    ws: &Workspace,
+    stats: &BTreeMap<CellKey, report::CellStats>,
+    summary: &report::Summary,
+    verdicts: &[report::Verdict],
+    meta: &[(&str, String)],
+) -> Result<()> {
+    let doc_path = ws.root.join(DOC);
+    let doc = fs::read_to_string(&doc_path).unwrap_or_else(|_| {
+        "# The Linux workload benchmark\n\nGenerated by `cargo xtask bench --linux`.\n".to_string()
+    });
+    let mut generated = report::markdown(stats, summary, verdicts, meta);
+    for timing in [Timing::Mttcg, Timing::Icount] {
+        if !stats.keys().any(|k| k.timing == timing) {
+            continue;
+        }
+        let file = format!("benchmarks-linux-{}.svg", timing.name());
+        let path = ws.root.join("docs").join(&file);
+        fs::write(&path, report::svg_plot(stats, timing))
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        generated.push_str(&format!("\n![index, {}]({file})\n", timing.name()));
+    }
+    fs::write(
+        &doc_path,
+        update_generated_section(&doc, generated.trim_end()),
+    )
+    .with_context(|| format!("cannot write {}", doc_path.display()))?;
+    println!("docs: {}", doc_path.display());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_matrix_has_every_cell_and_repetition() {
+        let full = matrix(false);
+        // MT: 2 kernels x 3 ratios x 2 hog settings + bare = 13 cells x 5;
+        // icount: 2 kernels x 2 ratios x 3 seeds.
+        assert_eq!(full.len(), 13 * 5 + 4 * 3);
+        // Repetition by repetition: the first 13 are run 0 of every MT cell.
+        assert!(
+            full[..13]
+                .iter()
+                .all(|p| p.run == 0 && p.cell.timing == Timing::Mttcg)
+        );
+        assert_eq!(full[0].cell.kernel, Kernel::Stock);
+        assert_eq!(full[0].cell.vcpus, 2);
+        let icount: Vec<&Plan> = full
+            .iter()
+            .filter(|p| p.cell.timing == Timing::Icount)
+            .collect();
+        assert!(icount.iter().all(|p| p.seed == Some(u64::from(p.run) + 1)));
+        assert!(icount.iter().all(|p| p.cell.vcpus <= 4 && !p.cell.hog));
+        let quick = matrix(true);
+        assert_eq!(quick.len(), 4 * 3);
+        assert!(
+            quick
+                .iter()
+                .all(|p| p.cell.timing == Timing::Mttcg && !p.cell.hog)
+        );
+        assert!(quick.iter().all(|p| p.cell.vcpus <= 4));
+    }
+
+    #[test]
+    fn a_run_counts_only_with_every_test_and_no_complaint() {
+        let plan = Plan {
+            cell: CellKey {
+                timing: Timing::Mttcg,
+                kernel: Kernel::Patched,
+                vcpus: 4,
+                hog: true,
+            },
+            run: 0,
+            seed: None,
+        };
+        let mut console = String::from("[vm1] lockbench: started\n");
+        for test in BENCH_TESTS {
+            console.push_str(&format!(
+                "[vm0] pvlinux: bench test={test} copies=4 ops=100 seconds=1.000000 \
+                 ops_per_sec=100.0\r\n"
+            ));
+        }
+        let done = format!("{console}[vm0] pvlinux: bench done\n");
+        let run = parse_run(&plan, &done, 3.0).unwrap();
+        assert_eq!(run.ops_per_sec.len(), BENCH_TESTS.len());
+        assert!(
+            parse_run(&plan, &console, 3.0)
+                .unwrap_err()
+                .contains("bench done")
+        );
+        let stall = format!("{done}[vm0] rcu: INFO: rcu_sched self-detected stall on CPU\n");
+        assert!(
+            parse_run(&plan, &stall, 3.0)
+                .unwrap_err()
+                .contains("complained")
+        );
+        let failed = format!("{done}[vm0] pvlinux: bench failed test=spawn error=fork: ENOMEM\n");
+        assert!(
+            parse_run(&plan, &failed, 3.0)
+                .unwrap_err()
+                .contains("failed")
+        );
+        let short = done.replace("test=mmap", "test=other");
+        assert!(parse_run(&plan, &short, 3.0).unwrap_err().contains("mmap"));
+        let copies = done.replace("copies=4", "copies=2");
+        assert!(
+            parse_run(&plan, &copies, 3.0)
+                .unwrap_err()
+                .contains("copies")
+        );
+        // The hog VM's lines do not count, even if they look like results.
+        let hog_line = done.replace(
+            "[vm1] lockbench: started",
+            "[vm1] pvlinux: bench failed test=x error=y",
+        );
+        assert!(parse_run(&plan, &hog_line, 3.0).is_ok());
+    }
+
+    #[test]
+    fn bootargs_carry_the_scale_and_the_seed() {
+        let mut plan = matrix(false)[0];
+        assert!(bootargs(&plan).ends_with("lgpv=bench lgscale=1"));
+        plan.cell.timing = Timing::Icount;
+        plan.seed = Some(2);
+        assert!(bootargs(&plan).ends_with("lgpv=bench lgscale=3 lgseed=2"));
+    }
+}
