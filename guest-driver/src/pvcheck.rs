@@ -571,6 +571,9 @@ pub enum Label {
     Reregister,
     /// KICK_CPU wakes a vCPU waiting in WFI.
     Kick,
+    /// A KICK_CPU that arrives while the target still runs makes its next
+    /// WFI return at once (the kick is not lost).
+    EarlyKick,
     /// No PV-lock: no vCPU is ever preempted.
     NeverPreempted,
     /// No PV time: every vCPU's stolen time is 0.
@@ -623,6 +626,7 @@ impl fmt::Display for Label {
                 "PV_SCHED_IPA_INIT(openEuler) again -> 0, record written again"
             ),
             Label::Kick => write!(f, "kick wakes a vCPU waiting in WFI"),
+            Label::EarlyKick => write!(f, "a kick before WFI makes it return at once"),
             Label::NeverPreempted => {
                 write!(f, "no PV-lock: vcpu_is_preempted false for every vCPU")
             }
@@ -656,6 +660,7 @@ pub fn labels(expect: &Expect, vcpus: usize, mut f: impl FnMut(Label)) {
         f(Label::StillRegistered(v));
         if vcpus >= 2 {
             f(Label::Kick);
+            f(Label::EarlyKick);
         }
     }
     if expect.lock_is(Variant::OpenEuler) {

@@ -32,7 +32,8 @@
 //! 4. every other vCPU starts and runs `init_cpu`; the hypervisor's records
 //!    are 64-byte aligned, in reserved memory and one per vCPU;
 //! 5. openEuler / Anolis: vCPU 0 kicks vCPU 1 out of a WFI that would
-//!    otherwise last 2 s;
+//!    otherwise last 2 s; then kicks it while it still runs, and its next
+//!    WFI must return at once (a kick before the halt is not lost);
 //! 6. a busy period (`busy-ms`) in which every vCPU spins. With PV-lock,
 //!    the preempted-truth test of shared/docs/TESTING.md: vCPU 0 (A)
 //!    polls the flag and the progress counter of each of its siblings
@@ -241,7 +242,8 @@ mod guest {
 
     const PHASE_INIT: u8 = 0;
     const PHASE_KICK: u8 = 1;
-    const PHASE_BUSY: u8 = 2;
+    const PHASE_EARLY_KICK: u8 = 2;
+    const PHASE_BUSY: u8 = 3;
     static PHASE: AtomicU8 = AtomicU8::new(PHASE_INIT);
     static INITED: [AtomicBool; MAX_CPUS] = [const { AtomicBool::new(false) }; MAX_CPUS];
     static DONE: [AtomicBool; MAX_CPUS] = [const { AtomicBool::new(false) }; MAX_CPUS];
@@ -319,6 +321,7 @@ mod guest {
         check_records(vcpus);
         if vcpus >= 2 && matches!(settings.expect.lock, Some(v) if v.guest_allocates()) {
             check_kick();
+            check_early_kick();
         }
         busy_period(vcpus);
         report_busy_period(vcpus);
@@ -372,6 +375,9 @@ mod guest {
         INITED[cpu].store(true, Ordering::Release);
         if cpu == B && wait_phase(PHASE_KICK) && PHASE.load(Ordering::Acquire) == PHASE_KICK {
             wait_for_kick();
+            if wait_phase(PHASE_EARLY_KICK) && PHASE.load(Ordering::Acquire) == PHASE_EARLY_KICK {
+                wfi_after_kick();
+            }
         }
         if wait_phase(PHASE_BUSY) {
             busy(cpu);
@@ -762,6 +768,62 @@ mod guest {
                 "kick -> {answer:?}; vCPU {B} woke {after:.3} ms after it, {} its {} s deadline, \
                  after {wfis} WFI(s)",
                 if woke < deadline { "before" } else { "at" },
+                KICK_SAFETY.as_secs()
+            ),
+        );
+    }
+
+    /// How long B's WFI after an early kick may take: the kick test above
+    /// shows that without a kick the same WFI lasts at least KICK_DELAY,
+    /// and the deadline is KICK_SAFETY away.
+    const EARLY_KICK_MAX: Duration = Duration::from_millis(10);
+    static EARLY_READY: AtomicBool = AtomicBool::new(false);
+    static EARLY_KICKED: AtomicBool = AtomicBool::new(false);
+    static EARLY_DONE: AtomicBool = AtomicBool::new(false);
+    static EARLY_WFI_TICKS: AtomicU64 = AtomicU64::new(0);
+
+    /// B: runs until A has kicked it, then waits in WFI once.
+    fn wfi_after_kick() {
+        // A kick of the previous check that found B running left its
+        // flag set: one short WFI consumes it, so that only the kick below
+        // can end the WFI that is judged.
+        time::wfi_until(time::counter() + time::to_ticks(Duration::from_millis(1)));
+        EARLY_READY.store(true, Ordering::Release);
+        let timeout = settings().timeout;
+        let kicked = time::wait_until(timeout, || EARLY_KICKED.load(Ordering::Acquire));
+        let start = time::counter();
+        if kicked {
+            time::wfi_until(start + time::to_ticks(KICK_SAFETY));
+        }
+        EARLY_WFI_TICKS.store(time::counter() - start, Ordering::Relaxed);
+        EARLY_DONE.store(true, Ordering::Release);
+    }
+
+    /// A: kicks B while B still runs (the kick a PV spinlock's unlocker
+    /// sends just before its waiter halts), then tells it to WFI.
+    fn check_early_kick() {
+        PHASE.store(PHASE_EARLY_KICK, Ordering::Release);
+        let timeout = settings().timeout;
+        if !time::wait_until(timeout, || EARLY_READY.load(Ordering::Acquire)) {
+            return fail(Label::EarlyKick, format_args!("vCPU {B} never got ready"));
+        }
+        let answer = pv::kick(B);
+        EARLY_KICKED.store(true, Ordering::Release);
+        if !time::wait_until(KICK_SAFETY + timeout, || EARLY_DONE.load(Ordering::Acquire)) {
+            return fail(
+                Label::EarlyKick,
+                format_args!("vCPU {B} never came back from its WFI ({answer:?})"),
+            );
+        }
+        let waited = ticks_to_ns(EARLY_WFI_TICKS.load(Ordering::Relaxed));
+        verdict(
+            Label::EarlyKick,
+            answer == Kick::Kicked && waited < EARLY_KICK_MAX.as_nanos() as u64,
+            format_args!(
+                "kick -> {answer:?} while vCPU {B} ran; its next WFI took {:.3} ms (limit {} \
+                 ms, deadline {} s)",
+                millis(waited),
+                EARLY_KICK_MAX.as_millis(),
                 KICK_SAFETY.as_secs()
             ),
         );
