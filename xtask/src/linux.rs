@@ -308,7 +308,7 @@ pub fn initramfs_with(
     extra: &[(&str, &[u8])],
 ) -> Vec<u8> {
     let mut cpio = Cpio::default();
-    for dir in ["bin", "dev", "proc", "sys", "etc", "tmp"] {
+    for dir in ["bin", "boot", "dev", "proc", "sys", "etc", "tmp"] {
         cpio.entry(dir, 0o040_755, &[], 0);
     }
     // The console the kernel opens for init: character device 5:1.

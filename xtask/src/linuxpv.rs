@@ -16,6 +16,7 @@
 //! | `hotplug` | `pvlinux hotplug --cpu 1` | `pvlinux: hotplug ...` |
 //! | `bench` | `pvlinux bench [--tests $lgtests] --scale ${lgscale:-1} [--seed $lgseed]` | `pvlinux: bench ...` |
 //! | `busy` | a CPU-bound loop on every CPU for `${lgbusy:-1}` s | |
+//! | `kexec` | the first kernel: `pvlinux kexec` into `/boot/Image` with `/boot/initramfs.cpio` and the same command line plus `lgkexeced=1` (only in [`KEXEC_INITRD_FILE`]); the second: a note | `pvlinux: kexec ...`, then `linux-guest: kexec: second kernel` |
 //!
 //! each followed by `linux-guest: step <step> exit <status>`; then, as the
 //! stock guest's `/init` does, the stolen time, the count of kernel
@@ -45,6 +46,14 @@ pub const PVLINUX_PATH: &str = "/bin/pvlinux";
 pub const STEP_PREFIX: &str = "linux-guest: step ";
 /// What `/init` prints before each line of the debugfs file.
 pub const VCPUS_PREFIX: &str = "linux-guest: vcpus ";
+/// What the kexec step prints in the kernel it started.
+pub const KEXEC_SECOND: &str = "linux-guest: kexec: second kernel";
+
+/// The initramfs, and the one that also holds the kernel and that
+/// initramfs in `/boot`, for the kexec step; both under
+/// `target/xtask/linux-pv/`.
+pub const INITRD_FILE: &str = "initramfs.cpio";
+pub const KEXEC_INITRD_FILE: &str = "initramfs-kexec.cpio";
 
 /// The busybox applets `/init` and the bench's shell script run.
 const APPLETS: [&str; 19] = [
@@ -95,17 +104,28 @@ pub fn obtain(ws: &Workspace, flavor: Flavor) -> Result<LinuxGuest> {
         .with_context(|| format!("cannot read {}", stock.busybox.display()))?;
     let program =
         fs::read(&pvlinux).with_context(|| format!("cannot read {}", pvlinux.display()))?;
-    let initrd = dir.join("initramfs.cpio");
+    let initrd = dir.join(INITRD_FILE);
+    let program_entry = (PVLINUX_PATH.trim_start_matches('/'), program.as_slice());
+    let archive = linux::initramfs_with(&busybox, &APPLETS, &init_script(), &[program_entry]);
+    fs::write(&initrd, &archive).with_context(|| format!("cannot write {}", initrd.display()))?;
+    // Its flavour's kernel only: the kexec step starts the same kernel.
+    let kernel =
+        fs::read(&built.image).with_context(|| format!("cannot read {}", built.image.display()))?;
+    let kexec_initrd = dir.join(format!("{}-{KEXEC_INITRD_FILE}", flavor.name()));
     fs::write(
-        &initrd,
+        &kexec_initrd,
         linux::initramfs_with(
             &busybox,
             &APPLETS,
             &init_script(),
-            &[(PVLINUX_PATH.trim_start_matches('/'), &program)],
+            &[
+                program_entry,
+                ("boot/Image", &kernel),
+                ("boot/initramfs.cpio", &archive),
+            ],
         ),
     )
-    .with_context(|| format!("cannot write {}", initrd.display()))?;
+    .with_context(|| format!("cannot write {}", kexec_initrd.display()))?;
     Ok(LinuxGuest {
         image: built.image,
         initrd,
@@ -141,6 +161,9 @@ pub fn init_script() -> String {
          hotplug) {PVLINUX_PATH} hotplug --cpu 1 ;;\n    \
          bench) {PVLINUX_PATH} bench ${{lgtests:+--tests \"$lgtests\"}} --scale \
          \"${{lgscale:-1}}\" ${{lgseed:+--seed \"$lgseed\"}} ;;\n    \
+         kexec)\n      if grep -q lgkexeced /proc/cmdline; then\n        echo \"{KEXEC_SECOND}\"\n      \
+         else\n        {PVLINUX_PATH} kexec --kernel /boot/Image --initrd /boot/initramfs.cpio \
+         --append \"$(cat /proc/cmdline) lgkexeced=1\"\n      fi ;;\n    \
          busy)\n      pids=\"\"\n      i=0\n      while [ $i -lt $(nproc) ]; do\n        \
          ( while :; do :; done ) &\n        pids=\"$pids $!\"\n        i=$((i + 1))\n      \
          done\n      sleep \"${{lgbusy:-1}}\"\n      kill $pids ;;\n    \
@@ -159,7 +182,9 @@ mod tests {
     fn init_runs_every_step_and_powers_off() {
         let init = init_script();
         assert!(init.starts_with("#!/bin/sh\n"));
-        for step in ["vcpus)", "truth)", "stress)", "hotplug)", "bench)", "busy)"] {
+        for step in [
+            "vcpus)", "truth)", "stress)", "hotplug)", "bench)", "busy)", "kexec)",
+        ] {
             assert!(init.contains(step), "{step}");
         }
         assert!(init.contains("mount -t debugfs debugfs /sys/kernel/debug"));

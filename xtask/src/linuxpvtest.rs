@@ -7,14 +7,14 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use pvlinux::lines::{HotplugResult, StressSummary, TruthSummary};
+use pvlinux::lines::{HotplugResult, KexecLoaded, StressSummary, TruthSummary};
 use pvlinux::vcpus::{Interface, Qspinlock, VcpusFile};
 use pvlock_abi::pvlock::Variant;
 
 use crate::boottest::{BootTest, Check, Kernel, Outcome, parse_wait_yield};
 use crate::kernel::Flavor;
 use crate::linux::{self, INIT_BANNER, INIT_DONE, KERNEL_TROUBLE};
-use crate::linuxpv::{STEP_PREFIX, VCPUS_PREFIX};
+use crate::linuxpv::{self, KEXEC_SECOND, STEP_PREFIX, VCPUS_PREFIX};
 use crate::linuxtest::KERNEL_LINES;
 use crate::qemu::Machine;
 use crate::vm::{PvLock, VmConfig};
@@ -43,6 +43,9 @@ pub enum Step {
     Truth,
     Stress,
     Hotplug,
+    /// Kexec into the same kernel, whose `/init` runs the other steps
+    /// again.
+    Kexec,
 }
 
 impl Step {
@@ -52,6 +55,7 @@ impl Step {
             Step::Truth => "truth",
             Step::Stress => "stress",
             Step::Hotplug => "hotplug",
+            Step::Kexec => "kexec",
         }
     }
 }
@@ -67,6 +71,13 @@ pub struct LinuxPvExpect {
     pub vcpus: usize,
     /// The steps `/init` runs, in order.
     pub steps: Vec<Step>,
+}
+
+impl LinuxPvExpect {
+    /// Kernels booted: two when the guest kexecs.
+    fn boots(&self) -> usize {
+        1 + usize::from(self.steps.contains(&Step::Kexec))
+    }
 }
 
 impl LinuxPvExpect {
@@ -97,23 +108,35 @@ impl LinuxPvExpect {
     }
 }
 
-/// Where [`crate::linuxpv::obtain`] puts the patched guest.
-pub fn guest_paths(xtask_dir: &Path) -> (PathBuf, PathBuf) {
+/// Where [`crate::linuxpv::obtain`] puts the patched guest: its Image,
+/// the initramfs, and the one the kexec test boots.
+pub fn guest_paths(xtask_dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let dir = xtask_dir.join("linux-pv");
     (
         xtask_dir
             .join("kernel")
             .join(Flavor::Patched.name())
             .join("Image"),
-        xtask_dir.join("linux-pv").join("initramfs.cpio"),
+        dir.join(linuxpv::INITRD_FILE),
+        dir.join(format!(
+            "{}-{}",
+            Flavor::Patched.name(),
+            linuxpv::KEXEC_INITRD_FILE
+        )),
     )
 }
 
 /// The PV Linux boot tests, for the guest [`guest_paths`] names.
 pub fn tests(xtask_dir: &Path) -> Vec<BootTest> {
-    let (image, initrd) = guest_paths(xtask_dir);
+    let (image, initrd, kexec_initrd) = guest_paths(xtask_dir);
     let all = [Step::Vcpus, Step::Truth, Step::Stress, Step::Hotplug];
     [
         (Some(Variant::OpenEuler), false, &all[..]),
+        (
+            Some(Variant::OpenEuler),
+            false,
+            &[Step::Vcpus, Step::Kexec][..],
+        ),
         (
             Some(Variant::SeedV2),
             false,
@@ -124,9 +147,14 @@ pub fn tests(xtask_dir: &Path) -> Vec<BootTest> {
     ]
     .into_iter()
     .map(|(offered, guest_off, steps)| {
+        let initrd = if steps.contains(&Step::Kexec) {
+            &kexec_initrd
+        } else {
+            &initrd
+        };
         test(
             &image,
-            &initrd,
+            initrd,
             LinuxPvExpect {
                 offered,
                 guest_off,
@@ -157,8 +185,13 @@ fn test(image: &Path, initrd: &Path, expect: LinuxPvExpect) -> BootTest {
         .offered
         .map_or("pv-lock=none".to_string(), |v| v.name().to_string());
     let name = format!(
-        "linux-pv {offered}{} vcpus={} {}",
+        "linux-pv {offered}{}{} vcpus={} {}",
         if expect.guest_off { " pvlock=off" } else { "" },
+        if expect.steps.contains(&Step::Kexec) {
+            " kexec"
+        } else {
+            ""
+        },
         expect.vcpus,
         machine.describe()
     );
@@ -195,7 +228,7 @@ fn test(image: &Path, initrd: &Path, expect: LinuxPvExpect) -> BootTest {
 
 /// Whether `test` boots the patched guest (so it must be built first).
 pub fn needs_guest(test: &BootTest, xtask_dir: &Path) -> bool {
-    let (image, _) = guest_paths(xtask_dir);
+    let (image, _, _) = guest_paths(xtask_dir);
     let image = image.display().to_string();
     test.vms.iter().any(|vm| vm.guest == image)
 }
@@ -207,20 +240,22 @@ pub fn check(lines: &[&str], expect: &LinuxPvExpect) -> Result<(), String> {
         seen if seen == n => Ok(()),
         seen => Err(format!("{seen} lines contain {text:?}, expected {n}")),
     };
+    let boots = expect.boots();
     for text in KERNEL_LINES {
-        exactly(text, 1)?;
+        exactly(text, boots)?;
     }
-    exactly(INIT_BANNER, 1)?;
+    exactly(INIT_BANNER, boots)?;
     exactly(
         &format!("linux-guest: cpus online 0-{}", expect.vcpus - 1),
-        1,
+        boots,
     )?;
-    // Exactly the series' lines for what is in use, and no other.
+    // Exactly the series' lines for what is in use, and no other, at every
+    // boot.
     let printed: Vec<&str> = lines
         .iter()
         .filter_map(|l| l.find(PVLOCK_PREFIX).map(|at| l[at..].trim_end()))
         .collect();
-    let wanted = expect.kernel_lines();
+    let wanted: Vec<String> = (0..boots).flat_map(|_| expect.kernel_lines()).collect();
     if printed != wanted {
         return Err(format!(
             "the kernel printed the pvlock lines {printed:?}, expected {wanted:?}"
@@ -233,8 +268,19 @@ pub fn check(lines: &[&str], expect: &LinuxPvExpect) -> Result<(), String> {
         return Err(format!("a kernel complained: {trouble:?}"));
     }
     for step in &expect.steps {
-        exactly(&format!("{STEP_PREFIX}{} exit 0", step.name()), 1)
+        // Every step runs in each kernel; the first kernel's kexec step
+        // does not come back.
+        let runs = if *step == Step::Kexec { 1 } else { boots };
+        exactly(&format!("{STEP_PREFIX}{} exit 0", step.name()), runs)
             .map_err(|e| format!("step {}: {e}", step.name()))?;
+    }
+    if expect.steps.contains(&Step::Kexec) {
+        if !lines.iter().any(|l| KexecLoaded::parse(l).is_some()) {
+            return Err(
+                "no `pvlinux: kexec` line: the first kernel did not load the second".into(),
+            );
+        }
+        exactly(KEXEC_SECOND, 1)?;
     }
     if expect.steps.contains(&Step::Vcpus) {
         check_vcpus(lines, expect)?;
@@ -255,6 +301,7 @@ pub fn check(lines: &[&str], expect: &LinuxPvExpect) -> Result<(), String> {
         }
     }
     check_records(lines, expect)?;
+    // Only the last kernel reaches the end of /init.
     exactly("linux-guest: kernel warnings 0", 1)?;
     exactly(INIT_DONE, 1)?;
     Ok(())
@@ -381,12 +428,15 @@ fn check_records(lines: &[&str], expect: &LinuxPvExpect) -> Result<(), String> {
         value("refused")?,
         value("released")?,
     );
-    let vcpus = expect.vcpus as u32;
-    let replugged = u32::from(expect.steps.contains(&Step::Hotplug));
+    // Each kernel sets up every CPU's record, the hotplugged CPU's twice,
+    // and (guest-owned records) releases them all when it goes down: the
+    // first kernel at kexec, the last one at power-off.
+    let per_boot = expect.vcpus as u32 + u32::from(expect.steps.contains(&Step::Hotplug));
+    let set_up = per_boot * expect.boots() as u32;
     let wanted = match expect.interface() {
         Interface::None => (0, 0, 0, 0),
-        Interface::SeedV2 => (vcpus + replugged, 0, 0, 0),
-        Interface::OpenEuler => (0, vcpus + replugged, 0, replugged + vcpus),
+        Interface::SeedV2 => (set_up, 0, 0, 0),
+        Interface::OpenEuler => (0, set_up, 0, set_up),
     };
     if (handed_out, registered, refused, released) != wanted {
         return Err(format!(
@@ -572,6 +622,52 @@ mod tests {
     }
 
     #[test]
+    fn a_kexec_boots_twice_and_releases_every_record_in_between() {
+        let steps = [Step::Vcpus, Step::Kexec];
+        let e = expect(Some(Variant::OpenEuler), false, &steps);
+        let good = good_openeuler();
+        let boot = |last: bool| -> Vec<String> {
+            let mut lines: Vec<String> = good
+                .iter()
+                .take_while(|l| !l.contains("pvlinux: truth"))
+                .cloned()
+                .collect();
+            if last {
+                lines.push(KEXEC_SECOND.into());
+                lines.push("linux-guest: step kexec exit 0".into());
+                lines.push("linux-guest: steal 12".into());
+                lines.push("linux-guest: kernel warnings 0".into());
+                lines.push(INIT_DONE.into());
+            } else {
+                lines.push("pvlinux: kexec kernel=/boot/Image initrd=/boot/initramfs.cpio".into());
+                lines.push("[    9.1] kexec_core: Starting new kernel".into());
+            }
+            lines
+        };
+        let mut lines = boot(false);
+        lines.extend(boot(true));
+        lines.push(good[good.len() - 3].clone());
+        lines.push(
+            "summary:   pv-lock openeuler: handed-out 0 registered 8 refused 0 released 8".into(),
+        );
+        lines.push("el2: all VMs powered off".into());
+        assert_eq!(judge(&lines, &e), Ok(()));
+        // The first kernel's records not all released before the second
+        // registered its own: el2 counts fewer releases.
+        let leaked: Vec<String> = lines
+            .iter()
+            .map(|l| l.replace("released 8", "released 5"))
+            .collect();
+        assert!(judge(&leaked, &e).unwrap_err().contains("el2 counted"));
+        // The second kernel never came up.
+        let one: Vec<String> = boot(false)
+            .into_iter()
+            .chain(lines[lines.len() - 3..].iter().cloned())
+            .collect();
+        assert!(judge(&one, &e).is_err());
+    }
+
+    #[test]
     fn the_tests_cover_each_abi_and_pvlock_off() {
         let dir = Path::new("/x/target/xtask");
         let all = tests(dir);
@@ -580,18 +676,23 @@ mod tests {
             names,
             [
                 "linux-pv openeuler vcpus=4 max,pauth=off smp=2",
+                "linux-pv openeuler kexec vcpus=4 max,pauth=off smp=2",
                 "linux-pv seed-v2 vcpus=4 max,pauth=off smp=2",
                 "linux-pv pv-lock=none vcpus=4 max,pauth=off smp=2",
                 "linux-pv openeuler pvlock=off vcpus=4 max,pauth=off smp=2",
             ]
         );
         assert!(all.iter().all(|t| needs_guest(t, dir)));
-        assert!(all[3].vms[0].bootargs.ends_with(" pvlock=off"));
+        assert!(all[4].vms[0].bootargs.ends_with(" pvlock=off"));
         assert!(
             all[0].vms[0]
                 .bootargs
                 .contains("lgpv=vcpus,truth,stress,hotplug")
         );
-        assert_eq!(all[2].vms[0].pv_lock, Some(PvLock::Off));
+        assert!(all[1].vms[0].bootargs.contains("lgpv=vcpus,kexec"));
+        let initrd = |t: &BootTest| t.vms[0].initrd.clone().unwrap();
+        assert!(initrd(&all[1]).ends_with("linux-pv/patched-initramfs-kexec.cpio"));
+        assert!(initrd(&all[0]).ends_with("linux-pv/initramfs.cpio"));
+        assert_eq!(all[3].vms[0].pv_lock, Some(PvLock::Off));
     }
 }

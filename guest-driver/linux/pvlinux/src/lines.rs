@@ -427,6 +427,36 @@ impl fmt::Display for HotplugResult {
     }
 }
 
+/// `kexec`'s line just before it reboots into the loaded kernel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KexecLoaded {
+    /// The kernel image loaded.
+    pub kernel: String,
+    /// The initramfs loaded with it.
+    pub initrd: String,
+}
+
+impl KexecLoaded {
+    /// Reads a line this type wrote.
+    pub fn parse(line: &str) -> Option<Self> {
+        let fields = Fields::of(line, "kexec")?;
+        Some(Self {
+            kernel: fields.text("kernel")?.to_owned(),
+            initrd: fields.text("initrd")?.to_owned(),
+        })
+    }
+}
+
+impl fmt::Display for KexecLoaded {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{PREFIX}kexec kernel={} initrd={}",
+            self.kernel, self.initrd
+        )
+    }
+}
+
 /// `bench`'s first line.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BenchStart {
@@ -615,6 +645,7 @@ mod tests {
             StressStuck::parse(line).is_some(),
             StressSummary::parse(line).is_some(),
             HotplugResult::parse(line).is_some(),
+            KexecLoaded::parse(line).is_some(),
             BenchStart::parse(line).is_some(),
             BenchResult::parse(line).is_some(),
             BenchFailed::parse(line).is_some(),
@@ -728,6 +759,22 @@ mod tests {
                 "pvlinux: stress threads=4 seconds=1 ops=0 min_thread_ops=0 \
                  max_thread_ops=0 pv_waits=-2 pv_kicks=-1 stuck=0"
             ),
+            None
+        );
+    }
+
+    #[test]
+    fn kexec_lines() {
+        round_trip(
+            KexecLoaded {
+                kernel: "/boot/Image".into(),
+                initrd: "/boot/initramfs.cpio".into(),
+            },
+            "pvlinux: kexec kernel=/boot/Image initrd=/boot/initramfs.cpio",
+            KexecLoaded::parse,
+        );
+        assert_eq!(
+            KexecLoaded::parse("pvlinux: kexec kernel=/boot/Image"),
             None
         );
     }

@@ -1,4 +1,4 @@
-//! The pvlinux program: `pvlinux truth|stress|hotplug|bench ...` (see the
+//! The pvlinux program: `pvlinux truth|stress|hotplug|kexec|bench ...` (see the
 //! library's documentation and each subcommand's module in `cmd/`).
 //!
 //! Exit status: 0 the check passed, 1 it failed, 2 bad arguments or an
@@ -10,11 +10,17 @@ mod cmd;
 use std::process::ExitCode;
 
 use cmd::args::Options;
-use cmd::{Failure, Verdict, bench, bench_copy, hotplug, stress, truth};
+use cmd::{Failure, Verdict, bench, bench_copy, hotplug, kexec, stress, truth};
 use pvlinux::{EXIT_FAIL, EXIT_PASS, EXIT_USAGE};
 
 /// Every subcommand's usage line.
-const USAGES: [&str; 4] = [truth::USAGE, stress::USAGE, hotplug::USAGE, bench::USAGE];
+const USAGES: [&str; 5] = [
+    truth::USAGE,
+    stress::USAGE,
+    hotplug::USAGE,
+    kexec::USAGE,
+    bench::USAGE,
+];
 
 fn print_usage(usages: &[&str]) {
     for usage in usages {
@@ -60,6 +66,7 @@ fn main() -> ExitCode {
         "truth" => finish(truth::run(options()), truth::USAGE),
         "stress" => finish(stress::run(options()), stress::USAGE),
         "hotplug" => finish(hotplug::run(options()), hotplug::USAGE),
+        "kexec" => finish(kexec::run(options()), kexec::USAGE),
         "bench" => finish(bench::run(options()), bench::USAGE),
         bench_copy::COPY_COMMAND => bench_copy::copy_main(rest),
         bench_copy::EXECL_COMMAND => bench_copy::execl_main(rest),

@@ -5,6 +5,7 @@ pub mod args;
 pub mod bench;
 pub mod bench_copy;
 pub mod hotplug;
+pub mod kexec;
 pub mod stress;
 pub mod sys;
 pub mod truth;

@@ -234,3 +234,46 @@ pub fn syscall_round() -> io::Result<()> {
     }
     Ok(())
 }
+
+/// `kexec_file_load`'s number (include/uapi/asm-generic/unistd.h on arm64;
+/// libc has it only for some targets).
+#[cfg(target_arch = "aarch64")]
+const SYS_KEXEC_FILE_LOAD: libc::c_long = 294;
+#[cfg(not(target_arch = "aarch64"))]
+const SYS_KEXEC_FILE_LOAD: libc::c_long = libc::SYS_kexec_file_load;
+
+/// Loads `kernel` with `initrd` and `cmdline` as the kernel a kexec
+/// reboot starts (kexec_file_load(2)).
+pub fn kexec_file_load(kernel: &File, initrd: &File, cmdline: &std::ffi::CStr) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let length = cmdline.to_bytes_with_nul().len();
+    // SAFETY: both descriptors are open files the caller keeps for the
+    // call's duration; `cmdline` is NUL-terminated and `length` counts the
+    // NUL, as the call requires; the kernel only reads through them.
+    let result = unsafe {
+        libc::syscall(
+            SYS_KEXEC_FILE_LOAD,
+            kernel.as_raw_fd(),
+            initrd.as_raw_fd(),
+            length,
+            cmdline.as_ptr(),
+            0 as libc::c_ulong,
+        )
+    };
+    if result == -1 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// Reboots into the kernel [`kexec_file_load`] loaded; returns only with
+/// the reason it could not.
+pub fn reboot_into_loaded_kernel() -> io::Error {
+    // SAFETY: sync(2) and reboot(2) take no pointers.
+    unsafe {
+        libc::sync();
+        libc::reboot(libc::LINUX_REBOOT_CMD_KEXEC);
+    }
+    io::Error::last_os_error()
+}
