@@ -41,6 +41,7 @@ use crate::boottest::{BootTest, Check, Kernel as BootKernel, Outcome};
 use crate::cli::BenchOpts;
 use crate::kernel::Flavor;
 use crate::linux::{self, INIT_DONE, KERNEL_TROUBLE, LinuxGuest};
+use crate::linuxpvtest::{PVLOCK_PREFIX, QSPINLOCK_LINE};
 use crate::qemu::{self, Machine};
 use crate::vm::{PvLock, VmConfig};
 use crate::{Workspace, linuxpv};
@@ -63,6 +64,9 @@ const RUN_TIMEOUT: Duration = Duration::from_secs(900);
 
 /// How long the hog VM would compute (it is stopped with the run).
 const HOG_MS: u64 = 3_600_000;
+
+/// The start of the patched kernel's records line (the CPU count follows).
+const PATCHED_RECORDS_LINE: &str = "pvlock: openeuler preempted records on ";
 
 /// One run to make.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -158,6 +162,25 @@ pub fn parse_run(plan: &Plan, console: &str, wall_secs: f64) -> Result<Run, Stri
         .find(|l| KERNEL_TROUBLE.iter().any(|t| l.contains(t)))
     {
         return Err(format!("the kernel complained: {trouble:?}"));
+    }
+    // The stock kernel has no PV-lock driver; the patched one, offered
+    // openEuler's interface, uses both of its features.
+    let pvlock: Vec<&str> = lines
+        .iter()
+        .filter_map(|l| l.find(PVLOCK_PREFIX).map(|at| l[at..].trim_end()))
+        .collect();
+    let wanted: Vec<String> = match plan.cell.kernel {
+        Kernel::Patched => vec![
+            QSPINLOCK_LINE.to_string(),
+            format!("{PATCHED_RECORDS_LINE}{} CPUs", plan.cell.vcpus),
+        ],
+        Kernel::Stock | Kernel::Bare => Vec::new(),
+    };
+    if pvlock != wanted {
+        return Err(format!(
+            "the {} kernel printed the pvlock lines {pvlock:?}, expected {wanted:?}",
+            plan.cell.kernel.name()
+        ));
     }
     if let Some(failed) = lines.iter().find_map(|l| BenchFailed::parse(l)) {
         return Err(format!("a test failed: {failed}"));
@@ -448,7 +471,10 @@ mod tests {
             run: 0,
             seed: None,
         };
-        let mut console = String::from("[vm1] lockbench: started\n");
+        let mut console = String::from(
+            "[vm1] lockbench: started\n[vm0] [    0.0] pvlock: PV qspinlock (kick)\n\
+             [vm0] [    0.5] pvlock: openeuler preempted records on 4 CPUs\n",
+        );
         for test in BENCH_TESTS {
             console.push_str(&format!(
                 "[vm0] pvlinux: bench test={test} copies=4 ops=100 seconds=1.000000 \
@@ -483,6 +509,31 @@ mod tests {
                 .unwrap_err()
                 .contains("copies")
         );
+        // A patched kernel without its lines, or a stock kernel with them.
+        let quiet = done.replace("pvlock: PV qspinlock (kick)", "nothing");
+        assert!(
+            parse_run(&plan, &quiet, 3.0)
+                .unwrap_err()
+                .contains("pvlock lines")
+        );
+        let stock = Plan {
+            cell: CellKey {
+                kernel: Kernel::Stock,
+                ..plan.cell
+            },
+            ..plan
+        };
+        assert!(
+            parse_run(&stock, &done, 3.0)
+                .unwrap_err()
+                .contains("pvlock lines")
+        );
+        let stock_console: String = done
+            .lines()
+            .filter(|l| !l.contains("pvlock: "))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert!(parse_run(&stock, &stock_console, 3.0).is_ok());
         // The hog VM's lines do not count, even if they look like results.
         let hog_line = done.replace(
             "[vm1] lockbench: started",
