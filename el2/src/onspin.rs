@@ -1,5 +1,5 @@
 //! Directed yield for a spinning vCPU: KVM's `kvm_vcpu_on_spin` as a pure
-//! decision, the WFE trap policy, and the counters for both (ABI.md §6).
+//! decision, the WFE trap policy, and the counters for both (docs/abi.md §6).
 //!
 //! A guest vCPU that spins on a lock executes WFE in its wait loop (Linux
 //! arm64 `smp_cond_load_acquire` / `__cmpwait`). With HCR_EL2.TWE set the
@@ -76,7 +76,7 @@
 //! ([`platform::TrapPolicy`], re-exported here), since the VM binding
 //! parses it.
 //!
-//! Under QEMU TCG a WFE never traps whatever TWE says (ABI.md §6, "QEMU
+//! Under QEMU TCG a WFE never traps whatever TWE says (docs/abi.md §6, "QEMU
 //! caveat"), so on QEMU the WFE path is only reached by unit tests and the
 //! guest-visible way in is the directed-yield hypercall
 //! ([`pvlock_abi::directed_yield`]); WFI traps normally, so `wfi-trap` has
@@ -144,7 +144,7 @@ use crate::sched::PutOutcome;
 use crate::vcpu::VcpuId;
 
 /// At most this many candidates are offered per spin: KVM's `try = 3`,
-/// "give up after three failed attempts" (ABI.md §6).
+/// "give up after three failed attempts" (docs/abi.md §6).
 pub const MAX_ATTEMPTS: usize = 3;
 
 /// Lock counts above this are treated as garbage and ignored: Linux's

@@ -6,9 +6,9 @@
 //!
 //! # Records
 //!
-//! Every record is 64 bytes and 64-byte aligned (ABI.md §3 "64-byte,
-//! 64-byte-aligned per-vCPU structure"; §4, DEN0057A "Stolen time shared
-//! structure"), so it never straddles a page.
+//! Every record is 64 bytes and 64-byte aligned (docs/abi.md §3
+//! "Records"; §4, DEN0057A "Stolen time shared structure"), so it never
+//! straddles a page.
 //!
 //! | service | record | who picks the IPA |
 //! |---|---|---|
@@ -24,7 +24,7 @@
 //! them are all-zero in their initial state (`VcpuState64::new`,
 //! `StolenTime::new`), so RAM zeroed at VM load is initialised.
 //!
-//! # The "preempted" flag (ABI.md §3, update rule)
+//! # The "preempted" flag (docs/abi.md §3, update rule)
 //!
 //! Every published host writes 0 ("running") in vcpu_load before the vCPU
 //! runs and 1 ("preempted") in vcpu_put. The seed-v3 and openEuler hosts
@@ -97,8 +97,8 @@ use crate::sched::{PutOutcome, Wakeup};
 use crate::smccc::{RegisterError, VmView};
 
 /// Size and alignment, in bytes, of every per-vCPU record (PV-lock and
-/// stolen time alike). `pvlock::STATE_SIZE` (ABI.md §3) and
-/// `pvtime::RECORD_SIZE` (DEN0057A; ABI.md §4).
+/// stolen time alike). `pvlock::STATE_SIZE` (docs/abi.md §3) and
+/// `pvtime::RECORD_SIZE` (DEN0057A; docs/abi.md §4).
 pub const RECORD_SIZE: u64 = pvlock::STATE_SIZE as u64;
 
 const _: () = assert!(pvlock::STATE_SIZE == pvtime::RECORD_SIZE);
@@ -113,11 +113,11 @@ const _: () = assert!(!UNREGISTERED.is_multiple_of(RECORD_SIZE));
 /// (`pv-lock`, `pv-time`, `kvm-ptp`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct PvConfig {
-    /// The PV-lock ABI variant the VM gets, if any (ABI.md §3).
+    /// The PV-lock ABI variant the VM gets, if any (docs/abi.md §3).
     pub lock: Option<Variant>,
-    /// PV stolen time (DEN0057A; ABI.md §4).
+    /// PV stolen time (DEN0057A; docs/abi.md §4).
     pub steal_time: bool,
-    /// KVM_PTP, vendor function 1 (ABI.md §2).
+    /// KVM_PTP, vendor function 1 (docs/abi.md §2).
     pub ptp: bool,
 }
 
@@ -151,8 +151,8 @@ impl PvConfig {
     };
 
     /// Whether the services can coexist on one VM. The seed-v3 PV-lock call
-    /// is `0x86000001`, mainline's KVM_PTP (ABI.md §3 "Conflict to know"),
-    /// so a VM cannot have both: [`ConfigError::PtpClash`].
+    /// is `0x86000001`, mainline's KVM_PTP (docs/abi.md §3,
+    /// "The seed-v3 / PTP conflict"), so a VM cannot have both: [`ConfigError::PtpClash`].
     pub const fn validate(&self) -> Result<(), ConfigError> {
         match self.lock {
             Some(variant) if self.ptp && variant.clashes_with_kvm_ptp() => {
@@ -451,7 +451,7 @@ impl PvRegistry {
     /// (openEuler PV_SCHED_IPA_INIT, Anolis PV_LOCK_PREEMPTED), replacing
     /// any earlier one. Accepted only if `ipa` is 64-byte aligned, its 64
     /// bytes lie in the VM's RAM (`vm`), and they do not overlap the PV
-    /// area (ABI.md §3: the guest allocates a 64-byte-aligned 64-byte
+    /// area (docs/abi.md §3: the guest allocates a 64-byte-aligned 64-byte
     /// structure; the PV area is the hypervisor's). On refusal the earlier
     /// registration, if any, stays.
     pub fn register_guest_lock(
@@ -581,7 +581,7 @@ impl PvRegistry {
 }
 
 /// The `preempted` value to store at vcpu_load, before the vCPU runs: 0,
-/// "running" (ABI.md §3 update rule).
+/// "running" (docs/abi.md §3 update rule).
 pub const fn preempted_on_load() -> u64 {
     VcpuState64::RUNNING
 }

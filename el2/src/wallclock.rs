@@ -1,4 +1,4 @@
-//! Wall-clock time for guests (KVM PTP, ABI.md section 2): one reading of
+//! Wall-clock time for guests (KVM PTP, docs/abi.md §2): one reading of
 //! a real-time clock at boot, carried forward with the architected counter.
 
 /// Nanoseconds per second.

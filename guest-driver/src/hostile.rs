@@ -5,7 +5,7 @@
 //! The guest attacks the hypervisor from inside a VM the way
 //! docs/security.md's threat model allows any guest to, and checks that
 //! each attempt gets the answer the table "What a misbehaving guest gets"
-//! (docs/security.md), docs/vms.md and ABI.md give: an access outside its
+//! (docs/security.md), docs/vms.md and docs/abi.md give: an access outside its
 //! RAM or to the host's devices is answered with a synchronous external
 //! abort, a refused system register with an undefined instruction, a bad
 //! hypercall with its documented error code, a storm with nothing but the
@@ -1285,7 +1285,7 @@ impl Label {
                     BadIpa::Device => env.uart,
                     BadIpa::PvArea => env.steal_record,
                 };
-                // ABI.md §3: "0 or -1"; el2 refuses with -1 (el2::smccc::pvlock).
+                // docs/abi.md §3: "0, or -1 if refused"; el2 refuses with -1 (el2::smccc::pvlock).
                 DocumentedCall::hvc(PV_SCHED_IPA_INIT, [ipa, 0, 0], not_supported)
             }
             // DEN0057A: PV_TIME_ST takes no argument; x1 changes nothing.
@@ -1339,7 +1339,7 @@ impl Label {
 }
 
 /// A PSCI function number no PSCI version defines (the last of the
-/// block, ABI.md §5): PSCI must answer NOT_SUPPORTED.
+/// block, docs/abi.md §5): PSCI must answer NOT_SUPPORTED.
 pub const UNKNOWN_PSCI: FunctionId = FunctionId::fast32(Owner::StandardSecure, psci::func::LAST);
 
 /// The answer a call with a non-zero immediate gets, whatever X0 names:
@@ -1456,7 +1456,7 @@ fn vcpu_of_mpidr(raw: u64, vcpus: u16) -> Option<u16> {
     (index < vcpus).then_some(index)
 }
 
-/// AFFINITY_INFO(target, level) as ABI.md §5 and DEN0022 document it: ON
+/// AFFINITY_INFO(target, level) as docs/abi.md §5 and DEN0022 document it: ON
 /// if any vCPU whose affinity fields from `level` up match is on, else
 /// OFF; INVALID_PARAMETERS for a level above 3, bits outside the affinity
 /// fields, or no match. (ON_PENDING does not arise here: the guest makes
@@ -1483,7 +1483,7 @@ fn affinity_info(raw: u64, level: u64, env: &Env) -> i32 {
 
 /// Whether SMCCC_ARCH_FEATURES answers 0 for `queried` in the VM under
 /// test: the arch calls themselves, and the FEATURES calls of its PV
-/// services that guests probe that way (ABI.md §1, §3, §4), and the
+/// services that guests probe that way (docs/abi.md §1, §3, §4), and the
 /// directed yield. `None` for the workarounds, whose answer depends on the
 /// host's CPUs.
 fn arch_features(queried: FunctionId) -> Option<i64> {
@@ -1511,7 +1511,7 @@ fn arch_features(queried: FunctionId) -> Option<i64> {
 }
 
 /// PSCI_FEATURES(`queried`): 0 for each PSCI function the VM's PSCI
-/// implements and for SMCCC_VERSION, else NOT_SUPPORTED (ABI.md §5;
+/// implements and for SMCCC_VERSION, else NOT_SUPPORTED (docs/abi.md §5;
 /// CPU_SUSPEND's feature flags are 0 too).
 fn psci_features(queried: FunctionId) -> i32 {
     let implemented = [
@@ -1555,7 +1555,7 @@ pub fn documented_answer(function: FunctionId, args: [u64; 3], env: &Env) -> Opt
     if !offered(function) {
         return Some(Answer::Code(smccc::NOT_SUPPORTED));
     }
-    // SMC32 calls see W1..W3 only (ABI.md §1, §5).
+    // SMC32 calls see W1..W3 only (docs/abi.md §1, §5).
     let [x1, x2, _] = args.map(|a| {
         if function.is_smc64() {
             a
@@ -1693,7 +1693,7 @@ impl fmt::Display for Skipped {
 
 /// Judges the CPU_ON race: `answers` holds (vCPU, PSCI answer) of every
 /// vCPU that asked to start the same Off vCPU at once. Exactly one gets
-/// SUCCESS; every other ALREADY_ON or ON_PENDING (ABI.md §5, DEN0022).
+/// SUCCESS; every other ALREADY_ON or ON_PENDING (docs/abi.md §5, DEN0022).
 pub fn judge_race(target: u16, answers: &[(u16, i32)]) -> Outcome {
     use psci::error;
     let winners = answers.iter().filter(|(_, a)| *a == error::SUCCESS).count();

@@ -3,7 +3,7 @@
 //!
 //! pv-check is told on its command line what the VM should offer
 //! ([`Expect`]); from that alone both sides know which checks apply: every
-//! SMCCC call with a documented answer ([`CALLS`], ABI.md §1-5) and every
+//! SMCCC call with a documented answer ([`CALLS`], docs/abi.md §1-5) and every
 //! other check ([`labels`]). Each passing check prints
 //! `pv-check: <label>: ok` (sometimes followed by ` (<detail>)`), a failing
 //! one `pv-check: <label>: FAILED: <why>`.
@@ -178,7 +178,7 @@ impl fmt::Display for Expect {
     }
 }
 
-/// A documented answer to an SMCCC call (ABI.md §1-5).
+/// A documented answer to an SMCCC call (docs/abi.md §1-5).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Answer {
     /// This return code in X0, sign-extended to 64 bits.
@@ -427,7 +427,7 @@ const UNKNOWN_VENDOR64: FunctionId = FunctionId::fast64(Owner::VendorHypervisor,
 const UNKNOWN_STANDARD64: FunctionId =
     FunctionId::fast64(Owner::StandardHypervisor, UNUSED_FUNCTION);
 
-/// Every call pv-check makes, in order (ABI.md §1-5). Calls of a variant
+/// Every call pv-check makes, in order (docs/abi.md §1-5). Calls of a variant
 /// the VM does not have must answer NOT_SUPPORTED; those that register or
 /// kick for the VM's own guest-allocated variant are checked separately.
 #[rustfmt::skip]

@@ -548,7 +548,7 @@ impl VmNode<'_, '_, '_> {
     }
 
     /// `kvm-ptp`, which must stay off when `pv_lock` uses KVM_PTP's
-    /// function id (seed v3's PV_LOCK is `0x86000001` too; ABI.md §3).
+    /// function id (seed v3's PV_LOCK is `0x86000001` too; docs/abi.md §3).
     fn kvm_ptp(&self, pv_lock: Option<Variant>) -> Result<bool, PlatformError> {
         let kvm_ptp = self.switch(property::KVM_PTP)?.unwrap_or(DEFAULT_KVM_PTP);
         if let Some(variant) = pv_lock.filter(|v| kvm_ptp && v.clashes_with_kvm_ptp()) {

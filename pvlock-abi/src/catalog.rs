@@ -4,7 +4,7 @@
 //! Each service module keeps a `CALLS` list next to its constants; this
 //! module joins them ([`GROUPS`]) and checks at compile time that no id is
 //! listed twice. The one known clash, `0x86000001` (mainline KVM_PTP and the
-//! seed-v3 PV-lock call, ABI.md §3), is listed once under both names.
+//! seed-v3 PV-lock call, docs/abi.md §3), is listed once under both names.
 
 use crate::smccc::FunctionId;
 use crate::{arch, control, directed_yield, kvm, psci, pvlock, pvtime};

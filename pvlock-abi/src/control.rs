@@ -24,7 +24,7 @@
 //! | X1..X3 | zero |
 //! | discovery (control VMs only) | KVM_FEATURES bit [`KVM_FEATURES_BIT`] (35) and SMCCC_ARCH_FEATURES(`0xC6000023`) = 0 |
 //!
-//! The policies are KVM's `kvm-arm.wfe_trap_policy` (ABI.md §6): *auto*
+//! The policies are KVM's `kvm-arm.wfe_trap_policy` (docs/abi.md §6): *auto*
 //! traps WFE (HCR_EL2.TWE) only while the physical CPU has more than one
 //! runnable vCPU, *trap* always, *notrap* never. The call sets WFE only;
 //! whether WFI traps is fixed by the VM description (`wfi-trap`). A
@@ -32,7 +32,7 @@
 //! decision about the VM, not guest state.
 //!
 //! The function number 0x23 is the next free one after 0x20..0x22 and, like
-//! those, collides with no call in ABI.md or in mainline KVM's list of
+//! those, collides with no call in docs/abi.md or in mainline KVM's list of
 //! vendor functions. Its KVM_FEATURES bit is its function number, by the
 //! "bit N = vendor function N" rule, with the same caution as bit 34:
 //! mainline reserves 2..=63 for pKVM ([`crate::kvm::func::PKVM_LAST`]), so

@@ -7,7 +7,7 @@
 //! lock holder preempted through the PV-lock "preempted" flag — asks the
 //! hypervisor to give the rest of its own time slice to that sibling. It
 //! is the hypercall form of what the hypervisor does by itself on a WFE
-//! trap (`kvm_vcpu_on_spin`, ABI.md §6), for the case where the guest
+//! trap (`kvm_vcpu_on_spin`, docs/abi.md §6), for the case where the guest
 //! knows whom it waits for; x86 KVM has the same thing as
 //! `KVM_HC_SCHED_YIELD` (`Documentation/virt/kvm/x86/hypercalls.rst`).
 //! The yield stays inside the caller's VM and inside the time the caller
@@ -16,7 +16,7 @@
 //! | | |
 //! |---|---|
 //! | id | [`PV_SCHED_YIELD_TO`] = `0xC6000022` (fast, SMC64, owner 6, vendor function 0x22) |
-//! | argument | X1 = target vCPU index (all 64 bits; the guest's logical CPU number, which is the vCPU index when CPUs come up in DT order, as for the openEuler KICK_CPU call, ABI.md §3) |
+//! | argument | X1 = target vCPU index (all 64 bits; the guest's logical CPU number, which is the vCPU index when CPUs come up in DT order, as for the openEuler KICK_CPU call, docs/abi.md §3) |
 //! | X0 = 0 ([`YIELDED`]) | the caller's remaining slice went to the target; the call returns once the caller is scheduled again |
 //! | X0 = 1 ([`NOT_YIELDED`]) | a valid sibling that could not take the slice (running, blocked, off, already handed a slice, not allowed on the caller's pCPU, or no slice left); the call returns at once |
 //! | X0 = -1 ([`UNKNOWN_VCPU`], NOT_SUPPORTED) | no such vCPU in the caller's VM (or the call is not offered) |
@@ -25,7 +25,7 @@
 //! | discovery | KVM_FEATURES bit [`KVM_FEATURES_BIT`] (34) and SMCCC_ARCH_FEATURES(`0xC6000022`) = 0 |
 //!
 //! The function number 0x22 follows the seed-v2 ids 0x20/0x21 and collides
-//! with no call in ABI.md or in mainline KVM's list of vendor functions
+//! with no call in docs/abi.md or in mainline KVM's list of vendor functions
 //! (0 FEATURES, 1 PTP, 2..4 and 7 pKVM, 64/65 DISCOVER_IMPL_*, 127
 //! FEATURES_2). Its KVM_FEATURES bit is its function number, by the "bit N
 //! = vendor function N" rule used for bits 32/33
@@ -60,7 +60,7 @@ pub const YIELDED: i64 = smccc::SUCCESS;
 pub const NOT_YIELDED: i64 = 1;
 
 /// X0 = -1 (NOT_SUPPORTED): the index names no vCPU of the caller's VM, as
-/// the openEuler KICK_CPU call answers for a bad index (ABI.md §3). Also
+/// the openEuler KICK_CPU call answers for a bad index (docs/abi.md §3). Also
 /// what a VM without the call gets for any index.
 pub const UNKNOWN_VCPU: i64 = smccc::NOT_SUPPORTED;
 
@@ -97,7 +97,7 @@ mod tests {
 
     #[test]
     fn collides_with_nothing_named() {
-        // No mainline vendor function number (ABI.md §2).
+        // No mainline vendor function number (docs/abi.md §2).
         for mainline in [
             func::FEATURES,
             func::PTP,
@@ -111,7 +111,7 @@ mod tests {
         ] {
             assert_ne!(KVM_FEATURES_BIT, mainline);
         }
-        // No PV-lock variant's id, in any owner (ABI.md §3).
+        // No PV-lock variant's id, in any owner (docs/abi.md §3).
         for v in Variant::ALL {
             assert!(
                 !v.function_ids().contains(&PV_SCHED_YIELD_TO),

@@ -4,7 +4,7 @@
 //! References: Linux `Documentation/virt/kvm/arm/hypercalls.rst` and
 //! `ptp_kvm.rst`, `include/linux/arm-smccc.h`,
 //! `drivers/firmware/smccc/kvm_guest.c`; DEN0028 "General Service
-//! Queries" for the Call UID; ABI.md §2.
+//! Queries" for the Call UID; docs/abi.md §2.
 
 use crate::catalog::Entry;
 use crate::pvlock::{seed_v2, seed_v3};
@@ -13,13 +13,13 @@ use crate::smccc::{self, FunctionId, Owner};
 /// Vendor hypervisor Call UID, `0x8600FF01`: answers [`UID`] in W0..W3
 /// (upper halves zero). Linux compares all four words.
 ///
-/// DEN0028 "General Service Queries" (Call UID, function 0xFF01); ABI.md §2.
+/// DEN0028 "General Service Queries" (Call UID, function 0xFF01); docs/abi.md §2.
 pub const CALL_UID: FunctionId = FunctionId::fast32(Owner::VendorHypervisor, smccc::CALL_UID);
 
 /// KVM's UUID `28b46fb6-2ec5-11e9-a9ca-4b564d003a74`, bytes in string order.
 ///
 /// Linux `ARM_SMCCC_VENDOR_HYP_UID_KVM` (since 6.16 a `UUID_INIT(0x28b46fb6,
-/// 0x2ec5, 0x11e9, 0xa9, 0xca, 0x4b, 0x56, 0x4d, 0x00, 0x3a, 0x74)`); ABI.md §2.
+/// 0x2ec5, 0x11e9, 0xa9, 0xca, 0x4b, 0x56, 0x4d, 0x00, 0x3a, 0x74)`); docs/abi.md §2.
 pub const UID_BYTES: [u8; 16] = [
     0x28, 0xb4, 0x6f, 0xb6, // 28b46fb6
     0x2e, 0xc5, // 2ec5
@@ -31,7 +31,7 @@ pub const UID_BYTES: [u8; 16] = [
 /// KVM's Call UID as the four result words W0..W3, i.e.
 /// [`smccc::uuid_to_words`]`(`[`UID_BYTES`]`)`.
 ///
-/// Linux `ARM_SMCCC_VENDOR_HYP_UID_KVM_REG_0..3` (before 6.16); ABI.md §2.
+/// Linux `ARM_SMCCC_VENDOR_HYP_UID_KVM_REG_0..3` (before 6.16); docs/abi.md §2.
 pub const UID: [u32; 4] = [0xb66fb428, 0xe911c52e, 0x564bcaa9, 0x743a004d];
 
 const _: () = {
@@ -39,7 +39,7 @@ const _: () = {
     assert!(packed[0] == UID[0] && packed[1] == UID[1]);
     assert!(packed[2] == UID[2] && packed[3] == UID[3]);
     // DEN0028: word 0 of a UID must never be 0xFFFFFFFF (that is -1,
-    // "no UID"); ABI.md §1.
+    // "no UID"); docs/abi.md §1.
     assert!(UID[0] != 0xFFFF_FFFF);
 };
 
@@ -47,7 +47,7 @@ const _: () = {
 /// the same time, bit numbers in the [`FEATURES`] bitmap (bit N set =
 /// vendor function N implemented).
 ///
-/// Linux `ARM_SMCCC_KVM_FUNC_*` (`include/linux/arm-smccc.h`); ABI.md §2.
+/// Linux `ARM_SMCCC_KVM_FUNC_*` (`include/linux/arm-smccc.h`); docs/abi.md §2.
 pub mod func {
     /// 0: KVM_FEATURES itself; always advertised.
     pub const FEATURES: u16 = 0;
@@ -108,7 +108,7 @@ pub mod func {
 /// W0 = functions 0..31, W1 = 32..63, W2 = 64..95, W3 = 96..127
 /// ([`KvmFeatures::words`]). Bit 0 is always set.
 ///
-/// Linux `ARM_SMCCC_VENDOR_HYP_KVM_FEATURES_FUNC_ID`; hypercalls.rst; ABI.md §2.
+/// Linux `ARM_SMCCC_VENDOR_HYP_KVM_FEATURES_FUNC_ID`; hypercalls.rst; docs/abi.md §2.
 /// Linux then prints `smccc: KVM: hypervisor services detected (0x%08x
 /// 0x%08x 0x%08x 0x%08x)` with W3 first.
 pub const FEATURES: FunctionId = FunctionId::fast32(Owner::VendorHypervisor, func::FEATURES);
@@ -121,12 +121,12 @@ pub const FEATURES: FunctionId = FunctionId::fast32(Owner::VendorHypervisor, fun
 /// Same id as the seed-v3 PV-lock call ([`seed_v3::PV_LOCK`]): a VM can
 /// have one or the other, not both.
 ///
-/// Linux `ARM_SMCCC_VENDOR_HYP_KVM_PTP_FUNC_ID`; ptp_kvm.rst; ABI.md §2–3.
+/// Linux `ARM_SMCCC_VENDOR_HYP_KVM_PTP_FUNC_ID`; ptp_kvm.rst; docs/abi.md §2–3.
 pub const PTP: FunctionId = FunctionId::fast32(Owner::VendorHypervisor, func::PTP);
 
 /// KVM_PTP argument values (w1).
 ///
-/// Linux `KVM_PTP_VIRT_COUNTER` / `KVM_PTP_PHYS_COUNTER`; ABI.md §2.
+/// Linux `KVM_PTP_VIRT_COUNTER` / `KVM_PTP_PHYS_COUNTER`; docs/abi.md §2.
 pub mod ptp {
     /// w1 = 0: sample CNTVCT (the guest's virtual counter).
     pub const VIRTUAL_COUNTER: u32 = 0;
@@ -141,7 +141,7 @@ const _: () = assert!(func::PV_LOCK_FEATURES == seed_v2::PV_LOCK_FEATURES.number
 /// implemented.
 ///
 /// Linux `bitmap_from_arr32(__kvm_arm_hyp_services, val, 128)` with
-/// `val[i] = lower_32_bits(res.a<i>)`; hypercalls.rst; ABI.md §2.
+/// `val[i] = lower_32_bits(res.a<i>)`; hypercalls.rst; docs/abi.md §2.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct KvmFeatures([u32; 4]);
 
@@ -203,7 +203,7 @@ impl KvmFeatures {
 
 /// The Call UID result registers X0..X3 (words zero-extended).
 ///
-/// DEN0028 "General Service Queries" (Call UID); ABI.md §1–2.
+/// DEN0028 "General Service Queries" (Call UID); docs/abi.md §1–2.
 pub const UID_REGS: [u64; 4] = [UID[0] as u64, UID[1] as u64, UID[2] as u64, UID[3] as u64];
 
 /// Names of the calls in this module, for [`crate::describe`]. `0x86000001`

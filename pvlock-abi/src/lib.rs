@@ -5,16 +5,16 @@
 //! shared structures. The hypervisor (`el2`) and the guest driver both use
 //! it; nothing else restates a number. Each item cites the specification it
 //! comes from (by section title, since Arm renumbers sections between
-//! issues) and the project's `docs/ABI.md` section.
+//! issues) and the project's `docs/abi.md` section.
 //!
 //! | module | contents | spec |
 //! |---|---|---|
 //! | [`smccc`] | [`FunctionId`], [`Owner`](smccc::Owner), return codes, [`Version`](smccc::Version), general queries, register rules | Arm DEN0028 (SMCCC) |
 //! | [`arch`] | SMCCC_VERSION, SMCCC_ARCH_FEATURES, SOC_ID, workarounds | DEN0028 "Arm Architecture Calls" |
 //! | [`kvm`] | vendor Call UID, KVM_FEATURES, KVM_PTP, feature bits, [`KvmFeatures`](kvm::KvmFeatures) | Linux KVM hypercalls.rst |
-//! | [`pvlock`] | the PV-lock variants and their per-vCPU structures (with the project's `lock_count` extension) | seed series, openEuler, Anolis (ABI.md §3) |
-//! | [`directed_yield`] | the project's PV_SCHED_YIELD_TO call | ABI.md §6 (`kvm_vcpu_on_spin`); x86 KVM_HC_SCHED_YIELD |
-//! | [`control`] | the project's control-VM call PVLOCK_SET_WFX_POLICY (per-vCPU WFE trap policy) | ABI.md §6 (`wfe_trap_policy`); x86 per-vCPU KVM_CAP_X86_DISABLE_EXITS |
+//! | [`pvlock`] | the PV-lock variants and their per-vCPU structures (with the project's `lock_count` extension) | seed series, openEuler, Anolis (docs/abi.md §3) |
+//! | [`directed_yield`] | the project's PV_SCHED_YIELD_TO call | docs/abi.md §6 (`kvm_vcpu_on_spin`); x86 KVM_HC_SCHED_YIELD |
+//! | [`control`] | the project's control-VM call PVLOCK_SET_WFX_POLICY (per-vCPU WFE trap policy) | docs/abi.md §6 (`wfe_trap_policy`); x86 per-vCPU KVM_CAP_X86_DISABLE_EXITS |
 //! | [`pvtime`] | PV_TIME_FEATURES, PV_TIME_ST, [`StolenTime`](pvtime::StolenTime) | Arm DEN0057A |
 //! | [`psci`] | PSCI function IDs, errors, answers | Arm DEN0022 |
 //! | [`catalog`] | [`describe`]: the name of every id above | — |

@@ -1,5 +1,5 @@
 //! PSCI, the Power State Coordination Interface (Arm DEN0022), as offered
-//! to guests. ABI.md §5.
+//! to guests. docs/abi.md §5.
 //!
 //! PSCI lives in the Standard Secure Service range (SMCCC owner 4),
 //! function numbers 0x00..=0x1F: the 32-bit id is `0x84000000 + n`, the
@@ -121,9 +121,9 @@ pub const CPU_SUSPEND64: FunctionId = id64(func::CPU_SUSPEND);
 /// CPU_OFF `0x84000002`. DEN0022 "CPU_OFF".
 pub const CPU_OFF: FunctionId = id32(func::CPU_OFF);
 /// CPU_ON `0x84000003` (x1 MPIDR, x2 entry, x3 context; SMC32 uses only
-/// the low 32 bits). DEN0022 "CPU_ON"; ABI.md §5.
+/// the low 32 bits). DEN0022 "CPU_ON"; docs/abi.md §5.
 pub const CPU_ON: FunctionId = id32(func::CPU_ON);
-/// CPU_ON (SMC64) `0xC4000003`. DEN0022 "CPU_ON"; ABI.md §5.
+/// CPU_ON (SMC64) `0xC4000003`. DEN0022 "CPU_ON"; docs/abi.md §5.
 pub const CPU_ON64: FunctionId = id64(func::CPU_ON);
 /// AFFINITY_INFO `0x84000004` (x1 target affinity, x2 lowest level).
 /// DEN0022 "AFFINITY_INFO".
@@ -146,7 +146,7 @@ pub const SYSTEM_OFF: FunctionId = id32(func::SYSTEM_OFF);
 pub const SYSTEM_RESET: FunctionId = id32(func::SYSTEM_RESET);
 /// PSCI_FEATURES `0x8400000A` (x1 = function ID): 0 (or feature flags) for
 /// each implemented PSCI function and for SMCCC_VERSION, else -1.
-/// DEN0022 "PSCI_FEATURES"; ABI.md §5.
+/// DEN0022 "PSCI_FEATURES"; docs/abi.md §5.
 pub const PSCI_FEATURES: FunctionId = id32(func::PSCI_FEATURES);
 /// CPU_FREEZE `0x8400000B`. DEN0022 "CPU_FREEZE".
 pub const CPU_FREEZE: FunctionId = id32(func::CPU_FREEZE);
@@ -173,7 +173,7 @@ pub const PSCI_STAT_COUNT: FunctionId = id32(func::PSCI_STAT_COUNT);
 /// PSCI_STAT_COUNT (SMC64) `0xC4000011`. DEN0022 "PSCI_STAT_COUNT".
 pub const PSCI_STAT_COUNT64: FunctionId = id64(func::PSCI_STAT_COUNT);
 /// SYSTEM_RESET2 `0x84000012` (x1 reset type, x2 cookie; see
-/// [`reset2_type_supported`]). DEN0022 "SYSTEM_RESET2"; ABI.md §5.
+/// [`reset2_type_supported`]). DEN0022 "SYSTEM_RESET2"; docs/abi.md §5.
 pub const SYSTEM_RESET2: FunctionId = id32(func::SYSTEM_RESET2);
 /// SYSTEM_RESET2 (SMC64) `0xC4000012`. DEN0022 "SYSTEM_RESET2".
 pub const SYSTEM_RESET2_64: FunctionId = id64(func::SYSTEM_RESET2);
@@ -195,13 +195,13 @@ pub const VERSION_0_2: Version = Version::new(0, 2);
 /// PSCI 1.0 (`0x10000`). DEN0022 "PSCI_VERSION".
 pub const VERSION_1_0: Version = Version::new(1, 0);
 /// PSCI 1.1 (`0x10001`), KVM's answer; Linux prints `PSCIv1.1 detected in
-/// firmware.` DEN0022 "PSCI_VERSION"; ABI.md §5.
+/// firmware.` DEN0022 "PSCI_VERSION"; docs/abi.md §5.
 pub const VERSION_1_1: Version = Version::new(1, 1);
 
 /// PSCI return error codes. DEN0022 defines them as `int32`; a host
 /// writes them to X0 sign-extended ([`ret_to_x0`]).
 ///
-/// DEN0022 "Return error codes"; ABI.md §5.
+/// DEN0022 "Return error codes"; docs/abi.md §5.
 pub mod error {
     /// SUCCESS. DEN0022 "Return error codes".
     pub const SUCCESS: i32 = 0;
@@ -245,12 +245,12 @@ pub mod error {
 /// Turns a PSCI `int32` result into the X0 value, sign-extended to 64 bits
 /// (e.g. -2 becomes `0xFFFF_FFFF_FFFF_FFFE`), as KVM does and Linux expects.
 ///
-/// DEN0022 "Return error codes"; DEN0028 "Return codes"; ABI.md §1.
+/// DEN0022 "Return error codes"; DEN0028 "Return codes"; docs/abi.md §1.
 pub const fn ret_to_x0(code: i32) -> u64 {
     crate::smccc::ret_to_x0(code as i64)
 }
 
-/// AFFINITY_INFO answer: the node is ON. DEN0022 "AFFINITY_INFO"; ABI.md §5.
+/// AFFINITY_INFO answer: the node is ON. DEN0022 "AFFINITY_INFO"; docs/abi.md §5.
 pub const AFFINITY_ON: i32 = 0;
 /// AFFINITY_INFO answer: the node is OFF. DEN0022 "AFFINITY_INFO".
 pub const AFFINITY_OFF: i32 = 1;
@@ -258,7 +258,7 @@ pub const AFFINITY_OFF: i32 = 1;
 pub const AFFINITY_ON_PENDING: i32 = 2;
 /// Highest valid `lowest_affinity_level` argument of AFFINITY_INFO (3); a
 /// larger one answers [`error::INVALID_PARAMETERS`]. DEN0022 "AFFINITY_INFO";
-/// ABI.md §5.
+/// docs/abi.md §5.
 pub const AFFINITY_LEVEL_MAX: u64 = 3;
 
 /// MIGRATE_INFO_TYPE answer 0: a uniprocessor Trusted OS that supports
@@ -269,19 +269,19 @@ pub const TOS_UP_MIGRATE_CAPABLE: i32 = 0;
 pub const TOS_UP_NOT_MIGRATE_CAPABLE: i32 = 1;
 /// MIGRATE_INFO_TYPE answer 2: no Trusted OS, or one that needs no
 /// migration — KVM's (and our) answer. Linux `PSCI_0_2_TOS_MP`.
-/// DEN0022 "MIGRATE_INFO_TYPE"; ABI.md §5.
+/// DEN0022 "MIGRATE_INFO_TYPE"; docs/abi.md §5.
 pub const TOS_NOT_PRESENT_OR_MP: i32 = 2;
 
 /// SYSTEM_RESET2 reset type bit 31: 1 = vendor-specific reset, 0 =
-/// architectural reset. DEN0022 "SYSTEM_RESET2"; ABI.md §5.
+/// architectural reset. DEN0022 "SYSTEM_RESET2"; docs/abi.md §5.
 pub const RESET2_VENDOR: u32 = 1 << 31;
 /// SYSTEM_RESET2 architectural reset type 0: SYSTEM_WARM_RESET (the only
-/// architectural type defined). DEN0022 "SYSTEM_RESET2"; ABI.md §5.
+/// architectural type defined). DEN0022 "SYSTEM_RESET2"; docs/abi.md §5.
 pub const RESET2_SYSTEM_WARM_RESET: u32 = 0;
 
 /// KVM's SYSTEM_RESET2 rule: type 0 (warm reset) or any vendor type
 /// (bit 31 set) is accepted; any other architectural type answers
-/// [`error::INVALID_PARAMETERS`]. DEN0022 "SYSTEM_RESET2"; ABI.md §5.
+/// [`error::INVALID_PARAMETERS`]. DEN0022 "SYSTEM_RESET2"; docs/abi.md §5.
 pub const fn reset2_type_supported(reset_type: u32) -> bool {
     reset_type == RESET2_SYSTEM_WARM_RESET || reset_type & RESET2_VENDOR != 0
 }

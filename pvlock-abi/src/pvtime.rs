@@ -1,5 +1,5 @@
 //! Paravirtualized time / stolen time (Arm DEN0057A "Paravirtualized Time
-//! for Arm-based Systems"), used by stock Linux guests. ABI.md §4.
+//! for Arm-based Systems"), used by stock Linux guests. docs/abi.md §4.
 //!
 //! Guest sequence (Linux `arch/arm64/kernel/paravirt.c`): SMCCC ≥ 1.1,
 //! `SMCCC_ARCH_FEATURES(PV_TIME_FEATURES)` answers 0, then
@@ -18,13 +18,13 @@ use crate::smccc::{FunctionId, Owner};
 /// [`PV_TIME_FEATURES`] and [`PV_TIME_ST`] when enabled, else -1. Itself
 /// probed with SMCCC_ARCH_FEATURES.
 ///
-/// DEN0057A "PV_TIME_FEATURES"; ABI.md §4.
+/// DEN0057A "PV_TIME_FEATURES"; docs/abi.md §4.
 pub const PV_TIME_FEATURES: FunctionId = FunctionId::fast64(Owner::StandardHypervisor, 0x20);
 
 /// PV_TIME_ST, `0xC5000021`: IPA of the calling vCPU's [`StolenTime`]
 /// record, or -1 (NOT_SUPPORTED).
 ///
-/// DEN0057A "PV_TIME_ST"; ABI.md §4.
+/// DEN0057A "PV_TIME_ST"; docs/abi.md §4.
 pub const PV_TIME_ST: FunctionId = FunctionId::fast64(Owner::StandardHypervisor, 0x21);
 
 /// Size and alignment of the stolen-time record.
@@ -40,7 +40,7 @@ pub const RECORD_SIZE: usize = 64;
 /// runnable but not running; the host updates it (single-copy atomic,
 /// little-endian) before the vCPU runs again.
 ///
-/// DEN0057A "Stolen time shared structure"; ABI.md §4.
+/// DEN0057A "Stolen time shared structure"; docs/abi.md §4.
 #[repr(C, align(64))]
 pub struct StolenTime {
     /// `le32 revision` at offset 0; must be [`StolenTime::REVISION`].
@@ -62,10 +62,10 @@ const _: () = assert!(core::mem::offset_of!(StolenTime, reserved) == 16);
 
 impl StolenTime {
     /// The only defined revision, 0 (guests refuse anything else).
-    /// DEN0057A "Stolen time shared structure"; ABI.md §4.
+    /// DEN0057A "Stolen time shared structure"; docs/abi.md §4.
     pub const REVISION: u32 = 0;
     /// The only defined attributes value, 0 (guests refuse anything else).
-    /// DEN0057A "Stolen time shared structure"; ABI.md §4.
+    /// DEN0057A "Stolen time shared structure"; docs/abi.md §4.
     pub const ATTRIBUTES: u32 = 0;
 
     /// A zeroed record: revision 0, attributes 0, stolen_time 0.

@@ -2,7 +2,7 @@
 //! owners, return codes, versions, the general per-owner queries and the
 //! register rules.
 //!
-//! Project reference: `docs/ABI.md` §1.
+//! Project reference: `docs/abi.md` §1.
 //!
 //! Spec sections are cited by title (DEN0028 renumbers between issues):
 //! "Function Identifiers" (Table 2-1, bit usage in the function ID),
@@ -36,7 +36,7 @@ pub const OWNER_MASK: u32 = 0x3F;
 /// ignores it for dispatch (it only says the caller holds no live SVE state
 /// beyond the 128-bit V registers), so [`FunctionId::from_x0`] masks it.
 ///
-/// DEN0028 (v1.3+) "Function Identifiers", Table 2-1; ABI.md §1.
+/// DEN0028 (v1.3+) "Function Identifiers", Table 2-1; docs/abi.md §1.
 pub const SVE_HINT: u32 = 1 << 16;
 
 /// Bits 23:17 of W0: must be zero for fast calls (bit 16 is [`SVE_HINT`]).
@@ -120,7 +120,7 @@ impl Owner {
 /// An SMCCC function identifier: the value of W0 at an SMC/HVC.
 ///
 /// Only W0 counts: bits 63:32 of X0 are ignored (use [`FunctionId::from_x0`]).
-/// Layout (DEN0028 "Function Identifiers", Table 2-1; ABI.md §1):
+/// Layout (DEN0028 "Function Identifiers", Table 2-1; docs/abi.md §1):
 ///
 /// | bits  | meaning |
 /// |-------|---------|
@@ -145,7 +145,7 @@ impl FunctionId {
     /// Decodes the function ID a caller put in X0: keeps only W0 and clears
     /// the SMCCC v1.3 SVE hint (bit 16).
     ///
-    /// DEN0028 "Function Identifiers" (W0 only; SVE hint); ABI.md §1.
+    /// DEN0028 "Function Identifiers" (W0 only; SVE hint); docs/abi.md §1.
     pub const fn from_x0(x0: u64) -> Self {
         Self((x0 as u32) & !SVE_HINT)
     }
@@ -235,7 +235,7 @@ pub const CALL_COUNT: u16 = 0xFF00;
 /// General service query: Call UID, answered as four 32-bit words in
 /// W0..W3 (packing: [`uuid_to_words`]).
 ///
-/// DEN0028 "General Service Queries" (function 0xFF01); ABI.md §1.
+/// DEN0028 "General Service Queries" (function 0xFF01); docs/abi.md §1.
 pub const CALL_UID: u16 = 0xFF01;
 
 /// General service query: revision of the service.
@@ -249,7 +249,7 @@ pub const REVISION: u16 = 0xFF03;
 ///
 /// This is Linux's `smccc_uuid_to_reg()` (the inverse of
 /// `smccc_res_to_uuid()`, `include/linux/arm-smccc.h`).
-/// DEN0028 "General Service Queries" (Call UID); ABI.md §1–2.
+/// DEN0028 "General Service Queries" (Call UID); docs/abi.md §1–2.
 pub const fn uuid_to_words(bytes: [u8; 16]) -> [u32; 4] {
     let mut words = [0u32; 4];
     let mut i = 0;
@@ -284,14 +284,14 @@ pub const fn words_to_uuid(words: [u32; 4]) -> [u8; 16] {
 
 /// SMCCC return code SUCCESS.
 ///
-/// DEN0028 "Return codes"; ABI.md §1.
+/// DEN0028 "Return codes"; docs/abi.md §1.
 pub const SUCCESS: i64 = 0;
 /// SMCCC return code NOT_SUPPORTED; also the answer to any unknown function
-/// ID. DEN0028 "Return codes"; ABI.md §1.
+/// ID. DEN0028 "Return codes"; docs/abi.md §1.
 pub const NOT_SUPPORTED: i64 = -1;
-/// SMCCC return code NOT_REQUIRED. DEN0028 "Return codes"; ABI.md §1.
+/// SMCCC return code NOT_REQUIRED. DEN0028 "Return codes"; docs/abi.md §1.
 pub const NOT_REQUIRED: i64 = -2;
-/// SMCCC return code INVALID_PARAMETER. DEN0028 "Return codes"; ABI.md §1.
+/// SMCCC return code INVALID_PARAMETER. DEN0028 "Return codes"; docs/abi.md §1.
 pub const INVALID_PARAMETER: i64 = -3;
 
 /// The SMCCC return codes as an enum (values are [`SUCCESS`],
@@ -330,7 +330,7 @@ impl ReturnCode {
 /// -1, converted to `0xFFFF_FFFF_FFFF_FFFF`), and KVM stores the `long`
 /// value. So -1 must become `0xFFFF_FFFF_FFFF_FFFF`, not `0x0000_0000_FFFF_FFFF`.
 ///
-/// DEN0028 "Return codes"; ABI.md §1 ("sign-extended to 64 bits").
+/// DEN0028 "Return codes"; docs/abi.md §1 ("sign-extended to 64 bits").
 pub const fn ret_to_x0(code: i64) -> u64 {
     code as u64
 }
@@ -382,7 +382,7 @@ impl Version {
 /// SMCCC v1.0 (`0x10000`). DEN0028 "SMCCC_VERSION".
 pub const VERSION_1_0: Version = Version::new(1, 0);
 /// SMCCC v1.1 (`0x10001`): X4..X17 preserved; the minimum at which Linux
-/// uses the conduit for vendor services. DEN0028 "SMCCC_VERSION"; ABI.md §1.
+/// uses the conduit for vendor services. DEN0028 "SMCCC_VERSION"; docs/abi.md §1.
 pub const VERSION_1_1: Version = Version::new(1, 1);
 /// SMCCC v1.2 (`0x10002`): guests only ask SMCCC_ARCH_SOC_ID from here on.
 /// DEN0028 "SMCCC_VERSION".
@@ -392,7 +392,7 @@ pub const VERSION_1_3: Version = Version::new(1, 3);
 
 /// First register (X4) of the range a callee must preserve (SMCCC ≥ 1.1).
 ///
-/// Rule (DEN0028 "Register use in AArch64 SMC and HVC calls"; ABI.md §1):
+/// Rule (DEN0028 "Register use in AArch64 SMC and HVC calls"; docs/abi.md §1):
 /// with SMCCC ≥ 1.1 the callee preserves X4..X17 unless the function
 /// defines them as results (SMCCC 1.2 allows SMC64 results up to X17; no call
 /// in this crate does); results go in X0..X3 ([`RESULT_REGS`]); result

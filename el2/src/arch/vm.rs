@@ -626,7 +626,7 @@ impl Vm {
 
     /// Stores `value` in vCPU `index`'s PV-lock "preempted" field, if it
     /// has a record: little-endian, single-copy atomic, release-ordered
-    /// against the guest's plain load (ABI.md section 3). Nothing the guest
+    /// against the guest's plain load (docs/abi.md §3). Nothing the guest
     /// wrote there is read.
     fn write_preempted(&self, index: u16, value: u64) {
         let Some(record) = self.pv.lock_record(index) else {
@@ -672,7 +672,7 @@ impl Vm {
     }
 
     /// Stores vCPU `index`'s stolen time (ns) in its PV-time record, if it
-    /// has one (ABI.md section 4: `le64 stolen_time` at offset 8).
+    /// has one (docs/abi.md §4: `le64 stolen_time` at offset 8).
     fn write_stolen_time(&self, index: u16, steal_ticks: u64) {
         let Some(ipa) = self.pv.steal_record(index) else {
             return;

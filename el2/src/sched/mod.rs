@@ -80,7 +80,7 @@
 //! # Directed yield and fairness
 //!
 //! [`Scheduler::yield_to`] is the primitive the directed-yield policy
-//! (KVM's `kvm_vcpu_on_spin`, ABI.md §6) builds on: the running vCPU gives
+//! (KVM's `kvm_vcpu_on_spin`, docs/abi.md §6) builds on: the running vCPU gives
 //! the rest of its slice to a Runnable sibling *of the same VM*, which is
 //! taken out of whichever queue holds it and becomes this pCPU's next pick.
 //! The sibling inherits the yielder's `slice_end` — it does not get a fresh
@@ -596,7 +596,7 @@ impl Scheduler {
     /// Number of vCPUs that want `pcpu` now: the one running there, those
     /// queued on it and one handed to it by a directed yield (0 for an
     /// unknown pCPU). The count KVM's WFE trap policy looks at
-    /// (`single_task_running()`; ABI.md §6): with a vCPU loaded, 1 means it
+    /// (`single_task_running()`; docs/abi.md §6): with a vCPU loaded, 1 means it
     /// is alone. See [`crate::onspin::trap_wfe`].
     pub fn runnable_on(&self, pcpu: usize) -> usize {
         self.pcpus.get(pcpu).map_or(0, Pcpu::load)

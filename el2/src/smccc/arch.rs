@@ -1,7 +1,7 @@
 //! Arm Architecture Calls (SMCCC owner 0): SMCCC_VERSION,
 //! SMCCC_ARCH_FEATURES, SMCCC_ARCH_SOC_ID and the Spectre workarounds.
 //!
-//! DEN0028 chapter "Arm Architecture Calls"; ABI.md §1.
+//! DEN0028 chapter "Arm Architecture Calls"; docs/abi.md §1.
 
 use pvlock_abi::arch::{
     SMCCC_ARCH_FEATURES, SMCCC_ARCH_SOC_ID, SMCCC_ARCH_WORKAROUND_1, SMCCC_ARCH_WORKAROUND_2,
@@ -99,7 +99,7 @@ const IDS: [FunctionId; 6] = [
 ///
 /// "Mitigated" (0) is never answered: the hypervisor performs no
 /// mitigation on the guest's behalf. DEN0028 "SMCCC_ARCH_WORKAROUND_1/2/3";
-/// ABI.md §1.
+/// docs/abi.md §1.
 #[derive(Clone, Copy, Debug)]
 pub struct ArchService {
     vulnerabilities: CpuVulnerabilities,

@@ -2,7 +2,7 @@
 //! to recognise "KVM" and discover the vendor functions, and KVM_PTP.
 //!
 //! Linux `Documentation/virt/kvm/arm/hypercalls.rst`, `ptp_kvm.rst`,
-//! `drivers/firmware/smccc/kvm_guest.c`; ABI.md §2.
+//! `drivers/firmware/smccc/kvm_guest.c`; docs/abi.md §2.
 
 use pvlock_abi::kvm::{self, CALL_UID, FEATURES, PTP, func, ptp};
 use pvlock_abi::smccc::FunctionId;

@@ -23,7 +23,7 @@
 //!    a sibling, change a VM's WFE trap policy).
 //!
 //! For a trapped SMC the caller also advances ELR by 4 (the trap leaves it
-//! at the SMC, unlike HVC; ABI.md §1). Nothing is ever forwarded to EL3.
+//! at the SMC, unlike HVC; docs/abi.md §1). Nothing is ever forwarded to EL3.
 //!
 //! # Services
 //!
@@ -34,7 +34,7 @@
 //! from its description, so a service (a PV-lock ABI variant, PV time, KVM
 //! PTP) is switched on per VM by registering it; two services that claim
 //! the same id (KVM_PTP and the seed-v3 PV-lock call share `0x86000001`,
-//! ABI.md §3) cannot both be registered ([`RegisterError`]). The table
+//! docs/abi.md §3) cannot both be registered ([`RegisterError`]). The table
 //! answers the discovery calls for everyone: SMCCC_ARCH_FEATURES asks the
 //! owner of the queried id, KVM_FEATURES ORs every service's bits, and
 //! PSCI_FEATURES(SMCCC_VERSION) asks whether anyone implements
@@ -49,17 +49,17 @@
 //!
 //! [`Dispatcher::standard`] registers the two services every VM has:
 //! [`ArchService`] (SMCCC_VERSION, SMCCC_ARCH_FEATURES, the Spectre
-//! workarounds) and [`PsciService`] (PSCI 1.1 as KVM offers it, ABI.md §5).
+//! workarounds) and [`PsciService`] (PSCI 1.1 as KVM offers it, docs/abi.md §5).
 //!
 //! [`dispatcher_for`] ([`Dispatcher::for_vm`]) builds a VM's table from its
 //! [`VmServices`] (its [`PvConfig`] and whether it is a control VM; a bare
 //! `&PvConfig` still works and means "not a control VM"): the standard
 //! services, [`KvmService`] (vendor Call UID, KVM_FEATURES, and KVM_PTP if
-//! enabled; ABI.md §2) for every VM, then the enabled paravirtual services
-//! — [`PvLockService`] for the VM's PV-lock variant (ABI.md §3) together
+//! enabled; docs/abi.md §2) for every VM, then the enabled paravirtual services
+//! — [`PvLockService`] for the VM's PV-lock variant (docs/abi.md §3) together
 //! with [`PvYieldService`] (the project's directed-yield call,
-//! `pvlock_abi::directed_yield`), and [`PvTimeService`] (DEN0057A; ABI.md
-//! §4) — and, for a control VM only, [`ControlService`]
+//! `pvlock_abi::directed_yield`), and [`PvTimeService`] (DEN0057A;
+//! docs/abi.md §4) — and, for a control VM only, [`ControlService`]
 //! (PVLOCK_SET_WFX_POLICY, `pvlock_abi::control`). The PV services share
 //! the VM's [`PvRegistry`] of record addresses with the arch layer, which
 //! keeps the records up to date ([`crate::pv`]).
@@ -168,7 +168,7 @@ pub trait VmView {
     /// the VM's RAM.
     fn ram_contains(&self, ipa: u64, len: u64) -> bool;
 
-    /// The VM's counter now, as KVM_PTP returns it (ABI.md §2): its
+    /// The VM's counter now, as KVM_PTP returns it (docs/abi.md §2): its
     /// virtual counter (CNTVCT as the guest reads it, i.e. CNTPCT minus
     /// the VM's CNTVOFF) if `physical` is false, else its physical counter
     /// (CNTPCT). Sample it as close as possible to
@@ -288,7 +288,7 @@ pub enum Action {
     /// PSCI SYSTEM_RESET or SYSTEM_RESET2: restart the VM.
     SystemReset,
     /// A paravirtual kick (openEuler PV_SCHED_KICK_CPU, Anolis
-    /// PV_QSPINLOCK_KICK_CPU; ABI.md §3): wake `target` from its WFI-based
+    /// PV_QSPINLOCK_KICK_CPU; docs/abi.md §3): wake `target` from its WFI-based
     /// wait and yield to it if it is runnable. X0 already holds 0. The
     /// caller, under the scheduler lock:
     /// 1. `Scheduler::wake(target)`: a Blocked target becomes Runnable
@@ -465,7 +465,7 @@ pub trait Service: Send + Sync {
         None
     }
 
-    /// The KVM vendor-function bits this service implements (ABI.md §2).
+    /// The KVM vendor-function bits this service implements (docs/abi.md §2).
     /// The default: none.
     fn kvm_features(&self) -> KvmFeatures {
         KvmFeatures::EMPTY
@@ -670,7 +670,7 @@ impl Dispatcher {
     /// layer share it.
     ///
     /// Refused with [`ConfigError::PtpClash`] for KVM_PTP with seed-v3
-    /// (both are `0x86000001`, ABI.md §3), checked before anything is
+    /// (both are `0x86000001`, docs/abi.md §3), checked before anything is
     /// registered; `register` would refuse the second claimant anyway
     /// ([`ConfigError::Register`]).
     pub fn for_vm(
@@ -821,7 +821,7 @@ impl Dispatcher {
     }
 
     /// The KVM_FEATURES bitmap: bit 0 (KVM_FEATURES itself) and every
-    /// service's bits (ABI.md §2).
+    /// service's bits (docs/abi.md §2).
     pub fn kvm_features(&self) -> KvmFeatures {
         let words = self
             .services

@@ -1,4 +1,4 @@
-//! PSCI for guests, answered as KVM answers it (Arm DEN0022; ABI.md §5).
+//! PSCI for guests, answered as KVM answers it (Arm DEN0022; docs/abi.md §5).
 //!
 //! | function | answer |
 //! |---|---|

@@ -1,6 +1,6 @@
 //! The paravirtual services (KVM vendor, PV-lock variants, PV time) through
-//! a VM's dispatcher, against ABI.md: every expected id and value below is
-//! the literal from ABI.md, checked against the `pvlock_abi` constant the
+//! a VM's dispatcher, against docs/abi.md: every expected id and value below is
+//! the literal from docs/abi.md, checked against the `pvlock_abi` constant the
 //! code uses.
 
 use super::*;
@@ -25,7 +25,7 @@ const WALL_NS: u64 = 0x1234_5678_9ABC_DEF0;
 const PHYS_COUNT: u64 = 0x0000_00AB_CDEF_0123;
 const VIRT_COUNT: u64 = 0x0000_0001_0000_0002;
 
-/// ABI.md's ids, literally.
+/// docs/abi.md's ids, literally.
 mod abi {
     pub const CALL_UID: u32 = 0x8600FF01;
     pub const KVM_FEATURES: u32 = 0x86000000;
@@ -87,7 +87,7 @@ fn abi_literals_are_the_constants_used() {
     assert_eq!(directed_yield::PV_SCHED_YIELD_TO.raw(), abi::YIELD_TO);
     assert_eq!(abi_arch::SMCCC_ARCH_FEATURES.raw(), abi::ARCH_FEATURES);
     assert_eq!(kvm::UID_REGS, abi::UID_WORDS);
-    // ABI.md §2 bit numbers: 0 FEATURES, 1 PTP (= seed-v3); the project's
+    // docs/abi.md §2 bit numbers: 0 FEATURES, 1 PTP (= seed-v3); the project's
     // seed-v2 bits are the vendor function numbers 0x20 / 0x21.
     assert_eq!((func::FEATURES, func::PTP), (0, 1));
     assert_eq!(seed_v3::KVM_FEATURES_BIT, 1);
@@ -256,7 +256,7 @@ fn call_uid_is_kvm_s_on_every_vm() {
 #[test]
 fn kvm_features_bitmap_per_vm() {
     let words = |vm: &Vm, view: &FakeVm| call_from(&vm.table, view, 0, abi::KVM_FEATURES, &[]).0;
-    // ABI.md §2 / project bits: nothing -> bit 0; seed-v2 -> 0, 32, 33;
+    // docs/abi.md §2 / project bits: nothing -> bit 0; seed-v2 -> 0, 32, 33;
     // seed-v3 -> 0, 1; PTP -> 0, 1; every PV-lock variant -> 34 (the
     // directed-yield call).
     assert_eq!(words(&vm_with(None, false, false), &CLOCK), [0b1, 0, 0, 0]);

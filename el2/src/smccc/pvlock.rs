@@ -1,5 +1,5 @@
 //! The PV-lock ("vCPU preempted") services: the four published ABI
-//! variants in one service type. ABI.md §3.
+//! variants in one service type. docs/abi.md §3.
 //!
 //! The records themselves, and when the arch layer writes them, are in
 //! [`crate::pv`].
@@ -15,7 +15,7 @@ use crate::pv::PvRegistry;
 use crate::vcpu::VcpuId;
 
 /// The ids each variant makes discoverable through SMCCC_ARCH_FEATURES
-/// (answer 0): the ones its guests probe that way (ABI.md §1, §3).
+/// (answer 0): the ones its guests probe that way (docs/abi.md §1, §3).
 const fn arch_feature_ids(variant: Variant) -> &'static [FunctionId] {
     match variant {
         // Guests probe PV_LOCK_FEATURES; PREEMPTED is implemented and

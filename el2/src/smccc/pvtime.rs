@@ -1,5 +1,5 @@
 //! Paravirtualized time (Arm DEN0057A, SMCCC owner 5): where each vCPU's
-//! stolen-time record is. ABI.md §4.
+//! stolen-time record is. docs/abi.md §4.
 
 use alloc::sync::Arc;
 
@@ -23,7 +23,7 @@ const IDS: [FunctionId; 2] = [PV_TIME_FEATURES, PV_TIME_ST];
 /// way). The queried id is read from W1, as KVM (`u32 feature`).
 ///
 /// DEN0057A "PV_TIME_FEATURES", "PV_TIME_ST"; Linux
-/// `arch/arm64/kvm/pvtime.c`; ABI.md §4.
+/// `arch/arm64/kvm/pvtime.c`; docs/abi.md §4.
 #[derive(Debug)]
 pub struct PvTimeService {
     registry: Arc<PvRegistry>,

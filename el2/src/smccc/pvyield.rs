@@ -1,5 +1,5 @@
 //! The directed-yield hypercall PV_SCHED_YIELD_TO (this project's vendor
-//! call `0xC6000022`; `pvlock_abi::directed_yield`, ABI.md §6).
+//! call `0xC6000022`; `pvlock_abi::directed_yield`, docs/abi.md §6).
 
 use pvlock_abi::directed_yield::{
     IDS, KVM_FEATURES_BIT, NOT_YIELDED, PV_SCHED_YIELD_TO, TO_SELF, UNKNOWN_VCPU,

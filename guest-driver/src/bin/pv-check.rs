@@ -1,5 +1,5 @@
 //! `pv-check`: checks the hypervisor's paravirtual services against
-//! ABI.md from inside a VM, through the guest driver (`guest_driver::pv`),
+//! docs/abi.md from inside a VM, through the guest driver (`guest_driver::pv`),
 //! and powers off.
 //!
 //! Command line (`/chosen/bootargs`; `guest_driver::pvcheck::Expect`):

@@ -3,10 +3,10 @@
 //! up each CPU's shared records, for any Rust guest kernel.
 //!
 //! Every guest-visible number comes from `pvlock_abi`; the project's
-//! `docs/ABI.md` (shared) explains them. Linux's equivalents are
+//! `docs/abi.md` explains them. Linux's equivalents are
 //! `drivers/firmware/smccc/kvm_guest.c` (KVM detection),
 //! `arch/arm64/kernel/paravirt.c` (stolen time) and the out-of-tree PV-lock
-//! series (ABI.md §3).
+//! series (docs/abi.md §3).
 //!
 //! The hardware is reached through two small traits, so that the probing
 //! and the record handling run unchanged in host tests with a fake:
@@ -26,7 +26,7 @@
 //! let stolen_ns = pv.steal_time(cpu);
 //! ```
 //!
-//! | step | calls (ABI.md) |
+//! | step | calls (docs/abi.md) |
 //! |---|---|
 //! | SMCCC version | PSCI_FEATURES(SMCCC_VERSION), then SMCCC_VERSION (§1, §5); under 1.1 nothing else is asked |
 //! | KVM | vendor Call UID, all four words; KVM_FEATURES (§2) |
@@ -136,7 +136,7 @@ impl<M: SharedMemory + ?Sized> SharedMemory for &M {
 
 /// The SMCCC return code in X0 of a call to `function`: all of X0 for an
 /// SMC64 call; for an SMC32 call W0 sign-extended, since a 32-bit callee
-/// need only set W0 (ABI.md §1 asks hypervisors to sign-extend into X0; a
+/// need only set W0 (docs/abi.md §1 asks hypervisors to sign-extend into X0; a
 /// guest accepts either).
 pub fn return_code(function: FunctionId, x0: u64) -> i64 {
     if function.is_smc64() {
@@ -149,7 +149,7 @@ pub fn return_code(function: FunctionId, x0: u64) -> i64 {
 /// What the hypervisor offers this guest.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PvInfo {
-    /// SMCCC_VERSION's answer; 1.0 when it is not there (ABI.md §1).
+    /// SMCCC_VERSION's answer; 1.0 when it is not there (docs/abi.md §1).
     pub smccc_version: Version,
     /// The vendor hypervisor Call UID is KVM's (all four words).
     pub kvm: bool,

@@ -1,9 +1,9 @@
-//! Anolis (Alibaba Cloud kernel) PV lock and PV qspinlock. ABI.md §3.
+//! Anolis (Alibaba Cloud kernel) PV lock and PV qspinlock. docs/abi.md §3.
 //!
 //! Three SMC64 calls in KVM's vendor range (owner 6, function numbers
 //! 0xB0..0xB2) and a kick call that sits in the **standard-hypervisor**
 //! range (owner 5, function 0xB3) — the owner really differs; it is kept
-//! exactly as ABI.md gives it.
+//! exactly as docs/abi.md §3 gives it.
 //!
 //! Guest sequence: SMCCC ≥ 1.1, `SMCCC_ARCH_FEATURES(PV_LOCK_FEATURES)`
 //! answers 0, then per CPU `PV_LOCK_PREEMPTED(x1 = IPA of its own
@@ -14,24 +14,24 @@ use crate::catalog::Entry;
 use crate::smccc::{FunctionId, Owner};
 
 /// PV_LOCK_FEATURES, `0xC60000B0`: probed with SMCCC_ARCH_FEATURES; 0 when
-/// the preempted service is available. ABI.md §3.
+/// the preempted service is available. docs/abi.md §3.
 pub const PV_LOCK_FEATURES: FunctionId = FunctionId::fast64(Owner::VendorHypervisor, 0xB0);
 
 /// PV_LOCK_PREEMPTED, `0xC60000B1` (x1 = IPA of the calling vCPU's
-/// guest-allocated [`VcpuState`]): 0 or -1. ABI.md §3.
+/// guest-allocated [`VcpuState`]): 0 or -1. docs/abi.md §3.
 pub const PV_LOCK_PREEMPTED: FunctionId = FunctionId::fast64(Owner::VendorHypervisor, 0xB1);
 
 /// PV_QSPINLOCK_FEATURES, `0xC60000B2`: probed with SMCCC_ARCH_FEATURES; 0
-/// when the kick call is available. ABI.md §3.
+/// when the kick call is available. docs/abi.md §3.
 pub const PV_QSPINLOCK_FEATURES: FunctionId = FunctionId::fast64(Owner::VendorHypervisor, 0xB2);
 
 /// PV_QSPINLOCK_KICK_CPU, `0xC50000B3` (x1 = target vCPU index): wake the
-/// target from its WFI wait. Note owner 5, not 6. ABI.md §3.
+/// target from its WFI wait. Note owner 5, not 6. docs/abi.md §3.
 pub const PV_QSPINLOCK_KICK_CPU: FunctionId = FunctionId::fast64(Owner::StandardHypervisor, 0xB3);
 
-/// The per-vCPU structure as ABI.md gives it: `le32 preempted; u8 pad[60]`,
+/// The per-vCPU structure as docs/abi.md gives it: `le32 preempted; u8 pad[60]`,
 /// allocated by the guest. See [`super::VcpuState32`] for the note on Anolis
-/// trees that read the field as `le64`. ABI.md §3.
+/// trees that read the field as `le64`. docs/abi.md §3.
 pub type VcpuState = super::VcpuState32;
 
 /// Every id of this variant.

@@ -1,5 +1,5 @@
 //! Paravirtual "vCPU preempted" (PV-lock) interfaces: the published
-//! variants, none of them in mainline Linux. ABI.md §3.
+//! variants, none of them in mainline Linux. docs/abi.md §3.
 //!
 //! Each variant has its own module with its function IDs; the per-vCPU
 //! structures are shared:
@@ -11,7 +11,7 @@
 //! | [`openeuler`] (pvsched) | `0xC5000090..=0xC5000093` | [`VcpuState32`] | guest passes IPA |
 //! | [`anolis`] | `0xC60000B0..=0xC60000B2`, `0xC50000B3` | [`VcpuState32`] | guest passes IPA |
 //!
-//! Update rule (every host implementation; ABI.md §3): write
+//! Update rule (every host implementation; docs/abi.md §3): write
 //! [`VcpuState64::RUNNING`] (0) in vcpu_load before the vCPU runs and
 //! [`VcpuState64::PREEMPTED`] (1) in vcpu_put. Writes are single-copy
 //! atomic, little-endian, and release-ordered against the guest's plain
@@ -42,7 +42,7 @@
 //! the **hypervisor** only reads it ([`VcpuState64::lock_count_hint`]), as
 //! a hint for directed yield: a vCPU preempted while it holds a lock is
 //! the one its spinning siblings wait for (the "boost vCPU in critical
-//! section" seed; ABI.md §6 "kvm_vcpu_on_spin"). It is the explicit,
+//! section" seed; docs/abi.md §6 "kvm_vcpu_on_spin"). It is the explicit,
 //! documented guest/host contract that the seed's review asked for instead
 //! of exposing the guest kernel's `preempt_count` (an internal that
 //! changes between kernel versions).
@@ -75,7 +75,7 @@ pub mod seed_v2;
 pub mod seed_v3;
 
 /// Size and alignment, in bytes, of every PV-lock structure ("Structure
-/// must be 64 byte aligned, pad to that size"). ABI.md §3.
+/// must be 64 byte aligned, pad to that size"). docs/abi.md §3.
 pub const STATE_SIZE: usize = 64;
 
 /// Byte offset of the `le32 lock_count` extension in both [`VcpuState64`]
@@ -114,7 +114,7 @@ fn lock_count_add(count: &AtomicU32, up: bool) {
 /// hypervisor owns the memory; the guest maps it read-only in effect,
 /// except for the project's `lock_count` extension at
 /// [`LOCK_COUNT_OFFSET`] (module documentation), which only the guest
-/// writes. ABI.md §3.
+/// writes. docs/abi.md §3.
 #[repr(C, align(64))]
 pub struct VcpuState64 {
     /// `le64 preempted` at offset 0: non-zero while the vCPU is not running.
@@ -133,9 +133,9 @@ const _: () = assert!(core::mem::offset_of!(VcpuState64, lock_count) == LOCK_COU
 const _: () = assert!(core::mem::offset_of!(VcpuState64, reserved) == 12);
 
 impl VcpuState64 {
-    /// Value of `preempted` while the vCPU runs. ABI.md §3.
+    /// Value of `preempted` while the vCPU runs. docs/abi.md §3.
     pub const RUNNING: u64 = 0;
-    /// Value of `preempted` the host writes at vcpu_put. ABI.md §3.
+    /// Value of `preempted` the host writes at vcpu_put. docs/abi.md §3.
     pub const PREEMPTED: u64 = 1;
 
     /// A zeroed structure (`preempted` = [`Self::RUNNING`], reserved = 0),
@@ -225,7 +225,7 @@ impl fmt::Debug for VcpuState64 {
 ///
 /// Used by [`openeuler`] (Linux `struct pvsched_vcpu_state`,
 /// `arch/arm64/include/asm/pvsched-abi.h`) and [`anolis`]. The guest
-/// allocates it (per-CPU, 64-byte aligned) and passes its IPA. ABI.md §3.
+/// allocates it (per-CPU, 64-byte aligned) and passes its IPA. docs/abi.md §3.
 ///
 /// Compatibility note: the host writes only bytes 0..4. A guest that reads
 /// the field as 64 bits (one Anolis tree declares `le64 preempted; u8
@@ -254,9 +254,9 @@ const _: () = assert!(core::mem::offset_of!(VcpuState32, lock_count) == LOCK_COU
 const _: () = assert!(core::mem::offset_of!(VcpuState32, reserved) == 12);
 
 impl VcpuState32 {
-    /// Value of `preempted` while the vCPU runs. ABI.md §3.
+    /// Value of `preempted` while the vCPU runs. docs/abi.md §3.
     pub const RUNNING: u32 = 0;
-    /// Value of `preempted` the host writes at vcpu_put. ABI.md §3.
+    /// Value of `preempted` the host writes at vcpu_put. docs/abi.md §3.
     pub const PREEMPTED: u32 = 1;
 
     /// A zeroed structure (`preempted` = [`Self::RUNNING`], reserved = 0),
@@ -341,7 +341,7 @@ impl fmt::Debug for VcpuState32 {
 }
 
 /// Which PV-lock ABI a VM is given (chosen per VM in its description).
-/// ABI.md §3.
+/// docs/abi.md §3.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Variant {
     /// Seed series v2 / 2022 RFC: [`seed_v2`].

@@ -1,6 +1,6 @@
 //! openEuler "pvsched" (Kunpeng guests, kernels 4.19 / 5.10 / 6.6): four
 //! SMC64 calls in the standard-hypervisor range (owner 5, function numbers
-//! 0x90..0x93). ABI.md §3.
+//! 0x90..0x93). docs/abi.md §3.
 //!
 //! Guest sequence: SMCCC ≥ 1.1, `SMCCC_ARCH_FEATURES(PV_SCHED_FEATURES)`
 //! answers 0, then per CPU `PV_SCHED_IPA_INIT(x1 = IPA of its own
@@ -14,25 +14,25 @@ use crate::smccc::{FunctionId, Owner};
 
 /// PV_SCHED_FEATURES, `0xC5000090` (x1 = function ID): 0 for each
 /// implemented PV_SCHED call, else -1. Probed with SMCCC_ARCH_FEATURES.
-/// ABI.md §3.
+/// docs/abi.md §3.
 pub const PV_SCHED_FEATURES: FunctionId = FunctionId::fast64(Owner::StandardHypervisor, 0x90);
 
 /// PV_SCHED_IPA_INIT, `0xC5000091` (x1 = IPA of the calling vCPU's
-/// guest-allocated [`VcpuState`]): 0 or -1. ABI.md §3.
+/// guest-allocated [`VcpuState`]): 0 or -1. docs/abi.md §3.
 pub const PV_SCHED_IPA_INIT: FunctionId = FunctionId::fast64(Owner::StandardHypervisor, 0x91);
 
 /// PV_SCHED_IPA_RELEASE, `0xC5000092`: forget the calling vCPU's IPA; 0.
-/// ABI.md §3.
+/// docs/abi.md §3.
 pub const PV_SCHED_IPA_RELEASE: FunctionId = FunctionId::fast64(Owner::StandardHypervisor, 0x92);
 
 /// PV_SCHED_KICK_CPU, `0xC5000093` (x1 = target vCPU index; 4.19/5.10
 /// only): wake the target from its WFI wait (set a "kicked" flag that makes
 /// its current or next WFI return at once) and yield to it if runnable; 0,
-/// or -1 if no such vCPU. ABI.md §3.
+/// or -1 if no such vCPU. docs/abi.md §3.
 pub const PV_SCHED_KICK_CPU: FunctionId = FunctionId::fast64(Owner::StandardHypervisor, 0x93);
 
 /// The per-vCPU structure: `le32 preempted; u8 pad[60]`, allocated by the
-/// guest. ABI.md §3.
+/// guest. docs/abi.md §3.
 pub type VcpuState = super::VcpuState32;
 
 /// Every id of this variant.

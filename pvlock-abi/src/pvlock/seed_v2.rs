@@ -1,5 +1,5 @@
 //! PV lock, seed series v2 / 2022 RFC: two SMC64 calls in KVM's vendor
-//! range (vendor function numbers 0x20 and 0x21). ABI.md §3.
+//! range (vendor function numbers 0x20 and 0x21). docs/abi.md §3.
 //!
 //! Guest sequence: SMCCC ≥ 1.1, then `SMCCC_ARCH_FEATURES(PV_LOCK_FEATURES)`
 //! must answer 0, then `PV_LOCK_FEATURES(PV_LOCK_PREEMPTED)` must answer 0,
@@ -13,14 +13,14 @@ use crate::smccc::{FunctionId, Owner};
 
 /// PV_LOCK_FEATURES, `0xC6000020` (x1 = function ID): 0 for
 /// [`PV_LOCK_FEATURES`] and [`PV_LOCK_PREEMPTED`] when enabled, else -1.
-/// Itself probed with SMCCC_ARCH_FEATURES. ABI.md §3.
+/// Itself probed with SMCCC_ARCH_FEATURES. docs/abi.md §3.
 pub const PV_LOCK_FEATURES: FunctionId = FunctionId::fast64(Owner::VendorHypervisor, 0x20);
 
 /// PV_LOCK_PREEMPTED, `0xC6000021`: returns the IPA of the calling vCPU's
-/// [`VcpuState`] in X0 (hypervisor-allocated, zeroed), or -1. ABI.md §3.
+/// [`VcpuState`] in X0 (hypervisor-allocated, zeroed), or -1. docs/abi.md §3.
 pub const PV_LOCK_PREEMPTED: FunctionId = FunctionId::fast64(Owner::VendorHypervisor, 0x21);
 
-/// The per-vCPU structure: `le64 preempted; u8 pad[56]`. ABI.md §3.
+/// The per-vCPU structure: `le64 preempted; u8 pad[56]`. docs/abi.md §3.
 pub type VcpuState = super::VcpuState64;
 
 /// Every id of this variant.

@@ -1,6 +1,6 @@
 //! PV lock, seed series v3 (2020): one SMC32 call multiplexed by x1, on
 //! vendor function 1 — the number mainline later gave to KVM_PTP.
-//! ABI.md §3.
+//! docs/abi.md §3.
 //!
 //! Guest sequence: KVM detected (Call UID) and KVM_FEATURES bit
 //! [`KVM_FEATURES_BIT`] (1) set, then `PV_LOCK(x1 = ARG_FEATURES)` answers 0,
@@ -19,22 +19,22 @@ use crate::catalog::Entry;
 use crate::smccc::{FunctionId, Owner};
 
 /// PV_LOCK, `0x86000001` (SMC32, vendor function 1), multiplexed by x1.
-/// Same value as [`crate::kvm::PTP`] (documented clash). ABI.md §3.
+/// Same value as [`crate::kvm::PTP`] (documented clash). docs/abi.md §3.
 pub const PV_LOCK: FunctionId = FunctionId::fast32(Owner::VendorHypervisor, 0x0001);
 
 /// x1 = 0: KVM_PV_LOCK_FEATURES; answers 0 (SUCCESS) when available.
-/// ABI.md §3.
+/// docs/abi.md §3.
 pub const ARG_FEATURES: u64 = 0;
 
 /// x1 = 1: KVM_PV_LOCK_PREEMPTED; answers the IPA of the vCPU's
-/// [`VcpuState`] or -1. ABI.md §3.
+/// [`VcpuState`] or -1. docs/abi.md §3.
 pub const ARG_PREEMPTED: u64 = 1;
 
 /// The KVM_FEATURES bit that advertises this call: its vendor function
-/// number, 1 (shared with [`crate::kvm::func::PTP`]). ABI.md §3.
+/// number, 1 (shared with [`crate::kvm::func::PTP`]). docs/abi.md §3.
 pub const KVM_FEATURES_BIT: u16 = PV_LOCK.number();
 
-/// The per-vCPU structure: `le64 preempted; u8 pad[56]`. ABI.md §3.
+/// The per-vCPU structure: `le64 preempted; u8 pad[56]`. docs/abi.md §3.
 pub type VcpuState = super::VcpuState64;
 
 /// Every id of this variant.

@@ -39,7 +39,7 @@
 //! predecessor took the lock and made it the head. Nobody kicks a waiter
 //! that could not take the lock at once, so a kicked vCPU never runs only
 //! to spin. The hypervisor latches a kick sent before the waiter's WFI
-//! (ABI.md §3), and `wait` may return early (the backend bounds it): every
+//! (docs/abi.md §3), and `wait` may return early (the backend bounds it): every
 //! sleep is followed by a fresh look at the lock.
 //!
 //! Mutual exclusion and FIFO order rest on the lock word and the queue
