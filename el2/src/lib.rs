@@ -15,6 +15,7 @@ pub mod emul;
 pub mod esr;
 pub mod exit;
 pub mod fault;
+#[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
 pub mod guest;
 pub mod heap;

@@ -1328,13 +1328,8 @@ mod tests {
     /// VM, boosts first, each group in round-robin order; never a panic.
     #[test]
     fn random_snapshots_give_well_formed_plans() {
-        let mut seed = 0xDEAD_BEEF_CAFE_F00Du64;
-        let mut random = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut rng = prng::Rng::new(0xDEAD_BEEF_CAFE_F00D);
+        let mut random = move || rng.next_u64();
         for _ in 0..20_000 {
             let count = (random() % 12) as usize;
             let vcpus: Vec<Candidate> = (0..count)

@@ -699,23 +699,6 @@ mod tests {
         assert_invariants(&map, &ram);
     }
 
-    /// xorshift64* (Vigna), enough randomness for a property test and
-    /// reproducible from its seed.
-    struct XorShift(u64);
-
-    impl XorShift {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-        }
-
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-    }
-
     /// The obvious model: one owner per page of a small window.
     struct Reference {
         origin: u64,
@@ -815,7 +798,7 @@ mod tests {
         ];
 
         for seed in [1u64, 0x9e37_79b9_7f4a_7c15, 0xdead_beef, 42] {
-            let mut rng = XorShift(seed);
+            let mut rng = prng::Rng::new(seed);
             let mut map = OwnershipMap::new(&banks, &reserved);
             let mut model = Reference {
                 origin: ORIGIN,
@@ -850,7 +833,7 @@ mod tests {
                     }
                     let range =
                         MemRange::new(ORIGIN + first as u64 * P, (last - first + 1) as u64 * P);
-                    let from = owner.unwrap_or(owners[rng.below(owners.len() as u64) as usize]);
+                    let from = owner.unwrap_or(owners[rng.index(owners.len())]);
                     (range, from)
                 } else {
                     // Anywhere, possibly unaligned, across owners and gaps.
@@ -861,7 +844,7 @@ mod tests {
                         1 => size += 0x200,
                         _ => {}
                     }
-                    let from = owners[rng.below(owners.len() as u64) as usize];
+                    let from = owners[rng.index(owners.len())];
                     (MemRange::new(base, size), from)
                 };
                 // Mostly legal transitions, so that pages keep moving; the
@@ -873,9 +856,9 @@ mod tests {
                     .filter(|&to| to != Owner::Hypervisor || rng.below(20) == 0)
                     .collect();
                 let to = if !legal.is_empty() && rng.below(5) != 0 {
-                    legal[rng.below(legal.len() as u64) as usize]
+                    legal[rng.index(legal.len())]
                 } else {
-                    owners[rng.below(owners.len() as u64) as usize]
+                    owners[rng.index(owners.len())]
                 };
 
                 let expected = model.claim(range, from, to);
@@ -900,7 +883,7 @@ mod tests {
                         let pages = model.pages.iter().filter(|o| **o == Some(owner)).count();
                         assert_eq!(map.total(owner), pages as u64 * P, "total of {owner}");
                     }
-                    let owner = owners[rng.below(owners.len() as u64) as usize];
+                    let owner = owners[rng.index(owners.len())];
                     let check = MemRange::new(range.base & !(P - 1), range.size.max(P) & !(P - 1));
                     assert_eq!(map.check_owned(check, owner), model.scan(check, owner));
                 }

@@ -941,11 +941,9 @@ mod tests {
         // The 64-bit path agrees with the exact 128-bit floor everywhere.
         let exact =
             |t: u64, hz: u64| (t as u128 * NS_PER_S / hz as u128).min(u64::MAX as u128) as u64;
-        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut rng = prng::Rng::new(0x2545_f491_4f6c_dd1d);
         for _ in 0..20_000 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            let x = rng.next_u64();
             let t = x >> (x % 64);
             for hz in [
                 1,
@@ -1191,13 +1189,8 @@ mod tests {
     /// idle vCPU nor 0 for one waiting for a pCPU.
     #[test]
     fn preempted_flag_tracks_runnable_under_random_schedules() {
-        let mut seed = 0x2545_F491_4F6C_DD1Du64;
-        let mut random = move |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        let mut rng = prng::Rng::new(0x2545_F491_4F6C_DD1D);
+        let mut random = move |n: u64| rng.below(n);
         let pcpus = 3;
         let vcpus = 5u16;
         let mut h = Host::new(pcpus, vcpus);

@@ -1419,29 +1419,14 @@ pub const RANDOM_SETS: usize = 8;
 /// reproduced).
 const RANDOM_SEED: u64 = 0x9e37_79b9_7f4a_7c15;
 
-/// xorshift64* (Vigna, "An experimental exploration of Marsaglia's xorshift
-/// generators, scrambled", 2016).
-fn next_random(state: &mut u64) -> u64 {
-    *state ^= *state >> 12;
-    *state ^= *state << 25;
-    *state ^= *state >> 27;
-    state.wrapping_mul(0x2545_f491_4f6c_dd1d)
-}
-
 /// The argument sets (x1, x2, x3) of every garbage attempt: each
 /// [`GARBAGE`] value in x1 with the next two in x2 and x3, then
 /// [`RANDOM_SETS`] random ones.
 pub fn garbage_arguments() -> impl Iterator<Item = [u64; 3]> {
     let n = GARBAGE.len();
     let rotations = (0..n).map(move |i| [GARBAGE[i], GARBAGE[(i + 1) % n], GARBAGE[(i + 2) % n]]);
-    let mut state = RANDOM_SEED;
-    let random = (0..RANDOM_SETS).map(move |_| {
-        [
-            next_random(&mut state),
-            next_random(&mut state),
-            next_random(&mut state),
-        ]
-    });
+    let mut rng = prng::Rng::new(RANDOM_SEED);
+    let random = (0..RANDOM_SETS).map(move |_| [rng.next_u64(), rng.next_u64(), rng.next_u64()]);
     rotations.chain(random)
 }
 

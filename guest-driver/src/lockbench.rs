@@ -188,10 +188,7 @@ impl fmt::Display for Settings {
 /// dependent ALU instructions the compiler cannot fold or vectorise.
 #[inline(always)]
 fn mix(x: u64, i: u64) -> u64 {
-    let mut x = x ^ (x << 13);
-    x ^= x >> 7;
-    x ^= x << 17;
-    x.wrapping_add(i)
+    prng::xorshift64(x).wrapping_add(i)
 }
 
 /// `work` rounds of the mixing loop on a vCPU's own state, outside the lock.

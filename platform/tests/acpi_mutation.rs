@@ -2,7 +2,7 @@
 //! must give `Ok` or `Err`, never a panic or a hang; and a table whose
 //! checksum no longer holds, or that is cut short, must be an `Err`.
 //!
-//! Deterministic: a fixed-seed xorshift64 drives every random choice (as in
+//! Deterministic: a fixed-seed `prng::Rng` drives every random choice (as in
 //! `mutation.rs`). The inputs are the two QEMU fixture sets and two built
 //! ones (a 128-CPU GICv4 server with an SRAT, and a GICC-only one). For
 //! each table `from_acpi`, `numa` or `rescue` reads:
@@ -20,13 +20,12 @@
 //!   overwrites (with the checksum fixed in 7 rounds out of 8): no panic.
 
 mod acpi_common;
-mod xorshift;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use acpi_common::*;
 use platform::{ErrorKind, MemRange, Platform, PlatformError, acpi};
-use xorshift::XorShift;
+use prng::Rng;
 
 /// Random rounds per input set.
 const RANDOM_ROUNDS: usize = 3_000;
@@ -240,7 +239,7 @@ fn signature_changed(signature: &str, out: &Outcome, what: &dyn Fn() -> String) 
 /// Every byte of each table read changed with the checksum fixed; then
 /// every Length.
 fn checksummed_mutants_do_not_panic(input: &Input, seed: u64) {
-    let mut rng = XorShift(seed);
+    let mut rng = Rng::new(seed);
     let mut tables = input.bytes();
     for at in input.read() {
         let signature = input.tables[at].0.clone();
@@ -251,7 +250,7 @@ fn checksummed_mutants_do_not_panic(input: &Input, seed: u64) {
                 !byte,
                 INTERESTING_BYTES[offset % INTERESTING_BYTES.len()],
                 INTERESTING_BYTES[(offset / 3 + 5) % INTERESTING_BYTES.len()],
-                rng.next() as u8,
+                rng.next_u64() as u8,
             ];
             for value in values {
                 tables[at][offset] = value;
@@ -281,28 +280,28 @@ fn checksummed_mutants_do_not_panic(input: &Input, seed: u64) {
 
 /// Random multi-field overwrites.
 fn random_rounds(input: &Input, seed: u64) {
-    let mut rng = XorShift(seed);
+    let mut rng = Rng::new(seed);
     let read = input.read();
     let original = input.bytes();
     let mut tables = original.clone();
     let mut accepted = 0;
     for round in 0..RANDOM_ROUNDS {
         let mut edits = Vec::new();
-        for _ in 0..1 + rng.below(4) {
-            let at = read[rng.below(read.len())];
+        for _ in 0..1 + rng.index(4) {
+            let at = read[rng.index(read.len())];
             let table = &mut tables[at];
-            let width = [1, 2, 4, 8][rng.below(4)];
-            let offset = rng.below(table.len().saturating_sub(width) + 1);
-            let value = match rng.below(3) {
-                0 => INTERESTING_WORDS[rng.below(INTERESTING_WORDS.len())],
-                1 if width == 1 => u64::from(INTERESTING_BYTES[rng.below(INTERESTING_BYTES.len())]),
-                _ => rng.next(),
+            let width = [1, 2, 4, 8][rng.index(4)];
+            let offset = rng.index(table.len().saturating_sub(width) + 1);
+            let value = match rng.index(3) {
+                0 => INTERESTING_WORDS[rng.index(INTERESTING_WORDS.len())],
+                1 if width == 1 => u64::from(INTERESTING_BYTES[rng.index(INTERESTING_BYTES.len())]),
+                _ => rng.next_u64(),
             };
             let end = (offset + width).min(table.len());
             table[offset..end].copy_from_slice(&value.to_le_bytes()[..end - offset]);
             edits.push((input.tables[at].0.clone(), offset, width, value));
         }
-        if rng.below(8) != 0 {
+        if rng.index(8) != 0 {
             for &at in &read {
                 fix_checksum(&mut tables[at]);
             }

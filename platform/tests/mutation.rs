@@ -1,7 +1,7 @@
 //! Robustness: truncated and corrupted blobs must give `Ok` or `Err`, never
 //! a panic. A panic fails the test and names the mutation that caused it.
 //!
-//! Deterministic: a fixed-seed xorshift64 drives every random choice. One
+//! Deterministic: a fixed-seed `prng::Rng` drives every random choice. One
 //! test per fixture, so the harness spreads them over the available cores.
 //!
 //! Per fixture:
@@ -19,14 +19,13 @@
 //!   mutate each structure byte about twice more on average.
 
 mod common;
-mod xorshift;
 
 use std::ops::Range;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use common::fixture;
 use platform::{Platform, blob_size};
-use xorshift::XorShift;
+use prng::Rng;
 
 /// Random rounds per fixture.
 const RANDOM_ROUNDS: usize = 3_000;
@@ -102,7 +101,7 @@ fn mutate_fixture(name: &str, seed: u64, part: Part) {
         expected_ok,
         "{name} unmutated"
     );
-    let mut rng = XorShift(seed);
+    let mut rng = Rng::new(seed);
     let end = struct_end(&original);
     let (sweep, first, last) = match part {
         Part::All => (0..end, true, true),
@@ -152,12 +151,12 @@ fn truncations(name: &str, original: &[u8]) {
     }
 }
 
-fn header_values(name: &str, original: &[u8], rng: &mut XorShift) {
+fn header_values(name: &str, original: &[u8], rng: &mut Rng) {
     let mut blob = original.to_vec();
     for at in 0..HEADER_LEN {
         let saved = blob[at];
         let mut values = vec![!saved, saved ^ 1, saved.wrapping_add(4), 0x00, 0xff, 0x80];
-        values.extend([rng.next() as u8, rng.next() as u8]);
+        values.extend([rng.next_u64() as u8, rng.next_u64() as u8]);
         for value in values {
             blob[at] = value;
             check(&blob, &|| format!("{name} header byte {at} = {value:#04x}"));
@@ -166,14 +165,14 @@ fn header_values(name: &str, original: &[u8], rng: &mut XorShift) {
     }
 }
 
-fn every_structure_byte(name: &str, original: &[u8], range: Range<usize>, rng: &mut XorShift) {
+fn every_structure_byte(name: &str, original: &[u8], range: Range<usize>, rng: &mut Rng) {
     let mut blob = original.to_vec();
     for at in range {
         let saved = blob[at];
         let value = match at % 3 {
             0 => !saved,
             1 => INTERESTING_BYTES[(at / 3) % INTERESTING_BYTES.len()],
-            _ => rng.next() as u8,
+            _ => rng.next_u64() as u8,
         };
         blob[at] = value;
         check(&blob, &|| format!("{name} byte {at:#x} = {value:#04x}"));
@@ -181,24 +180,24 @@ fn every_structure_byte(name: &str, original: &[u8], range: Range<usize>, rng: &
     }
 }
 
-fn random_words(name: &str, original: &[u8], rng: &mut XorShift) {
+fn random_words(name: &str, original: &[u8], rng: &mut Rng) {
     let used = used_len(original);
     let mut blob = original.to_vec();
     for round in 0..RANDOM_ROUNDS {
         let mut edits: Vec<(usize, [u8; 4], u32)> = Vec::new();
-        for _ in 0..1 + rng.below(4) {
+        for _ in 0..1 + rng.index(4) {
             // Word-aligned, as every FDT field is.
-            let at = rng.below(used) & !3;
+            let at = rng.index(used) & !3;
             let Some(word) = blob.get_mut(at..at + 4) else {
                 continue;
             };
             let saved: [u8; 4] = word.try_into().unwrap();
-            let value = match rng.below(3) {
-                0 => INTERESTING_WORDS[rng.below(INTERESTING_WORDS.len())],
-                1 => rng.next() as u32,
+            let value = match rng.index(3) {
+                0 => INTERESTING_WORDS[rng.index(INTERESTING_WORDS.len())],
+                1 => rng.next_u64() as u32,
                 // Nudge a length, offset or count by -4..=4.
                 _ => u32::from_be_bytes(saved)
-                    .wrapping_add(rng.below(9) as u32)
+                    .wrapping_add(rng.index(9) as u32)
                     .wrapping_sub(4),
             };
             word.copy_from_slice(&value.to_be_bytes());

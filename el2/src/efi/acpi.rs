@@ -442,18 +442,16 @@ mod tests {
     #[test]
     fn hostile_memory_never_panics() {
         let (mem, _) = machine(0x1000, &[table(b"APIC", &[9; 40])], 1, &[]);
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rng = prng::Rng::new(0x9e37_79b9_7f4a_7c15);
         for _ in 0..2000 {
             let mut m = Memory {
                 base: mem.base,
                 bytes: mem.bytes.clone(),
             };
             for _ in 0..4 {
-                seed ^= seed << 13;
-                seed ^= seed >> 7;
-                seed ^= seed << 17;
-                let at = (seed % m.bytes.len() as u64) as usize;
-                m.bytes[at] = (seed >> 32) as u8;
+                let r = rng.next_u64();
+                let at = (r % m.bytes.len() as u64) as usize;
+                m.bytes[at] = (r >> 32) as u8;
             }
             let _ = tables(&m, 0x1000);
         }

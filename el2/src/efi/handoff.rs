@@ -893,13 +893,8 @@ mod tests {
     #[test]
     fn hostile_blocks_never_panic() {
         let good = block();
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut next = || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut rng = prng::Rng::new(0x2545_f491_4f6c_dd1d);
+        let mut next = || rng.next_u64();
         for round in 0..3000 {
             let mut b = good.clone();
             for _ in 0..1 + next() % 4 {

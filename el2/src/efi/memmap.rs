@@ -590,13 +590,8 @@ mod tests {
         // A small deterministic generator; every map must give sorted,
         // disjoint banks and reserved regions inside them, and no byte
         // any descriptor calls not-RAM or reserved may be free RAM.
-        let mut seed = 0x1234_5678_9abc_def0u64;
-        let mut next = || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut rng = prng::Rng::new(0x1234_5678_9abc_def0);
+        let mut next = || rng.next_u64();
         for _ in 0..500 {
             let n = (next() % 12) as usize;
             let map: Vec<Descriptor> = (0..n)

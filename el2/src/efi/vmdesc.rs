@@ -760,13 +760,8 @@ mod tests {
     #[test]
     fn hostile_blobs_never_panic() {
         let good = description(Some("loglevel=info"));
-        let mut seed = 0x8f1b_bcdc_bfa5_3e0bu64;
-        let mut next = || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut rng = prng::Rng::new(0x8f1b_bcdc_bfa5_3e0b);
+        let mut next = || rng.next_u64();
         let loaded = [Loaded {
             address: 0x1000,
             size: 1,

@@ -41,7 +41,7 @@ use core::fmt::Write;
 use aarch64_cpu::registers::HPFAR_EL2;
 use tock_registers::LocalRegisterCopy;
 
-use super::input::{Discard, Input, XorShift};
+use super::input::{Discard, Input};
 use crate::esr::Esr;
 use crate::exit::{EXIT_CLASSES, Exit, is_hvc_call};
 use crate::guest::layout::{GICD, GICR_WINDOW, UART};
@@ -248,12 +248,12 @@ fn mmio(input: &mut Input<'_>, map: &MmioMap<Device>) {
     let esr = syndrome(input, Some(EC_DATA_ABORT_LOWER));
     let far = input.u64();
     let hpfar = input.u64();
-    let mut fill = XorShift::new(input.u64());
+    let mut fill = prng::Rng::new(input.u64());
     let regs = GuestRegs {
-        x: core::array::from_fn(|_| fill.next()),
-        pc: fill.next(),
+        x: core::array::from_fn(|_| fill.next_u64()),
+        pc: fill.next_u64(),
         pstate: input.u64(),
-        sp_el0: fill.next(),
+        sp_el0: fill.next_u64(),
     };
     let loaded = input.u64();
     let decoded = MmioAccess::decode(esr, far, hpfar);

@@ -57,32 +57,6 @@ impl<'a> Input<'a> {
     }
 }
 
-/// A tiny deterministic generator (Marsaglia's xorshift64) to fill the
-/// registers a harness does not pick one by one from the input.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct XorShift(u64);
-
-impl XorShift {
-    /// A generator seeded with `seed` (a zero seed is replaced: xorshift
-    /// never leaves 0).
-    pub(super) const fn new(seed: u64) -> Self {
-        Self(if seed == 0 {
-            0x9e37_79b9_7f4a_7c15
-        } else {
-            seed
-        })
-    }
-
-    pub(super) fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        x
-    }
-}
-
 /// A `fmt::Write` that throws its text away: formatting a value through
 /// it exercises its `Display` / `Debug` code without allocating.
 pub(super) struct Discard;

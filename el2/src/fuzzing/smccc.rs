@@ -44,7 +44,7 @@ use pvlock_abi::pvlock::Variant;
 use pvlock_abi::smccc::{FunctionId, NOT_SUPPORTED, SVE_HINT, ret_to_x0};
 use pvlock_abi::{arch, control, directed_yield, kvm, psci};
 
-use super::input::{Input, XorShift};
+use super::input::Input;
 use crate::guest::layout::{DTB_MAX_SIZE, RAM_BASE, vcpu_index, vcpu_mpidr};
 use crate::pv::{ConfigError, PvConfig, PvRegistry, RECORD_SIZE};
 use crate::smccc::{
@@ -331,12 +331,12 @@ impl Harness {
             byte => u16::from(byte) % self.vcpus(),
         };
         let caller = VcpuId { vm: self.vm, index };
-        let mut fill = XorShift::new(call.wrapping_mul(0x9e37_79b9) ^ u64::from(index));
+        let mut fill = prng::Rng::new(call.wrapping_mul(0x9e37_79b9) ^ u64::from(index));
         let mut regs = GuestRegs {
-            x: core::array::from_fn(|_| fill.next()),
-            pc: fill.next(),
-            pstate: fill.next(),
-            sp_el0: fill.next(),
+            x: core::array::from_fn(|_| fill.next_u64()),
+            pc: fill.next_u64(),
+            pstate: fill.next_u64(),
+            sp_el0: fill.next_u64(),
         };
         regs.x[0] = function_id(input);
         for n in 1..=3 {
@@ -361,7 +361,7 @@ impl Harness {
             // state, so repeating one is harmless.
             let mut garbage = before.clone();
             for x in &mut garbage.x[1..=17] {
-                *x ^= fill.next() << 32;
+                *x ^= fill.next_u64() << 32;
             }
             let again = self.dispatch(caller, &mut garbage);
             assert_eq!(garbage.x[..4], reply, "SMC32 {fid:?} read bits 63:32");

@@ -4,7 +4,7 @@
 //! invariant.
 //!
 //! CI has no nightly toolchain and no time for coverage-guided fuzzing, so
-//! the mutation tests stand in for it: a fixed xorshift seed drives
+//! the mutation tests stand in for it: a fixed `prng::Rng` seed drives
 //! libFuzzer-style mutations (bit flips, byte and word overwrites with
 //! interesting values, inserts, deletes, copies, splices with another
 //! seed) of the generated seeds, enough iterations to reach well past
@@ -21,7 +21,8 @@ use core::fmt::Write;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::path::PathBuf;
 
-use super::input::XorShift;
+use prng::Rng;
+
 use super::seeds::seeds;
 use super::{TARGETS, Target};
 
@@ -162,10 +163,6 @@ const INTERESTING_WORDS: [u64; 12] = [
     u64::MAX,
 ];
 
-fn below(rng: &mut XorShift, bound: usize) -> usize {
-    (rng.next() % bound.max(1) as u64) as usize
-}
-
 /// Whether mutations may change an input's length. A device tree keeps
 /// its blocks at offsets its header gives, so inserting or deleting bytes
 /// almost always just breaks the header's checks, which
@@ -179,27 +176,22 @@ enum Length {
 
 /// One to four libFuzzer-style mutations of `data`, `others` being the
 /// rest of the corpus to splice with.
-fn mutate(
-    rng: &mut XorShift,
-    data: &mut Vec<u8>,
-    others: &[(&'static str, Vec<u8>)],
-    length: Length,
-) {
-    for _ in 0..1 + below(rng, 4) {
+fn mutate(rng: &mut Rng, data: &mut Vec<u8>, others: &[(&'static str, Vec<u8>)], length: Length) {
+    for _ in 0..1 + rng.index(4) {
         let len = data.len();
-        let at = below(rng, len);
+        let at = rng.index(len);
         let kinds = if length == Length::Kept { 5 } else { 9 };
-        match below(rng, kinds) {
-            0 if len > 0 => data[at] ^= 1 << below(rng, 8),
-            1 if len > 0 => data[at] = rng.next() as u8,
-            2 if len > 0 => data[at] = INTERESTING_BYTES[below(rng, INTERESTING_BYTES.len())],
+        match rng.index(kinds) {
+            0 if len > 0 => data[at] ^= 1 << rng.index(8),
+            1 if len > 0 => data[at] = rng.next_u64() as u8,
+            2 if len > 0 => data[at] = INTERESTING_BYTES[rng.index(INTERESTING_BYTES.len())],
             3 => {
                 // An interesting word, little- or big-endian (FDT fields
                 // are big-endian), 2, 4 or 8 bytes wide.
-                let word = INTERESTING_WORDS[below(rng, INTERESTING_WORDS.len())];
-                let width = [2, 4, 8][below(rng, 3)];
+                let word = INTERESTING_WORDS[rng.index(INTERESTING_WORDS.len())];
+                let width = [2, 4, 8][rng.index(3)];
                 let (little, big) = (word.to_le_bytes(), word.to_be_bytes());
-                let bytes = if rng.next() & 1 == 0 {
+                let bytes = if rng.next_u64() & 1 == 0 {
                     &little[..width]
                 } else {
                     &big[8 - width..]
@@ -212,22 +204,22 @@ fn mutate(
             }
             4 if len > 0 => {
                 // A chunk copied over another place of the input.
-                let count = (1 + below(rng, 16)).min(len - at);
-                let to = below(rng, len - count + 1);
+                let count = (1 + rng.index(16)).min(len - at);
+                let to = rng.index(len - count + 1);
                 data.copy_within(at..at + count, to);
             }
             5 => {
-                let count = 1 + below(rng, 8);
-                let bytes: Vec<u8> = (0..count).map(|_| rng.next() as u8).collect();
+                let count = 1 + rng.index(8);
+                let bytes: Vec<u8> = (0..count).map(|_| rng.next_u64() as u8).collect();
                 data.splice(at..at, bytes);
             }
             6 if len > 0 => {
-                let end = (at + 1 + below(rng, 8)).min(len);
+                let end = (at + 1 + rng.index(8)).min(len);
                 data.drain(at..end);
             }
             7 if !others.is_empty() => {
-                let (_, other) = &others[below(rng, others.len())];
-                let from = below(rng, other.len());
+                let (_, other) = &others[rng.index(others.len())];
+                let from = rng.index(other.len());
                 data.truncate(at);
                 data.extend_from_slice(&other[from..]);
             }
@@ -245,11 +237,11 @@ fn mutate(
 fn mutate_and_run(target_name: &str, iterations: usize, rng_seed: u64, length: Length) {
     let target = target(target_name);
     let corpus = seeds(target_name);
-    let mut rng = XorShift::new(rng_seed);
+    let mut rng = Rng::new(rng_seed);
     let mut input: Vec<u8> = Vec::new();
     for iteration in 0..iterations {
         if iteration % 2 == 0 || input.is_empty() {
-            input = corpus[below(&mut rng, corpus.len())].1.clone();
+            input = corpus[rng.index(corpus.len())].1.clone();
         }
         mutate(&mut rng, &mut input, &corpus, length);
         run(target, &input, &|| alloc::format!("mutation {iteration}"));
@@ -288,7 +280,7 @@ fn mutated_acpi_tables_keep_every_invariant() {
 
 #[test]
 fn the_mutator_stays_within_bounds() {
-    let mut rng = XorShift::new(1);
+    let mut rng = Rng::new(1);
     let others = [("other", alloc::vec![7u8; 5000])];
     let mut data = Vec::new();
     for round in 0..10_000 {

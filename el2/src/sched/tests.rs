@@ -500,13 +500,8 @@ fn pinned_vcpus_never_migrate() {
         .iter()
         .map(|a| s.add_vcpu(vm, *a, InitialState::Runnable, 0).unwrap())
         .collect();
-    let mut seed = 0x2545_f491_4f6c_dd1du64;
-    let mut random = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
+    let mut rng = prng::Rng::new(0x2545_f491_4f6c_dd1d);
+    let mut random = move || rng.next_u64();
     let mut now = 0;
     for _ in 0..20_000 {
         now += 37;
@@ -840,13 +835,8 @@ fn can_yield_to_agrees_with_yield_to() {
         }
     }
     all.push(vcpu(0, 9));
-    let mut seed = 0x2545_F491_4F6C_DD1Du64;
-    let mut random = move |n: usize| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        (seed % n as u64) as usize
-    };
+    let mut rng = prng::Rng::new(0x2545_F491_4F6C_DD1D);
+    let mut random = move |n: usize| rng.index(n);
     let mut now = 0;
     let mut accepted = 0;
     let mut refusals = Vec::new();
@@ -1036,14 +1026,9 @@ fn random_operation(
 
 #[test]
 fn random_operations_keep_every_queue_consistent() {
-    // A fixed xorshift sequence: reproducible.
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-    let mut random = move |n: u64| {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x % n
-    };
+    // A fixed seed: reproducible.
+    let mut rng = prng::Rng::new(0x9e37_79b9_7f4a_7c15);
+    let mut random = move |n: u64| rng.below(n);
     for (pcpus, vms) in [
         (1usize, &[2u16][..]),
         (2, &[2]),
@@ -1088,13 +1073,8 @@ fn steal_ticks_agrees_with_the_full_stats() {
 /// a quarter of the VMs pinned to half the pCPUs; returns the mean and the
 /// largest number of elements one operation's scans visited.
 fn work_per_operation(pcpus: usize, vms: u16, vcpus_per_vm: u16) -> (f64, u64) {
-    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
-    let mut random = move |n: u64| {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x % n
-    };
+    let mut rng = prng::Rng::new(0x2545_f491_4f6c_dd1d);
+    let mut random = move |n: u64| rng.below(n);
     let mut s = Scheduler::new(CpuSet::first_n(pcpus), SLICE);
     let half = CpuSet::first_n(pcpus / 2);
     let mut vcpus = Vec::new();

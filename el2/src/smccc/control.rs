@@ -318,13 +318,8 @@ mod tests {
     fn garbage_never_panics_and_answers_only_known_codes() {
         let ctl = table(PvConfig::NONE, true);
         let view = machine();
-        let mut seed = 0x0123_4567_89AB_CDEFu64;
-        let mut random = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut rng = prng::Rng::new(0x0123_4567_89AB_CDEF);
+        let mut random = move || rng.next_u64();
         for _ in 0..5_000 {
             let pick = |r: u64, small: u64| if r & 1 == 0 { r >> 1 } else { (r >> 1) % small };
             let args = [

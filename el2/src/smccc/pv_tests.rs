@@ -734,13 +734,8 @@ fn no_register_contents_make_a_pv_service_panic() {
         vm_with(Some(Variant::SeedV3), true, false),
     ];
     let views = [CLOCK, FakeVm { wall: None }];
-    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
-    let mut random = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
+    let mut rng = prng::Rng::new(0x9E37_79B9_7F4A_7C15);
+    let mut random = move || rng.next_u64();
     let interesting = [
         0,
         1,

@@ -694,13 +694,8 @@ fn no_register_contents_make_the_dispatcher_panic() {
     let mut vm = FakeVm::new(20);
     vm.states[7] = PowerState::OnPending;
     let table = standard();
-    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
-    let mut random = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
+    let mut rng = prng::Rng::new(0x9E37_79B9_7F4A_7C15);
+    let mut random = move || rng.next_u64();
     let interesting = [0, 1, 0x100, 0x101, 0xFF_00FF_FFFF, u64::MAX, RAM_BASE, 4];
     for i in 0..20_000 {
         // Mostly real ids (any owner, both conventions), sometimes noise.

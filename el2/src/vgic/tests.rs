@@ -1438,41 +1438,25 @@ fn vcpu_masks() {
     assert_eq!(alloc::format!("{:?}", VcpuMask::from_bits(5)), "{0, 2}");
 }
 
-/// Seeded xorshift64.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 #[test]
 fn random_accesses_never_panic_and_keep_the_model_consistent() {
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut rng = prng::Rng::new(0x9e37_79b9_7f4a_7c15);
     let vcpus = 5u16;
     let mut g = gic(vcpus, 96);
     let mut filled: Vec<Option<ListRegisters>> = vec![None; usize::from(vcpus)];
     for _ in 0..100_000 {
-        let r = rng.next();
+        let r = rng.next_u64();
         // Mostly the defined registers, sometimes anywhere.
         let dist_offset = match r & 7 {
             0 => rng.below(0x1_0000),
-            1 => rng.next(),
+            1 => rng.next_u64(),
             2 => GICD_IROUTER_BASE + rng.below(0x2000),
             3 => ID_REGISTERS + rng.below(0x30),
             _ => rng.below(0x1000),
         };
         let frame = rng.below(u64::from(vcpus) + 1) * GICR_FRAME_SIZE;
         let redist_offset = match (r >> 3) & 3 {
-            0 => rng.next(),
+            0 => rng.next_u64(),
             1 => frame + rng.below(0x20),
             _ => frame + GICR_SGI_BASE + rng.below(0x1000),
         };
@@ -1480,7 +1464,7 @@ fn random_accesses_never_panic_and_keep_the_model_consistent() {
         let value = if r & (1 << 20) != 0 {
             u64::MAX
         } else {
-            rng.next()
+            rng.next_u64()
         };
         let vcpu = rng.below(u64::from(vcpus) + 1) as u16;
         let intid = rng.below(140) as u32;
@@ -1530,18 +1514,18 @@ fn random_accesses_never_panic_and_keep_the_model_consistent() {
             _ => {
                 // The guest ran: random outcomes, sometimes garbage.
                 let Some(lrs) = filled.get_mut(usize::from(vcpu)).and_then(Option::take) else {
-                    let _ = g.sync_back(vcpu, &[Lr::decode(rng.next())]);
+                    let _ = g.sync_back(vcpu, &[Lr::decode(rng.next_u64())]);
                     continue;
                 };
                 let mut read_back: Vec<Lr> = lrs
                     .iter()
                     .map(|lr| Lr {
-                        state: LrState::from_bits(rng.next()),
+                        state: LrState::from_bits(rng.next_u64()),
                         ..*lr
                     })
                     .collect();
-                if rng.next() & 1 == 0 {
-                    read_back.push(Lr::decode(rng.next()));
+                if rng.next_u64() & 1 == 0 {
+                    read_back.push(Lr::decode(rng.next_u64()));
                 }
                 let woken = g.sync_back(vcpu, &read_back);
                 assert!(!woken.contains(vcpu));

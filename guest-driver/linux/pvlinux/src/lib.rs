@@ -22,10 +22,8 @@
 //! | [`window`] | the `truth` verdict over a sequence of polls |
 //! | [`lines`] | every result line: format and parse |
 //! | [`suite`] | the `bench` tests, their work per copy and seeded perturbations |
-//! | [`prng`] | SplitMix64, for the perturbations |
 
 pub mod lines;
-pub mod prng;
 pub mod suite;
 pub mod vcpus;
 pub mod window;
