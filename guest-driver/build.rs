@@ -10,7 +10,7 @@ fn main() {
         let dir = std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
         println!("cargo::rustc-link-arg-bins=-T{dir}/linker.ld");
         // A self-relocating, position-independent executable without a
-        // dynamic loader: the runtime's entry code (src/rt/head.rs) applies
+        // dynamic loader: the runtime's entry code (boot/src/entry.rs) applies
         // its R_AARCH64_RELATIVE relocations before any Rust code runs.
         println!("cargo::rustc-link-arg-bins=-pie");
         println!("cargo::rustc-link-arg-bins=--no-dynamic-linker");

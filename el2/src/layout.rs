@@ -13,6 +13,7 @@
 
 use alloc::vec::Vec;
 use core::fmt;
+use core::ops::Range;
 use platform::{MemRange, Platform};
 
 pub const PAGE_SIZE: u64 = 4096;
@@ -36,37 +37,13 @@ pub const fn page_cover(range: MemRange) -> MemRange {
     MemRange::new(base, page_ceil(range.end()) - base)
 }
 
-/// An array of equally sized per-CPU stacks, each above its own guard page:
-/// slot `i` is `[guard page][stack]`, and the stack grows down towards the guard.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct StackArray {
-    pub base: u64,
-    pub slots: usize,
-    pub stack_size: u64,
-}
+/// Per-CPU stacks of one kind (thread or exception), each above its own
+/// guard page: `boot`'s, which also defines them in the image.
+pub use boot::stacks::StackArray;
 
-impl StackArray {
-    pub const GUARD_SIZE: u64 = PAGE_SIZE;
-
-    pub const fn slot_size(&self) -> u64 {
-        Self::GUARD_SIZE + self.stack_size
-    }
-
-    pub const fn guard(&self, cpu: usize) -> MemRange {
-        MemRange::new(self.base + cpu as u64 * self.slot_size(), Self::GUARD_SIZE)
-    }
-
-    /// The usable stack of `cpu`; its top (`end()`) is the initial SP.
-    pub const fn stack(&self, cpu: usize) -> MemRange {
-        MemRange::new(self.guard(cpu).end(), self.stack_size)
-    }
-
-    /// The CPU whose guard page holds `addr`, if any.
-    pub fn guard_owner(&self, addr: u64) -> Option<usize> {
-        let offset = addr.checked_sub(self.base)?;
-        let cpu = usize::try_from(offset / self.slot_size()).ok()?;
-        (cpu < self.slots && offset % self.slot_size() < Self::GUARD_SIZE).then_some(cpu)
-    }
+/// `range` as a [`MemRange`].
+fn span(range: Range<u64>) -> MemRange {
+    MemRange::new(range.start, range.end - range.start)
 }
 
 /// Where the parts of the loaded image are, as the linker script arranges them.
@@ -160,14 +137,14 @@ pub fn el2_map_plan(
     add(image.data, MapKind::ReadWrite, "hypervisor data")?;
     for cpu in 0..cpus.min(image.thread_stacks.slots) {
         add(
-            image.thread_stacks.stack(cpu),
+            span(image.thread_stacks.stack(cpu)),
             MapKind::ReadWrite,
             "thread stack",
         )?;
     }
     for cpu in 0..cpus.min(image.exception_stacks.slots) {
         add(
-            image.exception_stacks.stack(cpu),
+            span(image.exception_stacks.stack(cpu)),
             MapKind::ReadWrite,
             "exception stack",
         )?;
@@ -203,12 +180,8 @@ pub fn el2_map_plan(
 /// built from what may be a broken description, and only has to print.
 pub fn emergency_map_plan(image: &ImageLayout, dtb: MemRange, uart: MemRange) -> Vec<MapEntry> {
     let arrays = [image.thread_stacks, image.exception_stacks];
-    let stacks_start = arrays.iter().map(|a| a.base).min().unwrap_or(0);
-    let stacks_end = arrays
-        .iter()
-        .map(|a| a.base + a.slot_size() * a.slots as u64)
-        .max()
-        .unwrap_or(0);
+    let stacks_start = arrays.iter().map(|a| a.all().start).min().unwrap_or(0);
+    let stacks_end = arrays.iter().map(|a| a.all().end).max().unwrap_or(0);
     let entry = |range: MemRange, kind, what| MapEntry {
         range: page_cover(range),
         kind,
@@ -324,12 +297,12 @@ mod tests {
             for cpu in 0..stacks.slots {
                 let guard = stacks.guard(cpu);
                 assert!(
-                    plan.iter().all(|e| !e.range.overlaps(&guard)),
+                    plan.iter().all(|e| !e.range.overlaps(&span(guard.clone()))),
                     "guard of cpu {cpu} is mapped"
                 );
-                assert_eq!(stacks.guard_owner(guard.base), Some(cpu));
-                assert_eq!(stacks.guard_owner(guard.end() - 1), Some(cpu));
-                assert_eq!(stacks.guard_owner(stacks.stack(cpu).base), None);
+                assert_eq!(stacks.guard_owner(guard.start), Some(cpu));
+                assert_eq!(stacks.guard_owner(guard.end - 1), Some(cpu));
+                assert_eq!(stacks.guard_owner(stacks.stack(cpu).start), None);
             }
         }
         // Only the stacks of CPUs that exist are mapped.
@@ -402,8 +375,8 @@ mod tests {
         );
         let covered = |addr: u64| plan.iter().any(|e| e.range.contains(addr));
         for stacks in [image.thread_stacks, image.exception_stacks] {
-            assert!(covered(stacks.stack(0).base));
-            assert!(covered(stacks.stack(stacks.slots - 1).end() - 1));
+            assert!(covered(stacks.stack(0).start));
+            assert!(covered(stacks.stack(stacks.slots - 1).end - 1));
         }
         assert!(covered(image.heap.end() - 1));
         assert!(covered(0x4800_0100) && covered(0x4800_20ff));

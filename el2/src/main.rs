@@ -10,6 +10,10 @@ extern crate alloc;
 #[cfg(target_os = "none")]
 mod arch;
 
+/// `println!` on the console (`boot::console`), for `arch`.
+#[cfg(target_os = "none")]
+use boot::println;
+
 #[cfg(target_os = "none")]
 #[panic_handler]
 fn panic(info: &core::panic::PanicInfo) -> ! {

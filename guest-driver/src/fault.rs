@@ -3,6 +3,7 @@
 //! `synchronous external abort at 0x50000000 (data abort, read)`.
 
 use aarch64_cpu::registers::ESR_EL1;
+use boot::exception::{Kind, Origin};
 use core::fmt;
 use tock_registers::LocalRegisterCopy;
 use tock_registers::register_bitfields;
@@ -22,39 +23,16 @@ register_bitfields! {u64,
 }
 
 /// Which of the 16 vectors (Arm ARM D1.3.1 "Exception vectors") an
-/// exception came through: `origin * 4 + kind`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Vector(pub u64);
+/// exception came through: `boot`'s numbering, shared with el2.
+pub use boot::exception::Vector;
 
-impl Vector {
-    /// A synchronous exception from EL1 on SP_EL0: how the runtime's own
-    /// code (which runs in EL1t) faults.
-    pub const SYNCHRONOUS_FROM_EL1_SP0: Vector = Vector(0);
-
-    /// The kind of exception.
-    pub fn kind(self) -> &'static str {
-        match self.0 % 4 {
-            0 => "synchronous",
-            1 => "IRQ",
-            2 => "FIQ",
-            _ => "SError",
-        }
-    }
-
-    /// Where it was taken from.
-    pub fn origin(self) -> &'static str {
-        match self.0 / 4 {
-            0 => "EL1 on SP_EL0 (guest code)",
-            1 => "EL1 on SP_EL1 (the exception handler itself)",
-            2 => "EL0, AArch64",
-            _ => "EL0, AArch32",
-        }
-    }
-
-    /// Whether the syndrome registers describe this exception (synchronous
-    /// exceptions and SErrors; IRQs and FIQs have no syndrome).
-    pub fn has_syndrome(self) -> bool {
-        matches!(self.0 % 4, 0 | 3)
+/// Where an exception taken to EL1 came from, in a report's words.
+pub fn origin_name(vector: Vector) -> &'static str {
+    match vector.origin() {
+        Origin::CurrentSp0 => "EL1 on SP_EL0 (guest code)",
+        Origin::CurrentSpx => "EL1 on SP_EL1 (the exception handler itself)",
+        Origin::LowerAarch64 => "EL0, AArch64",
+        Origin::LowerAarch32 => "EL0, AArch32",
     }
 }
 
@@ -100,7 +78,7 @@ impl Caught {
     /// SP_EL0), the only kind the runtime catches.
     pub fn fault(&self) -> Fault {
         Fault {
-            vector: Vector::SYNCHRONOUS_FROM_EL1_SP0,
+            vector: Vector::SYNCHRONOUS_CURRENT_SP0,
             esr: self.esr,
             far: self.far,
         }
@@ -134,7 +112,7 @@ impl Fault {
     /// The abort's syndrome, for a synchronous data or instruction abort;
     /// `None` for anything else.
     pub fn abort(&self) -> Option<Abort> {
-        if !self.vector.0.is_multiple_of(4) {
+        if self.vector.kind() != Kind::Synchronous {
             return None;
         }
         use ESR_EL1::EC::Value as Ec;
@@ -286,7 +264,7 @@ mod tests {
     fn abort_fields() {
         let abort = |esr| {
             Fault {
-                vector: Vector::SYNCHRONOUS_FROM_EL1_SP0,
+                vector: Vector::SYNCHRONOUS_CURRENT_SP0,
                 esr,
                 far: 0,
             }
@@ -342,7 +320,7 @@ mod tests {
         assert_eq!(irq.to_string(), "unexpected IRQ");
         assert!(!irq.is_external_abort(), "an IRQ's stale ESR means nothing");
         assert_eq!(
-            Vector(5).origin(),
+            origin_name(Vector(5)),
             "EL1 on SP_EL1 (the exception handler itself)"
         );
     }

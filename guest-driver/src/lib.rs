@@ -13,7 +13,7 @@
 //! |---|---|---|
 //! | [`pv`] | the paravirtual driver: probe, per-CPU records, preempted flag, stolen time, kick, directed yield | any guest (`rt::pv` on the runtime), host tests with a fake hypervisor |
 //! | [`lock`] | a fair ticket lock whose waiters yield to a preempted holder (PV), and the plain one | any guest (`rt::pv::RtParavirt` on the runtime), host tests with threads and a fake backend |
-//! | `rt` | entry code, stacks, MMU, console, PSCI, exceptions, panics, the GIC's frames and CPU interface (`rt::gic`) | guests (`runtime` feature, `target_os = "none"`) |
+//! | `rt` | the guests' side of the boot runtime they share with el2 (`boot`: header, relocation, stacks, exception frames, console), the MMU map, PSCI, exception reports, panics, the GIC's frames and CPU interface (`rt::gic`) | guests (`runtime` feature, `target_os = "none"`) |
 //! | [`gicv3`] | GICv3 register layouts and fields, SGI and routing values, distributor and redistributor set-up, finding a CPU's redistributor | guests (`rt::gic` on the runtime), host tests on in-memory frames |
 //! | `devicetree` | what a guest reads from its device tree | guests (`runtime`), host tests |
 //! | [`pagetable`] | the stage-1 identity map the runtime turns on | guests, host tests |
@@ -43,6 +43,12 @@ pub mod pv;
 pub mod pvcheck;
 #[cfg(all(feature = "runtime", target_os = "none"))]
 pub mod rt;
+
+/// `print!` and `println!` on the guest console (`boot::console`, which
+/// the runtime sets up): each `println!` is one whole line, never
+/// interleaved with another CPU's.
+#[cfg(all(feature = "runtime", target_os = "none"))]
+pub use boot::{print, println};
 
 /// Starts every fatal report a guest prints (a panic, an unexpected
 /// exception); `cargo xtask` treats a console containing it as a failed

@@ -22,7 +22,7 @@ use crate::{
 };
 
 /// The host checks: (name, cargo arguments).
-const HOST_CHECKS: [(&str, &[&str]); 5] = [
+const HOST_CHECKS: [(&str, &[&str]); 6] = [
     ("fmt", &["fmt", "--all", "--check"]),
     (
         "clippy",
@@ -64,6 +64,20 @@ const HOST_CHECKS: [(&str, &[&str]); 5] = [
             "--target",
             image::TARGET,
             "--release",
+            "--",
+            "-D",
+            "warnings",
+        ],
+    ),
+    // And the hardware half of the boot runtime both share (`boot`).
+    (
+        "clippy boot",
+        &[
+            "clippy",
+            "-p",
+            "boot",
+            "--target",
+            image::TARGET,
             "--",
             "-D",
             "warnings",

@@ -1,10 +1,13 @@
 //! The EL2 vector table (Arm ARM D1.3.1 "Exception vectors"): 16 entries,
-//! 0x80 bytes apart. Each saves a [`Frame`] on the exception stack (SP_EL2)
-//! and calls [`handle_exception`]. IRQs go to the interrupt handler; every
-//! other exception is unexpected while no guest runs and ends in a fatal
-//! report.
+//! 0x80 bytes apart. The eight current-EL entries save a `boot` [`Frame`]
+//! on the exception stack (SP_EL2) with `boot`'s frame code, shared with
+//! the guests' runtime, and call [`handle_exception`]; the eight lower-EL
+//! ones are guest exits (`vcpu.rs`). IRQs go to the interrupt handler;
+//! every other exception is unexpected while no guest runs and ends in a
+//! fatal report.
 
 use super::{console, cpu, psci, stacks};
+use boot::exception::{FRAME_SIZE, Kind, Origin, Vector};
 use core::arch::global_asm;
 use core::fmt::Write;
 use core::sync::atomic::{AtomicBool, Ordering};
@@ -12,48 +15,15 @@ use el2::FATAL_MARKER;
 use el2::esr::Esr;
 
 /// Register state at the exception, as the vector code saves it.
-#[repr(C)]
-#[derive(Debug)]
-pub struct Frame {
-    pub x: [u64; 31],
-    pub sp_el0: u64,
-    pub elr: u64,
-    pub spsr: u64,
-    pub esr: u64,
-    pub far: u64,
-}
+pub use boot::exception::Frame;
 
-const FRAME_SIZE: usize = core::mem::size_of::<Frame>();
-const _: () = assert!(
-    FRAME_SIZE.is_multiple_of(16),
-    "SP must stay 16-byte aligned"
-);
-
-/// Which of the 16 vectors was taken: `source * 4 + kind`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Vector(u64);
-
-impl Vector {
-    fn source(self) -> &'static str {
-        match self.0 / 4 {
-            0 => "EL2 on SP_EL0 (hypervisor thread)",
-            1 => "EL2 on SP_EL2 (hypervisor exception handler)",
-            2 => "lower EL, AArch64",
-            _ => "lower EL, AArch32",
-        }
-    }
-
-    fn kind(self) -> &'static str {
-        match self.0 % 4 {
-            0 => "synchronous",
-            1 => "IRQ",
-            2 => "FIQ",
-            _ => "SError",
-        }
-    }
-
-    fn is_irq(self) -> bool {
-        self.0 % 4 == 1
+/// Where an exception came from, in the report's words.
+fn origin_name(vector: Vector) -> &'static str {
+    match vector.origin() {
+        Origin::CurrentSp0 => "EL2 on SP_EL0 (hypervisor thread)",
+        Origin::CurrentSpx => "EL2 on SP_EL2 (hypervisor exception handler)",
+        Origin::LowerAarch64 => "lower EL, AArch64",
+        Origin::LowerAarch32 => "lower EL, AArch32",
     }
 }
 
@@ -137,54 +107,11 @@ global_asm!(
     ldp     x29, x30, [sp], #96
     ret
 
-.Lexception_common:
-    stp     x2, x3, [sp, #16]
-    stp     x4, x5, [sp, #32]
-    stp     x6, x7, [sp, #48]
-    stp     x8, x9, [sp, #64]
-    stp     x10, x11, [sp, #80]
-    stp     x12, x13, [sp, #96]
-    stp     x14, x15, [sp, #112]
-    stp     x16, x17, [sp, #128]
-    stp     x18, x19, [sp, #144]
-    stp     x20, x21, [sp, #160]
-    stp     x22, x23, [sp, #176]
-    stp     x24, x25, [sp, #192]
-    stp     x26, x27, [sp, #208]
-    stp     x28, x29, [sp, #224]
-    mrs     x1, sp_el0
-    stp     x30, x1, [sp, #240]
-    mrs     x1, elr_el2
-    mrs     x2, spsr_el2
-    stp     x1, x2, [sp, #256]
-    mrs     x1, esr_el2
-    mrs     x2, far_el2
-    stp     x1, x2, [sp, #272]
-    mov     x1, sp
-    bl      {handler}
-    ldp     x1, x2, [sp, #256]
-    msr     elr_el2, x1
-    msr     spsr_el2, x2
-    ldp     x30, x1, [sp, #240]
-    msr     sp_el0, x1
-    ldp     x28, x29, [sp, #224]
-    ldp     x26, x27, [sp, #208]
-    ldp     x24, x25, [sp, #192]
-    ldp     x22, x23, [sp, #176]
-    ldp     x20, x21, [sp, #160]
-    ldp     x18, x19, [sp, #144]
-    ldp     x16, x17, [sp, #128]
-    ldp     x14, x15, [sp, #112]
-    ldp     x12, x13, [sp, #96]
-    ldp     x10, x11, [sp, #80]
-    ldp     x8, x9, [sp, #64]
-    ldp     x6, x7, [sp, #48]
-    ldp     x4, x5, [sp, #32]
-    ldp     x2, x3, [sp, #16]
-    ldp     x0, x1, [sp, #0]
-    add     sp, sp, #{frame_size}
-    eret
-"#,
+.Lexception_common:"#,
+    boot::save_frame!(el2),
+    "    mov     x1, sp",
+    "    bl      {handler}",
+    boot::restore_frame!(el2),
     vectors = sym vectors,
     handler = sym handle_exception,
     frame_size = const FRAME_SIZE,
@@ -204,9 +131,11 @@ pub fn vector_base() -> u64 {
     vectors as *const () as u64
 }
 
+/// Called by the vector code with the vector number and the saved frame;
+/// returning resumes the interrupted code.
 extern "C" fn handle_exception(vector: u64, frame: &mut Frame) {
     let vector = Vector(vector);
-    if vector.is_irq() && vector.0 < 8 {
+    if vector.kind() == Kind::Irq && vector.is_current_el() {
         let _ = super::irq::handle();
         return;
     }
@@ -251,8 +180,8 @@ fn write_report(out: &mut Report, vector: Vector, frame: &Frame) -> core::fmt::R
         out,
         "*** {FATAL_MARKER}: {} exception from {}: {} ***",
         vector.kind(),
-        vector.source(),
-        if vector.kind() == "synchronous" {
+        origin_name(vector),
+        if vector.kind() == Kind::Synchronous {
             esr.class_name()
         } else {
             "unexpected"

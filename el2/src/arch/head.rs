@@ -6,12 +6,18 @@
 //! `secondary_entry` from PSCI CPU_ON with MMU off and x0 = the context id,
 //! which is their logical CPU number.
 //!
-//! Before any Rust code runs, the boot CPU invalidates stale cache lines
-//! over the image, applies its own R_AARCH64_RELATIVE relocations (the image
-//! is a position-independent executable linked at 0) and zeroes .bss.
-//! Every CPU then switches to its own stacks: ordinary code runs on SP_EL0
-//! (the thread stack), and exceptions taken at EL2 switch to SP_EL2 (the
-//! exception stack), so a thread-stack overflow is reported from a good stack.
+//! The header and the steps every image takes are `boot`'s, shared with
+//! the test guests (`boot::image`, `boot::entry`, `boot::stacks`,
+//! `boot::mmu`); what is el2's own here is the exception level (EL2, or
+//! park), SCTLR_EL2's MMU-off value, which Rust functions run, and the
+//! EFI stage. Before any Rust code runs, the boot CPU invalidates stale
+//! cache lines over the image (`boot_invalidate_image`), applies its own
+//! R_AARCH64_RELATIVE relocations (`boot_relocate`: the image is a
+//! position-independent executable linked at 0) and zeroes .bss
+//! (`boot_zero_bss`). Every CPU then switches to its own stacks
+//! (`boot_set_stacks`): ordinary code runs on SP_EL0 (the thread stack),
+//! and exceptions taken at EL2 switch to SP_EL2 (the exception stack), so
+//! a thread-stack overflow is reported from a good stack.
 //!
 //! # The image as an EFI application
 //!
@@ -30,7 +36,10 @@
 //!   (booting.rst gives x13 no meaning); `code1` branches to the entry.
 //!   The DOS header's `e_lfanew` at 0x3c is the Image header's `res5`
 //!   (booting.rst reserves it for exactly this), pointing at the PE
-//!   signature right after the 64-byte Image header.
+//!   signature right after the 64-byte Image header: `boot`'s header
+//!   macro writes the Image header in `.text.head` with `res5` =
+//!   `__pe_header_offset`, and the PE header below is `.text.head.pe`,
+//!   which linker.ld places right after it.
 //! - PE32+ for AArch64 (machine 0xaa64), subsystem EFI application, image
 //!   base 0, 4 KiB section and file alignment. Two sections cover the
 //!   whole footprint: `.text` (code, read/execute) from the second page to
@@ -39,7 +48,7 @@
 //!   stacks and the heap are its zero-filled tail, so SizeOfImage is the
 //!   Image header's `image_size` and the firmware reserves the same
 //!   footprint as any other loader.
-//! - Relocations: the image relocates itself (`.Lrelocate` below), so it has
+//! - Relocations: the image relocates itself (`boot_relocate`), so it has
 //!   no `.reloc` section and no base-relocation directory, and it does
 //!   *not* set IMAGE_FILE_RELOCS_STRIPPED: that flag would tell the
 //!   firmware to load it only at ImageBase (0), which fails; without it a
@@ -56,21 +65,19 @@
 //!   ExitBootServices(), jumps through `efi_handover` to `primary_entry`
 //!   with x0 = the handoff block: from there on it is the ordinary boot.
 
-use super::{mmu, stacks};
-use aarch64_cpu::registers::SCTLR_EL2;
+use super::mmu;
+use aarch64_cpu::registers::{CurrentEL, SCTLR_EL2};
+use boot::image::FLAGS;
 
 use core::arch::global_asm;
 
-/// Image header `text_offset`: where a loader places the image above a 2 MiB boundary.
-const TEXT_OFFSET: u64 = 0x8_0000;
-/// Image header `flags`: little-endian (bit 0 = 0), 4 KiB pages (bits 2:1 = 1),
-/// placement anywhere after a 2 MiB aligned base (bit 3 = 0).
-const IMAGE_FLAGS: u64 = 0b0010;
-/// CurrentEL.EL (bits 3:2) when running at EL2.
-const CURRENT_EL_EL2: u64 = 2 << 2;
-/// ELF relocation type of a base-relative 64-bit address (ELF for the Arm
-/// 64-bit Architecture, "Dynamic relocations").
-const R_AARCH64_RELATIVE: u64 = 1027;
+/// Image header `flags`: little-endian, 4 KiB pages, the 2 MiB aligned
+/// base as close as possible to the start of DRAM (booting.rst, bit 3 = 0).
+const IMAGE_FLAGS: u64 = FLAGS::BE::Little.value
+    | FLAGS::PAGE_SIZE::K4.value
+    | FLAGS::PHYS_PLACEMENT::NearDramBase.value;
+/// CurrentEL when running at EL2.
+const CURRENT_EL_EL2: u64 = CurrentEL::EL::EL2.value;
 
 /// `IMAGE_FILE_MACHINE_ARM64` (PE/COFF specification, "Machine Types").
 const PE_MACHINE_ARM64: u16 = 0xaa64;
@@ -100,24 +107,20 @@ const EFI_LOAD_ERROR: u64 = el2::efi::Status::LOAD_ERROR.0 as u64;
 const SCTLR_EL2_MMU_CACHES: u64 =
     SCTLR_EL2::M::Enable.value | SCTLR_EL2::C::Cacheable.value | SCTLR_EL2::I::Cacheable.value;
 
+boot::arm64_image_header!(
+    entry: primary_entry,
+    flags: IMAGE_FLAGS,
+    pe_header: __pe_header_offset,
+);
+
 global_asm!(
     r#"
-    .section .text.head, "ax"
-    .global _head
-_head:
-    add     x13, x18, #0x16         // code0: 0x91005a4d, "MZ" (the module docs)
-    b       {primary_entry}         // code1
-    .quad   {text_offset}           // text_offset
-    .quad   __image_size            // image_size
-    .quad   {image_flags}           // flags
-    .quad   0                       // res2
-    .quad   0                       // res3
-    .quad   0                       // res4
-    .ascii  "ARM\x64"               // magic
-    .long   .Lpe_header - _head     // res5: PE/COFF e_lfanew
-
-    // PE/COFF signature and COFF file header.
-.Lpe_header:
+    // PE/COFF signature and COFF file header, right after the Image
+    // header (linker.ld: `.text.head`, then `.text.head.pe`).
+    .section .text.head.pe, "a"
+    .balign 8
+    .global __pe_header
+__pe_header:
     .ascii  "PE\0\0"
     .short  {pe_machine}            // Machine
     .short  2                       // NumberOfSections
@@ -179,7 +182,20 @@ _head:
     .short  0                       // NumberOfRelocations
     .short  0                       // NumberOfLinenumbers
     .long   {pe_data_characteristics}
+"#,
+    pe_machine = const PE_MACHINE_ARM64,
+    pe_coff_characteristics = const PE_COFF_CHARACTERISTICS,
+    pe32_plus = const PE32_PLUS_MAGIC,
+    pe_alignment = const PE_ALIGNMENT,
+    pe_subsystem = const PE_SUBSYSTEM_EFI_APPLICATION,
+    pe_dll_characteristics = const PE_DLL_CHARACTERISTICS,
+    pe_data_directories = const PE_DATA_DIRECTORIES,
+    pe_text_characteristics = const PE_TEXT_CHARACTERISTICS,
+    pe_data_characteristics = const PE_DATA_CHARACTERISTICS,
+);
 
+global_asm!(
+    r#"
     .section .text.boot, "ax"
     .global {primary_entry}
 {primary_entry}:
@@ -191,77 +207,21 @@ _head:
     ldr     x1, ={sctlr_mmu_off}
     msr     sctlr_el2, x1
     isb
-
-    // Clean lines the boot loader may have left in the caches hold nothing
-    // of ours; drop them so that nothing stale hides what we now write with
-    // the MMU (and so the caches) off.
-    adrp    x0, __image_start
-    add     x0, x0, :lo12:__image_start
-    adrp    x1, __image_end
-    add     x1, x1, :lo12:__image_end
-    mrs     x2, ctr_el0
-    ubfx    x2, x2, #16, #4         // CTR_EL0.DminLine: log2(words per line)
-    mov     x3, #4
-    lsl     x3, x3, x2              // bytes per D-cache line
-    sub     x4, x3, #1
-    bic     x0, x0, x4
-0:  dc      ivac, x0
-    add     x0, x0, x3
-    cmp     x0, x1
-    b.lo    0b
-    dsb     sy
-
-    bl      .Lrelocate
+    bl      boot_invalidate_image
+    bl      boot_relocate
     cbnz    x0, .Lpark              // nothing but RELATIVE is expected in a static PIE
-    bl      .Lzero_bss
-    mov     x20, #0
-    bl      .Lset_stacks
+    bl      boot_zero_bss
+    mov     x0, #0
+    bl      boot_set_stacks
     mov     x0, x19
     bl      {primary_main}
 .Lpark:
     wfe
     b       .Lpark
 
-// Applies the R_AARCH64_RELATIVE relocations: *(base + offset) = base +
-// addend. Idempotent, so the EFI entry and then primary_entry may both run
-// it over the same image. Returns x0 = 0, or 1 on any other relocation
-// type. Uses no stack; clobbers x0-x5.
-.Lrelocate:
-    adr     x0, _head
-    adrp    x1, __rela_start
-    add     x1, x1, :lo12:__rela_start
-    adrp    x2, __rela_end
-    add     x2, x2, :lo12:__rela_end
-1:  cmp     x1, x2
-    b.hs    2f
-    ldp     x3, x4, [x1], #16       // r_offset, r_info
-    ldr     x5, [x1], #8            // r_addend
-    cmp     x4, #{r_aarch64_relative}
-    b.ne    3f
-    add     x5, x5, x0
-    str     x5, [x0, x3]
-    b       1b
-2:  mov     x0, #0
-    ret
-3:  mov     x0, #1
-    ret
-
-// Zeroes .bss (64-byte aligned at both ends by the linker script). Uses no
-// stack; clobbers x0-x1.
-.Lzero_bss:
-    adrp    x0, __bss_start
-    add     x0, x0, :lo12:__bss_start
-    adrp    x1, __bss_end
-    add     x1, x1, :lo12:__bss_end
-4:  cmp     x0, x1
-    b.hs    5f
-    stp     xzr, xzr, [x0], #16
-    b       4b
-5:  ret
-
 // The PE/COFF entry point (see the module docs). Runs on the firmware's
-// stack, with its MMU and caches on, and returns to it unless efi_main
-// hands over to primary_entry.
+// stack, with its MMU and caches on (so nothing to invalidate), and
+// returns to it unless efi_main hands over to primary_entry.
     .global {efi_entry}
 {efi_entry}:
     stp     x29, x30, [sp, #-32]!
@@ -269,15 +229,15 @@ _head:
     stp     x19, x20, [sp, #16]
     mov     x19, x0
     mov     x20, x1
-    bl      .Lrelocate
-    cbnz    x0, 6f
-    bl      .Lzero_bss
+    bl      boot_relocate
+    cbnz    x0, 0f
+    bl      boot_zero_bss
     mov     x0, x19
     mov     x1, x20
     bl      {efi_main}
-    b       7f
-6:  ldr     x0, ={efi_load_error}
-7:  ldp     x19, x20, [sp, #16]
+    b       1f
+0:  ldr     x0, ={efi_load_error}
+1:  ldp     x19, x20, [sp, #16]
     ldp     x29, x30, [sp], #32
     ret
 
@@ -296,21 +256,21 @@ _head:
     add     x2, x2, :lo12:__data_start
     adrp    x3, __data_end
     add     x3, x3, :lo12:__data_end
-8:  cmp     x2, x3
-    b.hs    9f
+0:  cmp     x2, x3
+    b.hs    1f
     ldp     x4, x5, [x1], #16
     stp     x4, x5, [x2], #16
-    b       8b
-9:  adrp    x2, __image_start
+    b       0b
+1:  adrp    x2, __image_start
     add     x2, x2, :lo12:__image_start
     mrs     x4, ctr_el0
     ubfx    x4, x4, #16, #4
     mov     x5, #4
     lsl     x5, x5, x4              // bytes per D-cache line
-10: dc      cvac, x2
+2:  dc      cvac, x2
     add     x2, x2, x5
     cmp     x2, x3                  // x3 = __data_end: text, rodata, data
-    b.lo    10b
+    b.lo    2b
     dsb     sy
     mrs     x2, sctlr_el2
     ldr     x3, ={sctlr_mmu_caches}
@@ -324,6 +284,10 @@ _head:
     b       {primary_entry}
     .ltorg
 
+// x0 = logical CPU number. The boot CPU wrote the final translation
+// settings and cleaned them to the point of coherency: turn the MMU on
+// before touching any memory through the caches, then take this CPU's
+// stacks.
     .global {secondary_entry}
 {secondary_entry}:
     msr     daifset, #0xf
@@ -331,57 +295,15 @@ _head:
     ldr     x1, ={sctlr_mmu_off}
     msr     sctlr_el2, x1
     isb
-    // The boot CPU wrote the final translation settings and cleaned them to
-    // the point of coherency; turn the MMU on before touching any memory
-    // through the caches.
     adrp    x0, {mmu_params}
     add     x0, x0, :lo12:{mmu_params}
-    bl      {enable_mmu}
-    bl      .Lset_stacks
+    bl      boot_enable_mmu_el2
+    mov     x0, x20
+    bl      boot_set_stacks
     mov     x0, x20
     bl      {secondary_main}
     b       .Lpark
-
-// x20 = logical CPU number. Points SP_EL2 at the top of this CPU's exception
-// stack and SP_EL0 at the top of its thread stack, and leaves SPSel = 0.
-// Clobbers x0-x2.
-.Lset_stacks:
-    add     x2, x20, #1
-    adrp    x0, {exception_stacks}
-    add     x0, x0, :lo12:{exception_stacks}
-    ldr     x1, ={exception_slot}
-    madd    x0, x2, x1, x0
-    msr     spsel, #1
-    mov     sp, x0
-    adrp    x0, {thread_stacks}
-    add     x0, x0, :lo12:{thread_stacks}
-    ldr     x1, ={thread_slot}
-    madd    x0, x2, x1, x0
-    msr     spsel, #0
-    mov     sp, x0
-    ret
     .ltorg
-
-// x0 = &MmuParams (mair, tcr, ttbr0, sctlr). Programs the EL2 translation
-// regime and writes SCTLR_EL2 last. Safe to call with the MMU on when the
-// new tables map the running code at the same addresses.
-    .global {enable_mmu}
-{enable_mmu}:
-    ldp     x1, x2, [x0]
-    ldp     x3, x4, [x0, #16]
-    msr     mair_el2, x1
-    msr     tcr_el2, x2
-    msr     ttbr0_el2, x3
-    isb
-    tlbi    alle2
-    dsb     nsh
-    isb
-    msr     sctlr_el2, x4
-    isb
-    ic      iallu
-    dsb     nsh
-    isb
-    ret
 "#,
     primary_entry = sym primary_entry,
     secondary_entry = sym secondary_entry,
@@ -390,26 +312,9 @@ _head:
     efi_main = sym super::efi::efi_main,
     primary_main = sym super::primary_main,
     secondary_main = sym super::secondary_main,
-    enable_mmu = sym enable_mmu,
     mmu_params = sym mmu::SECONDARY_MMU_PARAMS,
-    thread_stacks = sym stacks::THREAD_STACKS,
-    exception_stacks = sym stacks::EXCEPTION_STACKS,
-    thread_slot = const stacks::THREAD_SLOT_SIZE,
-    exception_slot = const stacks::EXCEPTION_SLOT_SIZE,
     sctlr_mmu_off = const mmu::SCTLR_EL2_MMU_OFF,
-    text_offset = const TEXT_OFFSET,
-    image_flags = const IMAGE_FLAGS,
     current_el_el2 = const CURRENT_EL_EL2,
-    r_aarch64_relative = const R_AARCH64_RELATIVE,
-    pe_machine = const PE_MACHINE_ARM64,
-    pe_coff_characteristics = const PE_COFF_CHARACTERISTICS,
-    pe32_plus = const PE32_PLUS_MAGIC,
-    pe_alignment = const PE_ALIGNMENT,
-    pe_subsystem = const PE_SUBSYSTEM_EFI_APPLICATION,
-    pe_dll_characteristics = const PE_DLL_CHARACTERISTICS,
-    pe_data_directories = const PE_DATA_DIRECTORIES,
-    pe_text_characteristics = const PE_TEXT_CHARACTERISTICS,
-    pe_data_characteristics = const PE_DATA_CHARACTERISTICS,
     efi_load_error = const EFI_LOAD_ERROR,
     sctlr_mmu_caches = const SCTLR_EL2_MMU_CACHES,
 );
@@ -426,7 +331,4 @@ unsafe extern "C" {
     pub fn efi_handover(handoff: u64, data_copy: *const u8) -> !;
     /// Where PSCI CPU_ON starts a secondary CPU; x0 = logical CPU number.
     pub fn secondary_entry() -> !;
-    /// Loads the EL2 translation settings from `params` and turns the MMU on
-    /// (or switches tables when it is already on).
-    pub fn enable_mmu(params: *const mmu::MmuParams);
 }

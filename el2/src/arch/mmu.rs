@@ -18,15 +18,8 @@ use el2::layout::{MapEntry, MapKind};
 use platform::MemRange;
 use tock_registers::interfaces::Readable;
 
-/// Translation settings loaded by `head::enable_mmu`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct MmuParams {
-    pub mair: u64,
-    pub tcr: u64,
-    pub ttbr0: u64,
-    pub sctlr: u64,
-}
+/// Translation settings `boot::mmu::enable_el2` turns the MMU on with.
+pub use boot::mmu::MmuParams;
 
 /// What secondary CPUs load at entry, before their caches are on: written
 /// once by the boot CPU and cleaned to the point of coherency.

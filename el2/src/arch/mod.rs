@@ -53,31 +53,20 @@ static TICK_CHECK_DONE: AtomicUsize = AtomicUsize::new(0);
 /// Set by the boot CPU once VMs exist: every online CPU enters the run loop.
 static RUN_VMS: AtomicBool = AtomicBool::new(false);
 
-unsafe extern "C" {
-    static __image_start: u8;
-    static __image_end: u8;
-    static __text_end: u8;
-    static __rodata_end: u8;
-    static __bss_end: u8;
-}
-
 /// Where the image runs (it is linked at 0 and relocated at boot).
 pub fn image_base() -> u64 {
-    (&raw const __image_start) as u64
+    boot::image::base()
 }
 
 fn image_layout() -> ImageLayout {
-    let start = image_base();
-    let text_end = (&raw const __text_end) as u64;
-    let rodata_end = (&raw const __rodata_end) as u64;
-    let data_end = (&raw const __bss_end) as u64;
-    let end = (&raw const __image_end) as u64;
+    let sections = boot::image::sections();
+    let start = sections.start;
     let (heap_base, heap_size) = heap::range();
     ImageLayout {
-        image: MemRange::new(start, end - start),
-        text: MemRange::new(start, text_end - start),
-        rodata: MemRange::new(text_end, rodata_end - text_end),
-        data: MemRange::new(rodata_end, data_end - rodata_end),
+        image: MemRange::new(start, sections.end - start),
+        text: MemRange::new(start, sections.text_end - start),
+        rodata: MemRange::new(sections.text_end, sections.rodata_end - sections.text_end),
+        data: MemRange::new(sections.rodata_end, sections.bss_end - sections.rodata_end),
         thread_stacks: stacks::thread_stacks(),
         exception_stacks: stacks::exception_stacks(),
         heap: MemRange::new(heap_base, heap_size),
@@ -162,7 +151,7 @@ pub extern "C" fn primary_main(x0: u64) -> ! {
     // SAFETY: the boot map identity-maps the whole image (code, stacks,
     // heap) and the DTB or handoff block, so everything in use stays where
     // it is.
-    unsafe { head::enable_mmu(&boot_params) };
+    unsafe { boot::mmu::enable_el2(&boot_params) };
     heap::init();
 
     let (platform, source, mut notes) = acquire_platform(&image, &boot);
@@ -216,7 +205,7 @@ pub extern "C" fn primary_main(x0: u64) -> ! {
     };
     // SAFETY: the final map keeps text, data, stacks, heap and DTB at the
     // same addresses, now with their own permissions.
-    unsafe { head::enable_mmu(&params) };
+    unsafe { boot::mmu::enable_el2(&params) };
     mmu::publish_for_secondaries(params);
     start_console(platform, args);
 
@@ -745,7 +734,7 @@ fn fail_early(
     {
         // SAFETY: the emergency map keeps the whole image and the DTB
         // where they are.
-        unsafe { head::enable_mmu(&params) };
+        unsafe { boot::mmu::enable_el2(&params) };
         // SAFETY: just mapped as device memory; nothing else uses it.
         unsafe { console::init(uart.range.base) };
         println!("{BANNER}");

@@ -71,21 +71,10 @@ use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use crate::pv::{Kick, MAX_CPUS, YieldResult};
 
 /// One pause in a spin-wait loop: the YIELD hint on arm64, as Linux's
-/// `cpu_relax()` (Arm ARM C6.2 "YIELD": no architectural effect, a hint
-/// that the thread could give way to another on an SMT core). Under QEMU's
-/// single-threaded TCG, which runs the emulated CPUs round robin, YIELD
-/// also hands the emulator to the next CPU, so a waiter does not hold it
-/// while the CPU that holds the lock cannot run. `spin_loop` elsewhere.
-#[inline(always)]
-pub fn cpu_relax() {
-    #[cfg(target_arch = "aarch64")]
-    // SAFETY: YIELD is a hint: no memory, register or flag effect.
-    unsafe {
-        core::arch::asm!("yield", options(nomem, nostack, preserves_flags))
-    };
-    #[cfg(not(target_arch = "aarch64"))]
-    core::hint::spin_loop();
-}
+/// `cpu_relax()`, `spin_loop` elsewhere; `boot`'s, which el2's and the
+/// runtime's spin locks use too (`boot::sync` says why YIELD matters
+/// under QEMU's TCG).
+pub use boot::sync::cpu_relax;
 
 /// Spins between two looks at the awaited vCPU's "preempted" flag, unless
 /// [`TicketLock::set_spin_limit`] says otherwise. A look is one load of a

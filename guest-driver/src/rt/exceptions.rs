@@ -1,8 +1,9 @@
 //! The EL1 vector table (Arm ARM D1.3.1 "Exception vectors"): 16 entries,
 //! 0x80 bytes apart. Every exception is unexpected in the runtime's guests
 //! (interrupts stay masked), so each entry resets SP_EL1 to the top of this
-//! CPU's exception stack, saves a [`Frame`] there and calls
-//! `handle_exception`, which reports and powers the guest off:
+//! CPU's exception stack, saves a `boot` [`Frame`] there with `boot`'s
+//! frame code (shared with el2) and calls `handle_exception`, which
+//! reports and powers the guest off:
 //!
 //! ```text
 //! GUEST FATAL: vcpu 1 (mpidr 0.0.0.1): synchronous external abort at 0x50000000 (data abort, read)
@@ -20,26 +21,13 @@
 
 use super::{console, image, percpu, psci, stacks};
 use crate::FATAL_MARKER;
-use crate::fault::{Fault, Vector};
+use crate::fault::{Fault, Vector, origin_name};
+use boot::exception::FRAME_SIZE;
 use core::arch::global_asm;
 use core::sync::atomic::Ordering;
 
 /// Register state at the exception, as the vector code saves it.
-#[repr(C)]
-pub struct Frame {
-    pub x: [u64; 31],
-    pub sp_el0: u64,
-    pub elr: u64,
-    pub spsr: u64,
-    pub esr: u64,
-    pub far: u64,
-}
-
-const FRAME_SIZE: usize = core::mem::size_of::<Frame>();
-const _: () = assert!(
-    FRAME_SIZE.is_multiple_of(16),
-    "SP must stay 16-byte aligned"
-);
+pub use boot::exception::Frame;
 
 global_asm!(
     r#"
@@ -78,69 +66,17 @@ guest_rt_vectors:
     VECTOR 14
     VECTOR 15
 
-.Lexception_common:
-    stp     x2, x3, [sp, #16]
-    stp     x4, x5, [sp, #32]
-    stp     x6, x7, [sp, #48]
-    stp     x8, x9, [sp, #64]
-    stp     x10, x11, [sp, #80]
-    stp     x12, x13, [sp, #96]
-    stp     x14, x15, [sp, #112]
-    stp     x16, x17, [sp, #128]
-    stp     x18, x19, [sp, #144]
-    stp     x20, x21, [sp, #160]
-    stp     x22, x23, [sp, #176]
-    stp     x24, x25, [sp, #192]
-    stp     x26, x27, [sp, #208]
-    stp     x28, x29, [sp, #224]
-    mrs     x2, sp_el0
-    stp     x30, x2, [sp, #240]
-    mrs     x2, elr_el1
-    mrs     x3, spsr_el1
-    stp     x2, x3, [sp, #256]
-    mrs     x2, esr_el1
-    mrs     x3, far_el1
-    stp     x2, x3, [sp, #272]
-    mov     x1, x0
-    mov     x0, sp
-    bl      {handler}
-    // The handler returned: an expected exception (rt::fault) was caught.
-    // Restore the interrupted code's registers and resume it where the
-    // frame's ELR now points. SP_EL0 was never changed.
-    ldp     x2, x3, [sp, #256]
-    msr     elr_el1, x2
-    msr     spsr_el1, x3
-    ldp     x0, x1, [sp, #0]
-    ldp     x2, x3, [sp, #16]
-    ldp     x4, x5, [sp, #32]
-    ldp     x6, x7, [sp, #48]
-    ldp     x8, x9, [sp, #64]
-    ldp     x10, x11, [sp, #80]
-    ldp     x12, x13, [sp, #96]
-    ldp     x14, x15, [sp, #112]
-    ldp     x16, x17, [sp, #128]
-    ldp     x18, x19, [sp, #144]
-    ldp     x20, x21, [sp, #160]
-    ldp     x22, x23, [sp, #176]
-    ldp     x24, x25, [sp, #192]
-    ldp     x26, x27, [sp, #208]
-    ldp     x28, x29, [sp, #224]
-    ldr     x30, [sp, #240]
-    add     sp, sp, #{frame_size}
-    eret
-"#,
+.Lexception_common:"#,
+    boot::save_frame!(el1),
+    // The handler returns only for an expected exception (rt::fault): the
+    // code resumes where the frame's ELR now points.
+    "    mov     x1, sp",
+    "    bl      {handler}",
+    boot::restore_frame!(el1),
     frame_size = const FRAME_SIZE,
     percpu_exception_top = const percpu::OFFSET_EXCEPTION_STACK_TOP,
     handler = sym handle_exception,
 );
-
-const _: () = {
-    assert!(core::mem::offset_of!(Frame, x) == 0);
-    assert!(core::mem::offset_of!(Frame, sp_el0) == 248);
-    assert!(core::mem::offset_of!(Frame, elr) == 256);
-    assert!(core::mem::offset_of!(Frame, spsr) == 264);
-    assert!(core::mem::offset_of!(Frame, esr) == 272);
-};
 
 unsafe extern "C" {
     /// The vector table (2 KiB aligned), for VBAR_EL1.
@@ -152,7 +88,7 @@ unsafe extern "C" {
 /// `vector`) is one the code expected ([`super::fault::expect`]), with the
 /// frame's return address moved past it; otherwise reports it and powers
 /// the guest off.
-extern "C" fn handle_exception(frame: &mut Frame, vector: u64) {
+extern "C" fn handle_exception(vector: u64, frame: &mut Frame) {
     if super::fault::catch(frame, Vector(vector)) {
         return;
     }
@@ -203,7 +139,7 @@ fn report_and_stop(frame: &Frame, vector: u64) -> ! {
     }
     console::print_fatal(format_args!(
         "{FATAL_MARKER}:   taken from {}; ESR {:#x} FAR {:#x} ELR {:#x} (ELF {:#x}) SPSR {:#x}\n",
-        fault.vector.origin(),
+        origin_name(fault.vector),
         frame.esr,
         frame.far,
         frame.elr,

@@ -102,7 +102,7 @@ pub fn expect<R>(f: impl FnOnce() -> R) -> (R, Option<Caught>) {
 /// returns true (the handler then resumes the code). Otherwise returns
 /// false and changes nothing.
 pub(super) fn catch(frame: &mut Frame, vector: Vector) -> bool {
-    if vector != Vector::SYNCHRONOUS_FROM_EL1_SP0 {
+    if vector != Vector::SYNCHRONOUS_CURRENT_SP0 {
         return false;
     }
     let slot = &percpu::this_cpu().expected_fault;

@@ -55,14 +55,8 @@ const SCTLR_MMU_ON: u64 = SCTLR_RES1
     | SCTLR_EL1::SA::Enable.value
     | SCTLR_EL1::WXN::Enable.value;
 
-/// What `enable_mmu` (head.rs) loads, in this order.
-#[repr(C, align(64))]
-pub struct MmuParams {
-    pub mair: u64,
-    pub tcr: u64,
-    pub ttbr0: u64,
-    pub sctlr: u64,
-}
+/// What `boot::mmu::enable_el1` loads.
+pub use boot::mmu::MmuParams;
 
 /// The settings secondaries turn their MMU on with. The boot CPU writes
 /// them with its MMU off (straight to memory), and secondaries read them
@@ -163,7 +157,7 @@ pub unsafe fn build(
 pub unsafe fn enable(tables_used: usize) {
     // SAFETY: MMU_PARAMS holds a complete map that identity-maps this code,
     // its stack and its data with the attributes they need.
-    unsafe { super::head::enable_mmu(&raw const MMU_PARAMS) };
+    unsafe { boot::mmu::enable_el1(&raw const MMU_PARAMS) };
     // Atomics are safe from here on.
     *TABLES_USED.lock() = tables_used;
 }

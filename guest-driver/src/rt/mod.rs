@@ -16,6 +16,11 @@
 //! fn secondary_main(cpu: usize) {} // returning calls PSCI CPU_OFF
 //! ```
 //!
+//! The arm64 Image header, the self-relocation, `.bss`, the per-CPU stacks,
+//! the exception frame and the console are the boot runtime the guests
+//! share with el2 (the `boot` crate, at EL1 here); this module adds what
+//! only a guest does.
+//!
 //! Before `main` the runtime has: applied its relocations and zeroed
 //! `.bss` (`head`); read the device tree ([`machine`]); built and turned
 //! on an identity map with caches and per-section permissions ([`mmu`]);
@@ -47,19 +52,9 @@ pub mod smp;
 pub mod stacks;
 pub mod time;
 
-/// The runtime's spin locks: their waiters pause with
-/// [`crate::lock::cpu_relax`] (YIELD), as the PV locks' do.
-pub struct CpuRelax;
-
-impl spin::RelaxStrategy for CpuRelax {
-    #[inline(always)]
-    fn relax() {
-        crate::lock::cpu_relax();
-    }
-}
-
-/// A spin lock of the runtime's ([`CpuRelax`]).
-pub type SpinMutex<T> = spin::mutex::SpinMutex<T, CpuRelax>;
+/// The runtime's spin lock (`boot`'s, el2's too): its waiters pause with
+/// YIELD between two looks, as the PV locks' do.
+pub use boot::sync::SpinMutex;
 
 use crate::FATAL_MARKER;
 use crate::devicetree::{self, GuestMachine, MemRange};
