@@ -12,7 +12,7 @@ use core::arch::global_asm;
 use core::fmt::Write;
 use core::sync::atomic::{AtomicBool, Ordering};
 use el2::FATAL_MARKER;
-use el2::esr::Esr;
+use el2::esr::{AbortSyndrome, Esr};
 
 /// Register state at the exception, as the vector code saves it.
 pub use boot::exception::Frame;
@@ -170,8 +170,22 @@ fn fatal(vector: Vector, frame: &Frame) -> ! {
     psci::power_off()
 }
 
+/// The fatal report: what was taken where, the syndrome, the abort's
+/// details when it is one, and the registers.
 fn write_report(out: &mut Report, vector: Vector, frame: &Frame) -> core::fmt::Result {
     let esr = Esr::new(frame.esr);
+    write_heading(out, vector, &esr)?;
+    write_syndrome(out, &esr)?;
+    if let Some(abort) = esr.abort() {
+        write_abort(out, &abort, frame.far)?;
+    }
+    write_registers(out, frame)?;
+    writeln!(out, "*** machine stopped ***")
+}
+
+/// The report's first lines: the exception, where it came from, and the
+/// CPU that took it.
+fn write_heading(out: &mut Report, vector: Vector, esr: &Esr) -> core::fmt::Result {
     let (cpu_index, mpidr) = match cpu::current() {
         Some(c) => (c.index, c.mpidr),
         None => (0, cpu::current_mpidr()),
@@ -187,7 +201,11 @@ fn write_report(out: &mut Report, vector: Vector, frame: &Frame) -> core::fmt::R
             "unexpected"
         },
     )?;
-    writeln!(out, "  cpu {cpu_index} (mpidr {mpidr})")?;
+    writeln!(out, "  cpu {cpu_index} (mpidr {mpidr})")
+}
+
+/// ESR_EL2 decoded into its fields (Arm ARM, "ESR_EL2").
+fn write_syndrome(out: &mut Report, esr: &Esr) -> core::fmt::Result {
     writeln!(
         out,
         "  ESR_EL2 {:#018x}: EC {:#04x} ({}), IL {}, ISS {:#09x}",
@@ -196,39 +214,47 @@ fn write_report(out: &mut Report, vector: Vector, frame: &Frame) -> core::fmt::R
         esr.class_name(),
         u8::from(esr.is_32bit_instruction()),
         esr.iss()
-    )?;
-    if let Some(abort) = esr.abort() {
-        writeln!(
-            out,
-            "  {} abort: {}{}{}",
-            if abort.data { "data" } else { "instruction" },
-            if abort.data {
-                if abort.write { "write, " } else { "read, " }
-            } else {
-                ""
-            },
-            abort.status,
-            if abort.far_valid {
-                ""
-            } else {
-                " (FAR not valid)"
-            },
-        )?;
+    )
+}
+
+/// An abort's kind and fault status and, when the faulting address `far`
+/// is valid and lies in a stack's guard page, which stack overflowed.
+fn write_abort(out: &mut Report, abort: &AbortSyndrome, far: u64) -> core::fmt::Result {
+    writeln!(
+        out,
+        "  {} abort: {}{}{}",
+        if abort.data { "data" } else { "instruction" },
+        if abort.data {
+            if abort.write { "write, " } else { "read, " }
+        } else {
+            ""
+        },
+        abort.status,
         if abort.far_valid {
-            for (what, array) in [
-                ("thread", stacks::thread_stacks()),
-                ("exception", stacks::exception_stacks()),
-            ] {
-                if let Some(owner) = array.guard_owner(frame.far) {
-                    writeln!(
-                        out,
-                        "  stack overflow: cpu {owner}'s {what} stack ran into its guard page at {:#x}",
-                        frame.far
-                    )?;
-                }
-            }
+            ""
+        } else {
+            " (FAR not valid)"
+        },
+    )?;
+    if !abort.far_valid {
+        return Ok(());
+    }
+    for (what, array) in [
+        ("thread", stacks::thread_stacks()),
+        ("exception", stacks::exception_stacks()),
+    ] {
+        if let Some(owner) = array.guard_owner(far) {
+            writeln!(
+                out,
+                "  stack overflow: cpu {owner}'s {what} stack ran into its guard page at {far:#x}"
+            )?;
         }
     }
+    Ok(())
+}
+
+/// The exception registers and x0..x30, four to a line.
+fn write_registers(out: &mut Report, frame: &Frame) -> core::fmt::Result {
     let image_base = super::image_base();
     writeln!(
         out,
@@ -252,7 +278,7 @@ fn write_report(out: &mut Report, vector: Vector, frame: &Frame) -> core::fmt::R
         }
         writeln!(out)?;
     }
-    writeln!(out, "*** machine stopped ***")
+    Ok(())
 }
 
 /// Collects the report in a fixed buffer (the heap may be what broke) and

@@ -151,6 +151,17 @@ fn read_table<M: PhysMemory + ?Sized>(mem: &M, address: u64) -> Result<&[u8], St
 /// entries, in order, and the DSDT the FADT names. Each table appears
 /// once; the XSDT itself is not among them (it only holds addresses).
 pub fn tables<M: PhysMemory + ?Sized>(mem: &M, rsdp_address: u64) -> Result<Found<'_>, AcpiError> {
+    let xsdt_address = xsdt_address(mem, rsdp_address)?;
+    let xsdt = read_xsdt(mem, xsdt_address)?;
+    let mut found = Found::default();
+    let addresses = xsdt_entries(xsdt, &mut found.warnings);
+    follow_entries(mem, addresses, &mut found);
+    Ok(found)
+}
+
+/// The XSDT's address from the RSDP at `rsdp_address`, once the RSDP's
+/// signature, both checksums, revision and length are checked.
+fn xsdt_address<M: PhysMemory + ?Sized>(mem: &M, rsdp_address: u64) -> Result<u64, AcpiError> {
     let rsdp = mem
         .read(rsdp_address, rsdp::V2_LEN)
         .ok_or_else(|| AcpiError::Rsdp(format!("cannot read it at {rsdp_address:#x}")))?;
@@ -182,32 +193,51 @@ pub fn tables<M: PhysMemory + ?Sized>(mem: &M, rsdp_address: u64) -> Result<Foun
     if xsdt_address == 0 {
         return Err(AcpiError::Rsdp("XsdtAddress is 0".into()));
     }
-    let xsdt = read_table(mem, xsdt_address).map_err(AcpiError::Xsdt)?;
+    Ok(xsdt_address)
+}
+
+/// The XSDT at `address`, whole, if it reads and says it is one.
+fn read_xsdt<M: PhysMemory + ?Sized>(mem: &M, address: u64) -> Result<&[u8], AcpiError> {
+    let xsdt = read_table(mem, address).map_err(AcpiError::Xsdt)?;
     if &xsdt[..4] != b"XSDT" {
         return Err(AcpiError::Xsdt(format!(
-            "signature at {xsdt_address:#x} is {:?}",
+            "signature at {address:#x} is {:?}",
             signature_str(&xsdt[..4])
         )));
     }
-    let mut found = Found::default();
+    Ok(xsdt)
+}
+
+/// The table addresses the XSDT lists, at most [`MAX_TABLES`] of them; a
+/// bad checksum, a partial entry or too many entries add a warning.
+fn xsdt_entries(xsdt: &[u8], warnings: &mut Vec<String>) -> Vec<u64> {
     if !checksum_ok(xsdt) {
-        found.warnings.push("ACPI XSDT: bad checksum".into());
+        warnings.push("ACPI XSDT: bad checksum".into());
     }
     let entries = &xsdt[sdt::HEADER_LEN..];
     if !entries.len().is_multiple_of(8) {
-        found
-            .warnings
-            .push("ACPI XSDT: Length is not a whole number of entries".into());
+        warnings.push("ACPI XSDT: Length is not a whole number of entries".into());
     }
     let count = entries.len() / 8;
     if count > MAX_TABLES {
-        found.warnings.push(format!(
+        warnings.push(format!(
             "ACPI XSDT: {count} entries; only the first {MAX_TABLES} are used"
         ));
     }
-    let mut addresses: Vec<u64> = (0..count.min(MAX_TABLES))
+    (0..count.min(MAX_TABLES))
         .filter_map(|i| le_u64(entries, i * 8))
-        .collect();
+        .collect()
+}
+
+/// Reads the table at each of `addresses` into `found`, in order, once
+/// each, and the DSDT a FADT names after them. A table that cannot be
+/// read is left out with a warning; one with a bad checksum is kept with
+/// one.
+fn follow_entries<'m, M: PhysMemory + ?Sized>(
+    mem: &'m M,
+    mut addresses: Vec<u64>,
+    found: &mut Found<'m>,
+) {
     let mut next = 0;
     while next < addresses.len() {
         let address = addresses[next];
@@ -230,21 +260,25 @@ pub fn tables<M: PhysMemory + ?Sized>(mem: &M, rsdp_address: u64) -> Result<Foun
                 "ACPI table {signature} at {address:#x}: bad checksum"
             ));
         }
-        // The FADT names the DSDT (X_DSDT when set, else DSDT).
-        if &bytes[..4] == fadt::SIGNATURE {
-            let dsdt = le_u64(bytes, fadt::X_DSDT)
-                .filter(|&a| a != 0)
-                .or_else(|| le_u32(bytes, fadt::DSDT).map(u64::from))
-                .filter(|&a| a != 0);
-            if let Some(dsdt) = dsdt
-                && !addresses.contains(&dsdt)
-            {
-                addresses.push(dsdt);
-            }
+        if let Some(dsdt) = fadt_dsdt(bytes)
+            && !addresses.contains(&dsdt)
+        {
+            addresses.push(dsdt);
         }
         found.tables.push(Table { address, bytes });
     }
-    Ok(found)
+}
+
+/// The DSDT's address when `table` is the FADT: X_DSDT when set, else
+/// DSDT.
+fn fadt_dsdt(table: &[u8]) -> Option<u64> {
+    if &table[..4] != fadt::SIGNATURE {
+        return None;
+    }
+    le_u64(table, fadt::X_DSDT)
+        .filter(|&a| a != 0)
+        .or_else(|| le_u32(table, fadt::DSDT).map(u64::from))
+        .filter(|&a| a != 0)
 }
 
 /// Test tables: a little physical memory with an RSDP, an XSDT and some

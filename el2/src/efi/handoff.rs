@@ -380,101 +380,21 @@ impl<'a> Handoff<'a> {
     /// physical address `address`. `bytes` may be longer than the block's
     /// total size.
     pub fn parse(bytes: &'a [u8], address: u64) -> Result<Self, HandoffError> {
-        let bad = |why: String| Err(HandoffError::BadHeader(why));
-        if bytes.len() < HEADER_LEN {
-            return bad(format!("{} bytes, shorter than the header", bytes.len()));
-        }
-        if bytes[..8] != MAGIC {
-            return bad("no PVLKHAND magic".into());
-        }
-        let version = le_u32(bytes, field::VERSION);
-        if version != VERSION {
-            return Err(HandoffError::UnsupportedVersion(version));
-        }
-        let header_size = le_u32(bytes, field::HEADER_SIZE);
-        if header_size as usize != HEADER_LEN {
-            return bad(format!("header size {header_size}, expected {HEADER_LEN}"));
-        }
-        let total = le_u64(bytes, field::TOTAL_SIZE);
-        let base = le_u64(bytes, field::BLOCK_BASE);
-        let block_size = le_u64(bytes, field::BLOCK_SIZE);
-        if total < HEADER_LEN as u64 || total > bytes.len() as u64 {
-            return bad(format!(
-                "total size {total} is outside {HEADER_LEN}..={}",
-                bytes.len()
-            ));
-        }
-        if block_size < total || block_size > MAX_BLOCK_LEN {
-            return bad(format!(
-                "block size {block_size} is smaller than the total size {total} or above {MAX_BLOCK_LEN}"
-            ));
-        }
-        if base != address {
-            return bad(format!(
-                "it says it is at {base:#x}, but it was handed over at {address:#x}"
-            ));
-        }
-        if base.checked_add(block_size).is_none() {
-            return bad("the block wraps around the address space".into());
-        }
-        let bytes = &bytes[..total as usize];
+        let (bytes, block) = check_header(bytes, address)?;
         let stored = le_u32(bytes, field::CRC);
         let computed = crc32_without_field(bytes);
         if stored != computed {
             return Err(HandoffError::BadCrc { stored, computed });
         }
-        let count = le_u32(bytes, field::RECORD_COUNT) as usize;
-        let mut records = Vec::new();
-        let mut unknown = 0;
-        let mut at = HEADER_LEN;
-        for index in 0..count {
-            let bad_record = |kind, why: String| Err(HandoffError::BadRecord { index, kind, why });
-            if bytes.len() - at < RECORD_HEADER_LEN {
-                return bad_record(None, "runs past the end of the block".into());
-            }
-            let kind_value = le_u32(bytes, at);
-            let kind = Kind::from_u32(kind_value);
-            let len = le_u64(bytes, at + 8);
-            let room = (bytes.len() - at - RECORD_HEADER_LEN) as u64;
-            if len > room {
-                return bad_record(
-                    kind,
-                    format!("{len} bytes, but only {room} are left in the block"),
-                );
-            }
-            let len = len as usize;
-            let payload = &bytes[at + RECORD_HEADER_LEN..at + RECORD_HEADER_LEN + len];
-            at = (at + RECORD_HEADER_LEN + len)
-                .checked_next_multiple_of(8)
-                .unwrap_or(usize::MAX)
-                .min(bytes.len());
-            let Some(kind) = kind else {
-                unknown += 1;
-                continue;
-            };
-            if let Err(why) = check_payload(kind, payload) {
-                return bad_record(Some(kind), why);
-            }
-            let single = !matches!(kind, Kind::AcpiTable);
-            if single && records.iter().any(|(k, _)| *k == kind) {
-                return bad_record(Some(kind), "appears twice".into());
-            }
-            records.push((kind, payload));
-        }
-        if at != bytes.len() {
-            return bad(format!(
-                "{} bytes after the last record",
-                bytes.len().saturating_sub(at)
-            ));
-        }
-        if !records.iter().any(|(k, _)| *k == Kind::Ram) {
+        let Records { known, unknown } = read_records(bytes)?;
+        if !known.iter().any(|(k, _)| *k == Kind::Ram) {
             return Err(HandoffError::NoRam);
         }
         Ok(Self {
             bytes,
-            block: MemRange::new(base, block_size),
+            block,
             flags: le_u32(bytes, field::FLAGS),
-            records,
+            records: known,
             unknown,
         })
     }
@@ -541,6 +461,135 @@ impl<'a> Handoff<'a> {
     pub fn unknown_records(&self) -> usize {
         self.unknown
     }
+}
+
+/// Checks the header of the block in `bytes`, handed over at `address`:
+/// magic, version, header size, and a total and block size that fit
+/// `bytes` and the address space. Returns the header and records (the
+/// first `total size` bytes) and the whole block.
+fn check_header(bytes: &[u8], address: u64) -> Result<(&[u8], MemRange), HandoffError> {
+    let bad = |why: String| Err(HandoffError::BadHeader(why));
+    if bytes.len() < HEADER_LEN {
+        return bad(format!("{} bytes, shorter than the header", bytes.len()));
+    }
+    if bytes[..8] != MAGIC {
+        return bad("no PVLKHAND magic".into());
+    }
+    let version = le_u32(bytes, field::VERSION);
+    if version != VERSION {
+        return Err(HandoffError::UnsupportedVersion(version));
+    }
+    let header_size = le_u32(bytes, field::HEADER_SIZE);
+    if header_size as usize != HEADER_LEN {
+        return bad(format!("header size {header_size}, expected {HEADER_LEN}"));
+    }
+    let total = le_u64(bytes, field::TOTAL_SIZE);
+    let base = le_u64(bytes, field::BLOCK_BASE);
+    let block_size = le_u64(bytes, field::BLOCK_SIZE);
+    if total < HEADER_LEN as u64 || total > bytes.len() as u64 {
+        return bad(format!(
+            "total size {total} is outside {HEADER_LEN}..={}",
+            bytes.len()
+        ));
+    }
+    if block_size < total || block_size > MAX_BLOCK_LEN {
+        return bad(format!(
+            "block size {block_size} is smaller than the total size {total} or above {MAX_BLOCK_LEN}"
+        ));
+    }
+    if base != address {
+        return bad(format!(
+            "it says it is at {base:#x}, but it was handed over at {address:#x}"
+        ));
+    }
+    if base.checked_add(block_size).is_none() {
+        return bad("the block wraps around the address space".into());
+    }
+    Ok((&bytes[..total as usize], MemRange::new(base, block_size)))
+}
+
+/// The records of a block, as [`read_records`] finds them.
+struct Records<'a> {
+    /// (kind, payload) of every record of a known kind, in order.
+    known: Vec<(Kind, &'a [u8])>,
+    /// How many records of kinds this version does not know were skipped.
+    unknown: usize,
+}
+
+/// The records of a header-and-records `bytes` (its CRC checked), each
+/// payload of a known kind checked. The records must fill `bytes`
+/// exactly.
+fn read_records(bytes: &[u8]) -> Result<Records<'_>, HandoffError> {
+    let count = le_u32(bytes, field::RECORD_COUNT) as usize;
+    let mut records: Vec<(Kind, &[u8])> = Vec::new();
+    let mut unknown = 0;
+    let mut at = HEADER_LEN;
+    for index in 0..count {
+        let record = record_at(bytes, at, index)?;
+        at = record.next;
+        let Some(kind) = record.kind else {
+            unknown += 1;
+            continue;
+        };
+        let bad_record = |why: String| HandoffError::BadRecord {
+            index,
+            kind: Some(kind),
+            why,
+        };
+        check_payload(kind, record.payload).map_err(bad_record)?;
+        let single = !matches!(kind, Kind::AcpiTable);
+        if single && records.iter().any(|(k, _)| *k == kind) {
+            return Err(bad_record("appears twice".into()));
+        }
+        records.push((kind, record.payload));
+    }
+    if at != bytes.len() {
+        return Err(HandoffError::BadHeader(format!(
+            "{} bytes after the last record",
+            bytes.len().saturating_sub(at)
+        )));
+    }
+    Ok(Records {
+        known: records,
+        unknown,
+    })
+}
+
+/// One record as it stands in the block, before its kind's checks.
+struct RawRecord<'a> {
+    /// `None` for a kind this version does not know.
+    kind: Option<Kind>,
+    payload: &'a [u8],
+    /// Where the next record starts: 8-byte aligned, at most the end of
+    /// the block.
+    next: usize,
+}
+
+/// Record `index`, at offset `at` of `bytes`: its header and payload must
+/// lie inside `bytes`.
+fn record_at(bytes: &[u8], at: usize, index: usize) -> Result<RawRecord<'_>, HandoffError> {
+    let bad_record = |kind, why: String| Err(HandoffError::BadRecord { index, kind, why });
+    if bytes.len() - at < RECORD_HEADER_LEN {
+        return bad_record(None, "runs past the end of the block".into());
+    }
+    let kind = Kind::from_u32(le_u32(bytes, at));
+    let len = le_u64(bytes, at + 8);
+    let room = (bytes.len() - at - RECORD_HEADER_LEN) as u64;
+    if len > room {
+        return bad_record(
+            kind,
+            format!("{len} bytes, but only {room} are left in the block"),
+        );
+    }
+    let len = len as usize;
+    Ok(RawRecord {
+        kind,
+        payload: &bytes[at + RECORD_HEADER_LEN..at + RECORD_HEADER_LEN + len],
+        next: (at + RECORD_HEADER_LEN + len)
+            .checked_next_multiple_of(8)
+            .unwrap_or(usize::MAX)
+            .min(bytes.len()),
+    })
 }
 
 /// The CRC of a header-and-records `bytes` with the CRC field taken as zero.

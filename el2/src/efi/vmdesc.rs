@@ -147,120 +147,216 @@ fn c_str(bytes: &[u8], at: usize) -> Option<&str> {
 
 /// Parses the blob into its memory reservations and node tree.
 fn parse(dtb: &[u8]) -> Result<(Vec<(u64, u64)>, Node<'_>), DescError> {
-    let word = |at| be_u32(dtb, at).ok_or_else(|| DescError::blob("truncated header"));
-    if dtb.len() < fdt::HEADER_LEN || word(0)? != fdt::MAGIC {
-        return Err(DescError::blob("no FDT magic (0xd00dfeed)"));
-    }
-    let total = word(fdt::TOTALSIZE)? as usize;
-    if total > dtb.len() || total < fdt::HEADER_LEN {
-        return Err(DescError::blob(format!(
-            "totalsize {total} does not fit the {} bytes read",
-            dtb.len()
-        )));
-    }
-    let dtb = &dtb[..total];
-    if word(fdt::LAST_COMP_VERSION)? > 17 || word(fdt::VERSION)? < 16 {
-        return Err(DescError::blob("not a version 16/17 compatible FDT"));
-    }
-    let block = |off: usize, size: usize, what: &str| {
-        dtb.get(off..off.saturating_add(size))
-            .ok_or_else(|| DescError::blob(format!("{what} block lies outside the blob")))
-    };
-    let structure = block(
-        word(fdt::OFF_DT_STRUCT)? as usize,
-        word(fdt::SIZE_DT_STRUCT)? as usize,
-        "structure",
-    )?;
-    let strings = block(
-        word(fdt::OFF_DT_STRINGS)? as usize,
-        word(fdt::SIZE_DT_STRINGS)? as usize,
-        "strings",
-    )?;
+    let blob = Blob::new(dtb)?;
+    let reservations = blob.reservations()?;
+    let root = node_tree(blob.structure, blob.strings)?;
+    Ok((reservations, root))
+}
 
-    let mut reservations = Vec::new();
-    let mut at = word(fdt::OFF_MEM_RSVMAP)? as usize;
-    loop {
-        let (Some(address), Some(size)) = (be_u64(dtb, at), be_u64(dtb, at.saturating_add(8)))
-        else {
-            return Err(DescError::blob(
-                "memory reservation block is not terminated",
-            ));
-        };
-        if address == 0 && size == 0 {
-            break;
+/// A blob whose header checks out (Devicetree Specification 0.4, 5.2
+/// "Header"): its `totalsize` bytes and the blocks the header points to.
+struct Blob<'a> {
+    /// The first `totalsize` bytes.
+    bytes: &'a [u8],
+    /// Where the memory reservation block starts in `bytes`.
+    reservations_at: usize,
+    structure: &'a [u8],
+    strings: &'a [u8],
+}
+
+impl<'a> Blob<'a> {
+    /// Checks the magic, `totalsize` and the versions, and that the
+    /// structure and strings blocks lie inside the blob.
+    fn new(dtb: &'a [u8]) -> Result<Self, DescError> {
+        let word = |at| be_u32(dtb, at).ok_or_else(|| DescError::blob("truncated header"));
+        if dtb.len() < fdt::HEADER_LEN || word(0)? != fdt::MAGIC {
+            return Err(DescError::blob("no FDT magic (0xd00dfeed)"));
         }
-        reservations.push((address, size));
-        at += 16;
+        let total = word(fdt::TOTALSIZE)? as usize;
+        if total > dtb.len() || total < fdt::HEADER_LEN {
+            return Err(DescError::blob(format!(
+                "totalsize {total} does not fit the {} bytes read",
+                dtb.len()
+            )));
+        }
+        let bytes = &dtb[..total];
+        if word(fdt::LAST_COMP_VERSION)? > 17 || word(fdt::VERSION)? < 16 {
+            return Err(DescError::blob("not a version 16/17 compatible FDT"));
+        }
+        let block = |off: usize, size: usize, what: &str| {
+            bytes
+                .get(off..off.saturating_add(size))
+                .ok_or_else(|| DescError::blob(format!("{what} block lies outside the blob")))
+        };
+        let structure = block(
+            word(fdt::OFF_DT_STRUCT)? as usize,
+            word(fdt::SIZE_DT_STRUCT)? as usize,
+            "structure",
+        )?;
+        let strings = block(
+            word(fdt::OFF_DT_STRINGS)? as usize,
+            word(fdt::SIZE_DT_STRINGS)? as usize,
+            "strings",
+        )?;
+        Ok(Self {
+            bytes,
+            reservations_at: word(fdt::OFF_MEM_RSVMAP)? as usize,
+            structure,
+            strings,
+        })
     }
 
-    let mut stack: Vec<Node<'_>> = Vec::new();
-    let mut root: Option<Node<'_>> = None;
-    let mut at = 0usize;
+    /// The memory reservation block's (address, size) entries, up to the
+    /// (0, 0) that ends it (5.3 "Memory Reservation Block").
+    fn reservations(&self) -> Result<Vec<(u64, u64)>, DescError> {
+        let mut reservations = Vec::new();
+        let mut at = self.reservations_at;
+        loop {
+            let (Some(address), Some(size)) = (
+                be_u64(self.bytes, at),
+                be_u64(self.bytes, at.saturating_add(8)),
+            ) else {
+                return Err(DescError::blob(
+                    "memory reservation block is not terminated",
+                ));
+            };
+            if address == 0 && size == 0 {
+                return Ok(reservations);
+            }
+            reservations.push((address, size));
+            at += 16;
+        }
+    }
+}
+
+/// The node tree the structure block describes (5.4 "Structure Block"),
+/// with property names from the strings block.
+fn node_tree<'a>(structure: &'a [u8], strings: &'a [u8]) -> Result<Node<'a>, DescError> {
+    let mut tokens = Tokens {
+        structure,
+        strings,
+        at: 0,
+    };
+    let mut tree = TreeBuilder::default();
     loop {
-        let token = be_u32(structure, at)
-            .ok_or_else(|| DescError::blob("structure block ends without FDT_END"))?;
-        at += 4;
-        match token {
+        match tokens.next_token()? {
             fdt::BEGIN_NODE => {
-                if root.is_some() {
+                if tree.root.is_some() {
                     return Err(DescError::blob("a second root node"));
                 }
-                let name = c_str(structure, at)
-                    .ok_or_else(|| DescError::blob("a node name is not terminated UTF-8"))?;
-                at = (at + name.len() + 1).next_multiple_of(4);
-                if stack.len() >= fdt::MAX_DEPTH {
-                    return Err(DescError::blob("nodes nested too deeply"));
-                }
-                stack.push(Node {
-                    name,
-                    props: Vec::new(),
-                    children: Vec::new(),
-                });
+                tree.open(tokens.node_name()?)?;
             }
-            fdt::END_NODE => {
-                let node = stack
-                    .pop()
-                    .ok_or_else(|| DescError::blob("FDT_END_NODE without a node"))?;
-                match stack.last_mut() {
-                    Some(parent) => parent.children.push(node),
-                    None => root = Some(node),
-                }
-            }
-            fdt::PROP => {
-                let (Some(len), Some(name_off)) =
-                    (be_u32(structure, at), be_u32(structure, at + 4))
-                else {
-                    return Err(DescError::blob("truncated property"));
-                };
-                at += 8;
-                let value = structure
-                    .get(at..at.saturating_add(len as usize))
-                    .ok_or_else(|| DescError::blob("a property value runs past the block"))?;
-                at = (at + len as usize).next_multiple_of(4);
-                let name = c_str(strings, name_off as usize).ok_or_else(|| {
-                    DescError::blob("a property name lies outside the strings block")
-                })?;
-                let node = stack
-                    .last_mut()
-                    .ok_or_else(|| DescError::blob("a property outside any node"))?;
-                if !node.children.is_empty() {
-                    return Err(DescError::blob(format!(
-                        "property {name} after a child node of {}",
-                        node.name
-                    )));
-                }
-                node.props.push(Prop { name, value });
-            }
+            fdt::END_NODE => tree.close()?,
+            fdt::PROP => tree.add_property(tokens.property()?)?,
             fdt::NOP => {}
-            fdt::END => break,
+            fdt::END => return tree.finish(),
             other => return Err(DescError::blob(format!("unknown token {other:#x}"))),
         }
     }
-    if !stack.is_empty() {
-        return Err(DescError::blob("a node is not closed"));
+}
+
+/// A cursor over the structure block's tokens.
+struct Tokens<'a> {
+    structure: &'a [u8],
+    strings: &'a [u8],
+    /// The offset of the next token in `structure`.
+    at: usize,
+}
+
+impl<'a> Tokens<'a> {
+    fn next_token(&mut self) -> Result<u32, DescError> {
+        let token = be_u32(self.structure, self.at)
+            .ok_or_else(|| DescError::blob("structure block ends without FDT_END"))?;
+        self.at += 4;
+        Ok(token)
     }
-    let root = root.ok_or_else(|| DescError::blob("no root node"))?;
-    Ok((reservations, root))
+
+    /// The name after an FDT_BEGIN_NODE token, NUL-terminated and padded
+    /// to 4 bytes.
+    fn node_name(&mut self) -> Result<&'a str, DescError> {
+        let name = c_str(self.structure, self.at)
+            .ok_or_else(|| DescError::blob("a node name is not terminated UTF-8"))?;
+        self.at = (self.at + name.len() + 1).next_multiple_of(4);
+        Ok(name)
+    }
+
+    /// The property after an FDT_PROP token: its length and name offset,
+    /// then its value, padded to 4 bytes.
+    fn property(&mut self) -> Result<Prop<'a>, DescError> {
+        let at = self.at;
+        let (Some(len), Some(name_off)) =
+            (be_u32(self.structure, at), be_u32(self.structure, at + 4))
+        else {
+            return Err(DescError::blob("truncated property"));
+        };
+        let at = at + 8;
+        let value = self
+            .structure
+            .get(at..at.saturating_add(len as usize))
+            .ok_or_else(|| DescError::blob("a property value runs past the block"))?;
+        self.at = (at + len as usize).next_multiple_of(4);
+        let name = c_str(self.strings, name_off as usize)
+            .ok_or_else(|| DescError::blob("a property name lies outside the strings block"))?;
+        Ok(Prop { name, value })
+    }
+}
+
+/// The tree as the tokens build it: the nodes still open, innermost
+/// last, and the root once it is closed.
+#[derive(Default)]
+struct TreeBuilder<'a> {
+    open: Vec<Node<'a>>,
+    root: Option<Node<'a>>,
+}
+
+impl<'a> TreeBuilder<'a> {
+    fn open(&mut self, name: &'a str) -> Result<(), DescError> {
+        if self.open.len() >= fdt::MAX_DEPTH {
+            return Err(DescError::blob("nodes nested too deeply"));
+        }
+        self.open.push(Node {
+            name,
+            props: Vec::new(),
+            children: Vec::new(),
+        });
+        Ok(())
+    }
+
+    fn close(&mut self) -> Result<(), DescError> {
+        let node = self
+            .open
+            .pop()
+            .ok_or_else(|| DescError::blob("FDT_END_NODE without a node"))?;
+        match self.open.last_mut() {
+            Some(parent) => parent.children.push(node),
+            None => self.root = Some(node),
+        }
+        Ok(())
+    }
+
+    /// Adds `prop` to the innermost open node, which must have no child
+    /// yet (5.4.1: a node's properties come before its children).
+    fn add_property(&mut self, prop: Prop<'a>) -> Result<(), DescError> {
+        let node = self
+            .open
+            .last_mut()
+            .ok_or_else(|| DescError::blob("a property outside any node"))?;
+        if !node.children.is_empty() {
+            return Err(DescError::blob(format!(
+                "property {} after a child node of {}",
+                prop.name, node.name
+            )));
+        }
+        node.props.push(prop);
+        Ok(())
+    }
+
+    fn finish(self) -> Result<Node<'a>, DescError> {
+        if !self.open.is_empty() {
+            return Err(DescError::blob("a node is not closed"));
+        }
+        self.root.ok_or_else(|| DescError::blob("no root node"))
+    }
 }
 
 /// A payload file a VM node names.

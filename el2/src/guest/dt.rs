@@ -86,6 +86,7 @@ pub fn build(config: &VmConfig, layout: &GuestLayout, resets: u32) -> Result<Vec
     Ok(blob)
 }
 
+/// The tree: the root's properties, then its nodes in `virt`'s order.
 fn write(config: &VmConfig, layout: &GuestLayout, resets: u32) -> Result<Vec<u8>, vm_fdt::Error> {
     let mut fdt = FdtWriter::new()?;
     let root = fdt.begin_node("")?;
@@ -94,8 +95,28 @@ fn write(config: &VmConfig, layout: &GuestLayout, resets: u32) -> Result<Vec<u8>
     fdt.property_string("compatible", "linux,dummy-virt")?;
     fdt.property_string("model", &format!("pvlock VM {}", config.name))?;
     fdt.property_u32("interrupt-parent", GIC_PHANDLE)?;
+    write_chosen(&mut fdt, config, layout, resets)?;
+    write_memory(&mut fdt, layout.ram)?;
+    if let Some(area) = layout.pv_area {
+        write_reserved_memory(&mut fdt, area)?;
+    }
+    write_cpus(&mut fdt, layout.vcpus)?;
+    write_psci(&mut fdt)?;
+    write_gic(&mut fdt, layout.redistributors)?;
+    write_timer(&mut fdt)?;
+    write_uart_clock(&mut fdt)?;
+    write_uart(&mut fdt)?;
+    fdt.end_node(root)?;
+    fdt.finish()
+}
 
-    // chosen.yaml: the command line, the console, the initrd.
+/// chosen.yaml: the command line, the console, the initrd.
+fn write_chosen(
+    fdt: &mut FdtWriter,
+    config: &VmConfig,
+    layout: &GuestLayout,
+    resets: u32,
+) -> Result<(), vm_fdt::Error> {
     let chosen = fdt.begin_node("chosen")?;
     fdt.property_string("bootargs", &config.bootargs)?;
     fdt.property_u32(pvlock_abi::dt::RESET_COUNT, resets)?;
@@ -104,37 +125,41 @@ fn write(config: &VmConfig, layout: &GuestLayout, resets: u32) -> Result<Vec<u8>
         fdt.property_u64("linux,initrd-start", initrd.base)?;
         fdt.property_u64("linux,initrd-end", initrd.end())?;
     }
-    fdt.end_node(chosen)?;
+    fdt.end_node(chosen)
+}
 
-    // DT spec 3.4: /memory.
-    let memory = fdt.begin_node(&format!("memory@{:x}", layout.ram.base))?;
+/// DT spec 3.4: /memory.
+fn write_memory(fdt: &mut FdtWriter, ram: MemRange) -> Result<(), vm_fdt::Error> {
+    let memory = fdt.begin_node(&format!("memory@{:x}", ram.base))?;
     fdt.property_string("device_type", "memory")?;
-    reg(&mut fdt, &[layout.ram])?;
-    fdt.end_node(memory)?;
+    reg(fdt, &[ram])?;
+    fdt.end_node(memory)
+}
 
-    // reserved-memory/reserved-memory.yaml: the PV area is RAM the guest
-    // must not allocate; `no-map` keeps it out of the linear map too, and
-    // the guest maps each record when a hypercall hands out its IPA.
-    // Linux wants the parent's cells equal to the root's, and `ranges`.
-    if let Some(area) = layout.pv_area {
-        let reserved = fdt.begin_node("reserved-memory")?;
-        fdt.property_u32("#address-cells", 2)?;
-        fdt.property_u32("#size-cells", 2)?;
-        fdt.property_null("ranges")?;
-        let pv = fdt.begin_node(&pv_area_node_name(area))?;
-        fdt.property_string("compatible", PV_AREA_COMPATIBLE)?;
-        reg(&mut fdt, &[area])?;
-        fdt.property_null("no-map")?;
-        fdt.end_node(pv)?;
-        fdt.end_node(reserved)?;
-    }
+/// reserved-memory/reserved-memory.yaml: the PV area is RAM the guest
+/// must not allocate; `no-map` keeps it out of the linear map too, and
+/// the guest maps each record when a hypercall hands out its IPA.
+/// Linux wants the parent's cells equal to the root's, and `ranges`.
+fn write_reserved_memory(fdt: &mut FdtWriter, pv_area: MemRange) -> Result<(), vm_fdt::Error> {
+    let reserved = fdt.begin_node("reserved-memory")?;
+    fdt.property_u32("#address-cells", 2)?;
+    fdt.property_u32("#size-cells", 2)?;
+    fdt.property_null("ranges")?;
+    let pv = fdt.begin_node(&pv_area_node_name(pv_area))?;
+    fdt.property_string("compatible", PV_AREA_COMPATIBLE)?;
+    reg(fdt, &[pv_area])?;
+    fdt.property_null("no-map")?;
+    fdt.end_node(pv)?;
+    fdt.end_node(reserved)
+}
 
-    // arm/cpus.yaml: reg is the MPIDR affinity (Aff3 is 0, so one cell);
-    // the unit address is the reg in hex (DT spec 2.2.1.1).
+/// arm/cpus.yaml: reg is the MPIDR affinity (Aff3 is 0, so one cell);
+/// the unit address is the reg in hex (DT spec 2.2.1.1).
+fn write_cpus(fdt: &mut FdtWriter, vcpus: u32) -> Result<(), vm_fdt::Error> {
     let cpus = fdt.begin_node("cpus")?;
     fdt.property_u32("#address-cells", 1)?;
     fdt.property_u32("#size-cells", 0)?;
-    for index in 0..layout.vcpus {
+    for index in 0..vcpus {
         let mpidr = u16::try_from(index).map_or(0, |index| vcpu_mpidr(index).value());
         let cpu = fdt.begin_node(&format!("cpu@{mpidr:x}"))?;
         fdt.property_string("device_type", "cpu")?;
@@ -143,20 +168,24 @@ fn write(config: &VmConfig, layout: &GuestLayout, resets: u32) -> Result<Vec<u8>
         fdt.property_string("enable-method", "psci")?;
         fdt.end_node(cpu)?;
     }
-    fdt.end_node(cpus)?;
+    fdt.end_node(cpus)
+}
 
-    // arm/psci.yaml: PSCI 1.0 (so 0.2 function ids), called with HVC,
-    // which the hypervisor answers.
+/// arm/psci.yaml: PSCI 1.0 (so 0.2 function ids), called with HVC,
+/// which the hypervisor answers.
+fn write_psci(fdt: &mut FdtWriter) -> Result<(), vm_fdt::Error> {
     let psci = fdt.begin_node("psci")?;
     fdt.property_string_list(
         "compatible",
         vec![String::from("arm,psci-1.0"), String::from("arm,psci-0.2")],
     )?;
     fdt.property_string("method", "hvc")?;
-    fdt.end_node(psci)?;
+    fdt.end_node(psci)
+}
 
-    // interrupt-controller/arm,gic-v3.yaml: the distributor, then one
-    // redistributor region holding one frame per vCPU.
+/// interrupt-controller/arm,gic-v3.yaml: the distributor, then one
+/// redistributor region holding one frame per vCPU.
+fn write_gic(fdt: &mut FdtWriter, redistributors: MemRange) -> Result<(), vm_fdt::Error> {
     let gic = fdt.begin_node(&format!("intc@{:x}", GICD.base))?;
     fdt.property_string("compatible", "arm,gic-v3")?;
     fdt.property_u32("#interrupt-cells", 3)?;
@@ -165,12 +194,14 @@ fn write(config: &VmConfig, layout: &GuestLayout, resets: u32) -> Result<Vec<u8>
     // unit address: dtc's interrupt_provider check asks for this.
     fdt.property_u32("#address-cells", 0)?;
     fdt.property_u32("#redistributor-regions", 1)?;
-    reg(&mut fdt, &[GICD, layout.redistributors])?;
+    reg(fdt, &[GICD, redistributors])?;
     fdt.property_phandle(GIC_PHANDLE)?;
-    fdt.end_node(gic)?;
+    fdt.end_node(gic)
+}
 
-    // timer/arm,arch_timer.yaml: secure physical, non-secure physical,
-    // virtual, hypervisor physical, in that order.
+/// timer/arm,arch_timer.yaml: secure physical, non-secure physical,
+/// virtual, hypervisor physical, in that order.
+fn write_timer(fdt: &mut FdtWriter) -> Result<(), vm_fdt::Error> {
     let timer = fdt.begin_node("timer")?;
     fdt.property_string("compatible", "arm,armv8-timer")?;
     let irqs: Vec<u32> = [
@@ -184,34 +215,35 @@ fn write(config: &VmConfig, layout: &GuestLayout, resets: u32) -> Result<Vec<u8>
     .collect();
     fdt.property_array_u32("interrupts", &irqs)?;
     fdt.property_null("always-on")?;
-    fdt.end_node(timer)?;
+    fdt.end_node(timer)
+}
 
-    // clock/fixed-clock.yaml: the PL011's reference and bus clock.
+/// clock/fixed-clock.yaml: the PL011's reference and bus clock.
+fn write_uart_clock(fdt: &mut FdtWriter) -> Result<(), vm_fdt::Error> {
     let clock = fdt.begin_node("apb-pclk")?;
     fdt.property_string("compatible", "fixed-clock")?;
     fdt.property_u32("#clock-cells", 0)?;
     fdt.property_u32("clock-frequency", UART_CLOCK_HZ)?;
     fdt.property_string("clock-output-names", "clk24mhz")?;
     fdt.property_phandle(CLOCK_PHANDLE)?;
-    fdt.end_node(clock)?;
+    fdt.end_node(clock)
+}
 
-    // serial/arm,pl011.yaml: both clocks are the fixed one, as on virt.
+/// serial/arm,pl011.yaml: both clocks are the fixed one, as on virt.
+fn write_uart(fdt: &mut FdtWriter) -> Result<(), vm_fdt::Error> {
     let uart = fdt.begin_node(&format!("pl011@{:x}", UART.base))?;
     fdt.property_string_list(
         "compatible",
         vec![String::from("arm,pl011"), String::from("arm,primecell")],
     )?;
-    reg(&mut fdt, &[UART])?;
+    reg(fdt, &[UART])?;
     fdt.property_array_u32("interrupts", &gic_specifier(UART_IRQ))?;
     fdt.property_array_u32("clocks", &[CLOCK_PHANDLE, CLOCK_PHANDLE])?;
     fdt.property_string_list(
         "clock-names",
         vec![String::from("uartclk"), String::from("apb_pclk")],
     )?;
-    fdt.end_node(uart)?;
-
-    fdt.end_node(root)?;
-    fdt.finish()
+    fdt.end_node(uart)
 }
 
 /// `reg` with two address and two size cells, as the root declares.

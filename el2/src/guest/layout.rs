@@ -315,23 +315,59 @@ pub fn pv_records(config: &VmConfig) -> (u64, u64) {
 /// space), `kernel` when its header is unusable, `vcpus` beyond
 /// [`MAX_VCPUS`].
 pub fn plan(config: &VmConfig, kernel_header: &[u8]) -> Result<GuestLayout, VmError> {
-    let error = |property, reason: String| VmError::new(&config.node, property, reason);
-    if !(1..=MAX_VCPUS).contains(&config.vcpus) {
-        return Err(error(
-            property::VCPUS,
-            format!("{}, expected 1 to {MAX_VCPUS}", config.vcpus),
-        ));
+    check_vcpu_count(config)?;
+    let ram = guest_ram(config)?;
+    let kernel = kernel_footprint(config, kernel_header)?;
+    // RAM is at least 2 MiB, so the slot is inside it.
+    let dtb_slot = MemRange::new(ram.end() - DTB_MAX_SIZE, DTB_MAX_SIZE);
+    let pv_area = pv_area_below(config, dtb_slot)?;
+    let initrd = initrd_below(config, dtb_slot, pv_area)?;
+    let top = TopOfRam {
+        dtb_slot,
+        pv_area,
+        initrd,
+    };
+    check_kernel_fits(config, kernel, &top)?;
+    Ok(GuestLayout {
+        ram,
+        kernel_ipa: kernel.base,
+        kernel_size: kernel.size,
+        kernel_entry: kernel.base,
+        initrd,
+        pv_area,
+        dtb_ipa: dtb_slot.base,
+        redistributors: redistributors(config.vcpus),
+        vcpus: config.vcpus,
+    })
+}
+
+/// Refuses a vCPU count outside 1 to [`MAX_VCPUS`].
+fn check_vcpu_count(config: &VmConfig) -> Result<(), VmError> {
+    if (1..=MAX_VCPUS).contains(&config.vcpus) {
+        return Ok(());
     }
+    Err(VmError::new(
+        &config.node,
+        property::VCPUS,
+        format!("{}, expected 1 to {MAX_VCPUS}", config.vcpus),
+    ))
+}
+
+/// The VM's RAM: `memory` bytes from [`RAM_BASE`], a non-zero multiple of
+/// [`MEMORY_GRANULE`] that ends inside the IPA space.
+fn guest_ram(config: &VmConfig) -> Result<MemRange, VmError> {
     let size = config.memory_size;
     if size == 0 || !size.is_multiple_of(MEMORY_GRANULE) {
-        return Err(error(
+        return Err(VmError::new(
+            &config.node,
             property::MEMORY,
             format!("{size:#x} bytes is not a non-zero multiple of 2 MiB"),
         ));
     }
     let ipa_limit = 1u64 << IPA_BITS;
     if size > ipa_limit - RAM_BASE {
-        return Err(error(
+        return Err(VmError::new(
+            &config.node,
             property::MEMORY,
             format!(
                 "{size:#x} bytes does not fit the {IPA_BITS}-bit guest address space above {RAM_BASE:#x} (at most {:#x})",
@@ -339,8 +375,13 @@ pub fn plan(config: &VmConfig, kernel_header: &[u8]) -> Result<GuestLayout, VmEr
             ),
         ));
     }
-    let ram = MemRange::new(RAM_BASE, size);
+    Ok(MemRange::new(RAM_BASE, size))
+}
 
+/// What the kernel occupies: from RAM base + its Image header's
+/// `text_offset` (or [`DEFAULT_TEXT_OFFSET`]), the larger of the header's
+/// `image_size` and the file size.
+fn kernel_footprint(config: &VmConfig, kernel_header: &[u8]) -> Result<MemRange, VmError> {
     let (text_offset, image_size) = match ImageHeader::parse(kernel_header) {
         Some(ImageHeader { image_size: 0, .. }) | None => (DEFAULT_TEXT_OFFSET, 0),
         Some(header) => (header.text_offset, header.image_size),
@@ -348,113 +389,136 @@ pub fn plan(config: &VmConfig, kernel_header: &[u8]) -> Result<GuestLayout, VmEr
     // The vCPU starts at the image's first byte: it must hold an
     // instruction, so 4-byte aligned.
     if !text_offset.is_multiple_of(4) {
-        return Err(error(
+        return Err(VmError::new(
+            &config.node,
             property::KERNEL,
             format!("Image header text_offset {text_offset:#x} is not 4-byte aligned"),
         ));
     }
     let kernel_size = image_size.max(config.kernel.size);
-    let kernel = RAM_BASE
+    RAM_BASE
         .checked_add(text_offset)
         .filter(|base| base.checked_add(kernel_size).is_some())
         .map(|base| MemRange::new(base, kernel_size))
         .ok_or_else(|| {
-            error(
+            VmError::new(
+                &config.node,
                 property::KERNEL,
                 format!(
                     "Image header text_offset {text_offset:#x} and size {kernel_size:#x} run past the end of the address space"
                 ),
             )
-        })?;
+        })
+}
 
-    // RAM is at least 2 MiB, so the slot is inside it.
-    let dtb_ipa = ram.end() - DTB_MAX_SIZE;
-    let dtb_slot = MemRange::new(dtb_ipa, DTB_MAX_SIZE);
-
+/// The PV area (see [`pv_records`]): whole pages right below the device
+/// tree's slot, or `None` when the VM needs no records.
+fn pv_area_below(config: &VmConfig, dtb_slot: MemRange) -> Result<Option<MemRange>, VmError> {
     // At most 2 * 64 records of 64 bytes: no overflow.
     let (lock_bytes, time_bytes) = pv_records(config);
-    let pv_area = match page_ceil(lock_bytes + time_bytes) {
-        0 => None,
-        area_size => match dtb_ipa
-            .checked_sub(area_size)
-            .filter(|&base| base >= RAM_BASE)
-        {
-            Some(base) => Some(MemRange::new(base, area_size)),
-            None => {
-                return Err(error(
-                    property::MEMORY,
-                    format!(
-                        "{size:#x} bytes of RAM cannot hold the {area_size:#x}-byte PV area below the device tree at {}",
-                        Hex(dtb_slot)
-                    ),
-                ));
-            }
-        },
-    };
-    let below_dtb = pv_area.map_or(dtb_ipa, |area| area.base);
-
-    let initrd = match config.initrd {
-        None => None,
-        Some(module) => {
-            let top = below_dtb.min(INITRD_WINDOW.end());
-            let above = if pv_area.is_some() {
-                "the PV area and the device tree"
-            } else {
-                "the device tree"
-            };
-            let base = top
-                .checked_sub(module.size)
-                .map(|base| base & !(PAGE_SIZE - 1))
-                .filter(|&base| base >= RAM_BASE);
-            match base {
-                Some(base) => Some(MemRange::new(base, module.size)),
-                None => {
-                    return Err(error(
-                        property::MEMORY,
-                        format!(
-                            "{size:#x} bytes of RAM cannot hold the {:#x}-byte initrd below {top:#x}, {above}",
-                            module.size,
-                        ),
-                    ));
-                }
-            }
-        }
-    };
-    let free_end = initrd.map_or(below_dtb, |initrd| initrd.base);
-    if kernel.end() > free_end {
-        let mut pieces: Vec<String> = Vec::new();
-        pieces.push(format!("the kernel at {}", Hex(kernel)));
-        if let Some(initrd) = initrd {
-            pieces.push(format!("the initrd at {}", Hex(initrd)));
-        }
-        if let Some(area) = pv_area {
-            pieces.push(format!("the PV area at {}", Hex(area)));
-        }
-        let last = pieces.pop().unwrap_or_default();
-        let pieces = if pieces.is_empty() {
-            last
-        } else {
-            format!("{} and {last}", pieces.join(", "))
-        };
-        return Err(error(
+    let area_size = page_ceil(lock_bytes + time_bytes);
+    if area_size == 0 {
+        return Ok(None);
+    }
+    match dtb_slot
+        .base
+        .checked_sub(area_size)
+        .filter(|&base| base >= RAM_BASE)
+    {
+        Some(base) => Ok(Some(MemRange::new(base, area_size))),
+        None => Err(VmError::new(
+            &config.node,
             property::MEMORY,
             format!(
-                "{size:#x} bytes of RAM cannot hold {pieces} below the device tree at {}",
+                "{:#x} bytes of RAM cannot hold the {area_size:#x}-byte PV area below the device tree at {}",
+                config.memory_size,
                 Hex(dtb_slot)
             ),
-        ));
+        )),
     }
-    Ok(GuestLayout {
-        ram,
-        kernel_ipa: kernel.base,
-        kernel_size,
-        kernel_entry: kernel.base,
-        initrd,
-        pv_area,
-        dtb_ipa,
-        redistributors: redistributors(config.vcpus),
-        vcpus: config.vcpus,
-    })
+}
+
+/// Where the initrd goes: page aligned, right below the PV area (or the
+/// device tree's slot when there is none) and inside [`INITRD_WINDOW`].
+/// `None` when the VM has no initrd.
+fn initrd_below(
+    config: &VmConfig,
+    dtb_slot: MemRange,
+    pv_area: Option<MemRange>,
+) -> Result<Option<MemRange>, VmError> {
+    let Some(module) = config.initrd else {
+        return Ok(None);
+    };
+    let top = pv_area
+        .map_or(dtb_slot.base, |area| area.base)
+        .min(INITRD_WINDOW.end());
+    let above = if pv_area.is_some() {
+        "the PV area and the device tree"
+    } else {
+        "the device tree"
+    };
+    let base = top
+        .checked_sub(module.size)
+        .map(|base| base & !(PAGE_SIZE - 1))
+        .filter(|&base| base >= RAM_BASE);
+    match base {
+        Some(base) => Ok(Some(MemRange::new(base, module.size))),
+        None => Err(VmError::new(
+            &config.node,
+            property::MEMORY,
+            format!(
+                "{:#x} bytes of RAM cannot hold the {:#x}-byte initrd below {top:#x}, {above}",
+                config.memory_size, module.size,
+            ),
+        )),
+    }
+}
+
+/// What [`plan`] puts at the top of RAM, from the top down.
+struct TopOfRam {
+    dtb_slot: MemRange,
+    pv_area: Option<MemRange>,
+    initrd: Option<MemRange>,
+}
+
+impl TopOfRam {
+    /// The lowest of them: where the room left for the kernel ends.
+    fn base(&self) -> u64 {
+        self.initrd
+            .or(self.pv_area)
+            .map_or(self.dtb_slot.base, |lowest| lowest.base)
+    }
+}
+
+/// Refuses a kernel that runs into the pieces at the top of RAM, naming
+/// every piece below the device tree.
+fn check_kernel_fits(config: &VmConfig, kernel: MemRange, top: &TopOfRam) -> Result<(), VmError> {
+    if kernel.end() <= top.base() {
+        return Ok(());
+    }
+    let mut pieces: Vec<String> = Vec::new();
+    pieces.push(format!("the kernel at {}", Hex(kernel)));
+    if let Some(initrd) = top.initrd {
+        pieces.push(format!("the initrd at {}", Hex(initrd)));
+    }
+    if let Some(area) = top.pv_area {
+        pieces.push(format!("the PV area at {}", Hex(area)));
+    }
+    let last = pieces.pop().unwrap_or_default();
+    let pieces = if pieces.is_empty() {
+        last
+    } else {
+        format!("{} and {last}", pieces.join(", "))
+    };
+    Err(VmError::new(
+        &config.node,
+        property::MEMORY,
+        format!(
+            "{:#x} bytes of RAM cannot hold {pieces} below the device tree at {}",
+            config.memory_size,
+            Hex(top.dtb_slot)
+        ),
+    ))
 }
 
 #[cfg(test)]

@@ -184,10 +184,18 @@ impl Pages {
 
 /// Everything ready for ExitBootServices().
 struct Ready {
-    writer: Writer<'static>,
-    block: MemRange,
-    map: Vec<u8>,
+    handoff: HandoffBlock,
     payloads: Vec<MemRange>,
+}
+
+/// The handoff block before the exit: every record but the memory
+/// map's, written.
+struct HandoffBlock {
+    writer: Writer<'static>,
+    /// The block's pages.
+    block: MemRange,
+    /// The buffer ExitBootServices() gets the final memory map in.
+    map: Vec<u8>,
 }
 
 /// Physical memory the firmware's memory map describes, read through its
@@ -238,6 +246,20 @@ impl PhysMemory for FirmwareMemory {
 
 /// Steps 2 to 4 of the module docs, up to ExitBootServices().
 fn prepare(fw: &Firmware, pages: &mut Pages) -> Result<Ready, Status> {
+    let image = loaded_image(fw)?;
+    let memory = firmware_memory(fw)?;
+    let tables = firmware_tables(fw, &memory)?;
+    let vms = load_vms(fw, &image, pages)?;
+    uefi_panic_selftest(&vms.description);
+    let handoff = write_handoff_block(fw, pages, &tables, &vms.description)?;
+    Ok(Ready {
+        handoff,
+        payloads: vms.payloads,
+    })
+}
+
+/// What the firmware says about this image (EFI_LOADED_IMAGE_PROTOCOL).
+fn loaded_image(fw: &Firmware) -> Result<api::ImageInfo, Status> {
     let image = fw.loaded_image().inspect_err(|status| {
         say!(
             fw,
@@ -250,11 +272,20 @@ fn prepare(fw: &Firmware, pages: &mut Pages) -> Result<Ready, Status> {
         image.base,
         image.base + image.size
     );
+    Ok(image)
+}
 
-    // The memory map now, to read firmware tables only where there is memory.
-    let (map_size, descriptor_size) = fw.memory_map_size().inspect_err(|status| {
+/// The size of the memory map and of its descriptors now
+/// (`GetMemoryMap()` with no buffer).
+fn memory_map_size(fw: &Firmware) -> Result<(usize, usize), Status> {
+    fw.memory_map_size().inspect_err(|status| {
         say!(fw, "error: GetMemoryMap() failed: {status}");
-    })?;
+    })
+}
+
+/// The memory map now, to read firmware tables only where there is memory.
+fn firmware_memory(fw: &Firmware) -> Result<FirmwareMemory, Status> {
+    let (map_size, descriptor_size) = memory_map_size(fw)?;
     if descriptor_size < MIN_DESCRIPTOR_SIZE {
         say!(
             fw,
@@ -274,48 +305,36 @@ fn prepare(fw: &Firmware, pages: &mut Pages) -> Result<Ready, Status> {
             memmap::DESCRIPTOR_VERSION
         );
     }
-    let memory = FirmwareMemory::from_map(&map[..info.size.min(map.len())], descriptor_size);
+    Ok(FirmwareMemory::from_map(
+        &map[..info.size.min(map.len())],
+        descriptor_size,
+    ))
+}
 
-    // ACPI and the device tree.
+/// What describes the machine: the firmware's ACPI tables, its device
+/// tree, or both; at least one of them.
+struct FirmwareTables<'m> {
+    acpi: Vec<acpi::Table<'m>>,
+    dtb: Option<&'m [u8]>,
+}
+
+/// ACPI and the device tree, from the configuration table (UEFI 2.10
+/// section 4.6). Either may be broken if the other is usable.
+fn firmware_tables<'m>(
+    fw: &Firmware,
+    memory: &'m FirmwareMemory,
+) -> Result<FirmwareTables<'m>, Status> {
     let rsdp = fw.configuration_table(&efi::ACPI_20_TABLE_GUID);
     let dtb_address = fw.configuration_table(&efi::DTB_TABLE_GUID);
-    let tables = match rsdp {
-        Some(address) => match acpi::tables(&memory, address) {
-            Ok(found) => {
-                for warning in &found.warnings {
-                    say!(fw, "warning: {warning}");
-                }
-                found.tables
-            }
-            Err(error) if dtb_address.is_some() => {
-                say!(fw, "warning: {error}; using the device tree instead");
-                Vec::new()
-            }
-            Err(error) => {
-                say!(fw, "error: {error}");
-                return Err(Status::LOAD_ERROR);
-            }
-        },
+    let acpi = match rsdp {
+        Some(address) => read_acpi_tables(fw, memory, address, dtb_address.is_some())?,
         None => Vec::new(),
     };
     let dtb = match dtb_address {
-        Some(address) => match firmware_dtb(&memory, address) {
-            Ok(dtb) => Some(dtb),
-            Err(why) if !tables.is_empty() => {
-                say!(
-                    fw,
-                    "warning: firmware device tree at {address:#x}: {why}; not used"
-                );
-                None
-            }
-            Err(why) => {
-                say!(fw, "error: firmware device tree at {address:#x}: {why}");
-                return Err(Status::LOAD_ERROR);
-            }
-        },
+        Some(address) => read_firmware_dtb(fw, memory, address, !acpi.is_empty())?,
         None => None,
     };
-    if tables.is_empty() && dtb.is_none() {
+    if acpi.is_empty() && dtb.is_none() {
         say!(
             fw,
             "error: the firmware installed neither ACPI 2.0 tables ({}) nor a device tree ({}): nothing describes the machine",
@@ -327,15 +346,83 @@ fn prepare(fw: &Firmware, pages: &mut Pages) -> Result<Ready, Status> {
     say!(
         fw,
         "{} ACPI tables{}, {}",
-        tables.len(),
+        acpi.len(),
         rsdp.map_or(String::new(), |a| format!(" from the RSDP at {a:#x}")),
         match (dtb, dtb_address) {
             (Some(d), Some(a)) => format!("device tree at {a:#x} ({} bytes)", d.len()),
             _ => String::from("no device tree"),
         }
     );
+    Ok(FirmwareTables { acpi, dtb })
+}
 
-    // The VM description and its payloads.
+/// The ACPI tables the RSDP at `rsdp` leads to. Unusable tables are an
+/// error unless the firmware also installed a device tree
+/// (`dtb_installed`), which is then used instead.
+fn read_acpi_tables<'m>(
+    fw: &Firmware,
+    memory: &'m FirmwareMemory,
+    rsdp: u64,
+    dtb_installed: bool,
+) -> Result<Vec<acpi::Table<'m>>, Status> {
+    match acpi::tables(memory, rsdp) {
+        Ok(found) => {
+            for warning in &found.warnings {
+                say!(fw, "warning: {warning}");
+            }
+            Ok(found.tables)
+        }
+        Err(error) if dtb_installed => {
+            say!(fw, "warning: {error}; using the device tree instead");
+            Ok(Vec::new())
+        }
+        Err(error) => {
+            say!(fw, "error: {error}");
+            Err(Status::LOAD_ERROR)
+        }
+    }
+}
+
+/// The device tree the firmware installed at `address`. An unusable one
+/// is an error unless ACPI tables were found (`acpi_found`), and is then
+/// not used.
+fn read_firmware_dtb<'m>(
+    fw: &Firmware,
+    memory: &'m FirmwareMemory,
+    address: u64,
+    acpi_found: bool,
+) -> Result<Option<&'m [u8]>, Status> {
+    match firmware_dtb(memory, address) {
+        Ok(dtb) => Ok(Some(dtb)),
+        Err(why) if acpi_found => {
+            say!(
+                fw,
+                "warning: firmware device tree at {address:#x}: {why}; not used"
+            );
+            Ok(None)
+        }
+        Err(why) => {
+            say!(fw, "error: firmware device tree at {address:#x}: {why}");
+            Err(Status::LOAD_ERROR)
+        }
+    }
+}
+
+/// The VMs to run: the VM description as the hypervisor reads it, and
+/// where the payloads it names were loaded.
+struct Vms {
+    description: Vec<u8>,
+    payloads: Vec<MemRange>,
+}
+
+/// The VM description and its payloads: reads [`vmdesc::PATH`] from the
+/// partition this image was loaded from, loads every file it names and
+/// rebuilds it with their addresses and the load options' command line.
+fn load_vms(fw: &Firmware, image: &api::ImageInfo, pages: &mut Pages) -> Result<Vms, Status> {
+    let refused = |error: vmdesc::DescError| {
+        say!(fw, "error: {}: {error}", vmdesc::PATH);
+        Status::LOAD_ERROR
+    };
     let root = fw.open_volume(image.device).inspect_err(|status| {
         say!(
             fw,
@@ -343,20 +430,28 @@ fn prepare(fw: &Firmware, pages: &mut Pages) -> Result<Ready, Status> {
             vmdesc::PATH
         );
     })?;
-    let description =
+    let file =
         read_file(&root, vmdesc::PATH, vmdesc::MAX_LEN as u64).map_err(|(why, status)| {
             say!(fw, "error: {}: {why}", vmdesc::PATH);
             status
         })?;
-    let parsed = VmDescription::parse(&description).map_err(|error| {
-        say!(fw, "error: {}: {error}", vmdesc::PATH);
-        Status::LOAD_ERROR
-    })?;
-    let files = parsed.files().map_err(|error| {
-        say!(fw, "error: {}: {error}", vmdesc::PATH);
-        Status::LOAD_ERROR
-    })?;
-    let vms = parsed.vm_nodes();
+    let parsed = VmDescription::parse(&file).map_err(refused)?;
+    let files = parsed.files().map_err(refused)?;
+    say_vm_nodes(fw, &parsed.vm_nodes());
+    let (loaded, payloads) = load_payloads(fw, &root, &files, pages)?;
+    drop(root);
+    let bootargs = load_options_command_line(fw, image.load_options);
+    let description = parsed
+        .build(&loaded, bootargs.as_deref())
+        .map_err(refused)?;
+    Ok(Vms {
+        description,
+        payloads,
+    })
+}
+
+/// Says which VM nodes the description enables.
+fn say_vm_nodes(fw: &Firmware, vms: &[String]) {
     if vms.is_empty() {
         say!(fw, "{}: no VM", vmdesc::PATH);
     } else {
@@ -368,11 +463,22 @@ fn prepare(fw: &Firmware, pages: &mut Pages) -> Result<Ready, Status> {
             vms.join(", ")
         );
     }
+}
+
+/// Loads every payload in `files`, in order; returns where each went, as
+/// the VM description's builder and as the ranges to clean before the
+/// hand-over want them.
+fn load_payloads(
+    fw: &Firmware,
+    root: &api::File,
+    files: &[vmdesc::FileRef],
+    pages: &mut Pages,
+) -> Result<(Vec<Loaded>, Vec<MemRange>), Status> {
     let mut loaded = Vec::new();
     let mut payloads = Vec::new();
-    for file in &files {
+    for file in files {
         let (address, size) =
-            load_payload(fw, &root, &file.path, pages).map_err(|(why, status)| {
+            load_payload(fw, root, &file.path, pages).map_err(|(why, status)| {
                 say!(
                     fw,
                     "error: {}: node {}, property \"{}\": {}: {why}",
@@ -394,8 +500,14 @@ fn prepare(fw: &Firmware, pages: &mut Pages) -> Result<Ready, Status> {
         loaded.push(Loaded { address, size });
         payloads.push(MemRange::new(address, size));
     }
-    drop(root);
-    let bootargs = match text::load_options_command_line(image.load_options) {
+    Ok((loaded, payloads))
+}
+
+/// The command line in the load options, if any: it replaces the VM
+/// description's `/chosen/bootargs`. Load options that are not one are
+/// ignored.
+fn load_options_command_line(fw: &Firmware, load_options: &[u8]) -> Option<String> {
+    match text::load_options_command_line(load_options) {
         Ok(Some(line)) => {
             say!(fw, "command line from the load options: \"{line}\"");
             Some(line)
@@ -405,38 +517,34 @@ fn prepare(fw: &Firmware, pages: &mut Pages) -> Result<Ready, Status> {
             say!(fw, "load options ignored: {why}");
             None
         }
-    };
-    let vm_description = parsed
-        .build(&loaded, bootargs.as_deref())
-        .map_err(|error| {
-            say!(fw, "error: {}: {error}", vmdesc::PATH);
-            Status::LOAD_ERROR
-        })?;
-    let selftest = platform::vms_from_dt(&vm_description)
+    }
+}
+
+/// `el2.selftest=uefi-panic` on the command line the VM description
+/// carries: panics here, to test the report of a panic in the UEFI stage.
+fn uefi_panic_selftest(vm_description: &[u8]) {
+    let selftest = platform::vms_from_dt(vm_description)
         .ok()
         .and_then(|(line, _)| el2::bootargs::parse(&line).0.selftest);
     if selftest == Some(el2::bootargs::SelfTest::UefiPanic) {
         panic!("selftest: el2.selftest=uefi-panic");
     }
+}
 
-    // The handoff block, with room for the RAM and reserved ranges of a
-    // map up to twice today's size (ours and the firmware's allocations
-    // between now and the exit add a few descriptors).
-    let (map_size, descriptor_size) = fw.memory_map_size().inspect_err(|status| {
-        say!(fw, "error: GetMemoryMap() failed: {status}");
-    })?;
+/// The handoff block, with room for the RAM and reserved ranges of a
+/// map up to twice today's size (ours and the firmware's allocations
+/// between now and the exit add a few descriptors), and a buffer for
+/// that map; every record but the memory map's is written.
+fn write_handoff_block(
+    fw: &Firmware,
+    pages: &mut Pages,
+    tables: &FirmwareTables<'_>,
+    vm_description: &[u8],
+) -> Result<HandoffBlock, Status> {
+    let (map_size, descriptor_size) = memory_map_size(fw)?;
     let capacity = 2 * map_size.div_ceil(descriptor_size) + 32;
     let map = vec![0u8; capacity * descriptor_size];
-    let mut len = handoff::HEADER_LEN
-        + tables
-            .iter()
-            .map(|t| handoff::record_len(t.bytes.len()))
-            .sum::<usize>()
-        + dtb.map_or(0, |d| handoff::record_len(d.len()))
-        + handoff::record_len(vm_description.len())
-        // Each descriptor can add a bank and cut reserved ranges in two.
-        + handoff::memory_len(2 * capacity + 8, 2 * capacity + 8);
-    len = len.next_multiple_of(efi::PAGE_SIZE as usize);
+    let len = handoff_len(tables, vm_description, capacity);
     let address = fw
         .allocate_pages(LOADER_DATA, efi::pages_for(len as u64))
         .inspect_err(|status| {
@@ -449,30 +557,57 @@ fn prepare(fw: &Firmware, pages: &mut Pages) -> Result<Ready, Status> {
     // SAFETY: the pages just allocated, used through nothing else.
     let block = unsafe { api::physical_bytes_mut(address, len) };
     let mut writer = Writer::new(block, address).map_err(|_| Status::BUFFER_TOO_SMALL)?;
-    let full = |_| {
-        say!(fw, "error: the handoff block is too small");
-        Status::BUFFER_TOO_SMALL
-    };
-    for table in &tables {
-        writer.push(Kind::AcpiTable, table.bytes).map_err(full)?;
-    }
-    if let Some(dtb) = dtb {
-        writer.push(Kind::FirmwareDtb, dtb).map_err(full)?;
-    }
-    writer
-        .push(Kind::VmDescription, &vm_description)
-        .map_err(full)?;
+    write_records(fw, &mut writer, tables, vm_description)?;
     say!(
         fw,
         "handoff block at {address:#x} ({} KiB); leaving boot services",
         len / 1024
     );
-    Ok(Ready {
+    Ok(HandoffBlock {
         writer,
         block: MemRange::new(address, len as u64),
         map,
-        payloads,
     })
+}
+
+/// Bytes of a handoff block, in whole pages, that holds the firmware's
+/// tables, the VM description and the memory ranges of a map of up to
+/// `capacity` descriptors.
+fn handoff_len(tables: &FirmwareTables<'_>, vm_description: &[u8], capacity: usize) -> usize {
+    let len = handoff::HEADER_LEN
+        + tables
+            .acpi
+            .iter()
+            .map(|t| handoff::record_len(t.bytes.len()))
+            .sum::<usize>()
+        + tables.dtb.map_or(0, |d| handoff::record_len(d.len()))
+        + handoff::record_len(vm_description.len())
+        // Each descriptor can add a bank and cut reserved ranges in two.
+        + handoff::memory_len(2 * capacity + 8, 2 * capacity + 8);
+    len.next_multiple_of(efi::PAGE_SIZE as usize)
+}
+
+/// The records written before the exit: the ACPI tables, the firmware's
+/// device tree, the VM description.
+fn write_records(
+    fw: &Firmware,
+    writer: &mut Writer<'_>,
+    tables: &FirmwareTables<'_>,
+    vm_description: &[u8],
+) -> Result<(), Status> {
+    let full = |_| {
+        say!(fw, "error: the handoff block is too small");
+        Status::BUFFER_TOO_SMALL
+    };
+    for table in &tables.acpi {
+        writer.push(Kind::AcpiTable, table.bytes).map_err(full)?;
+    }
+    if let Some(dtb) = tables.dtb {
+        writer.push(Kind::FirmwareDtb, dtb).map_err(full)?;
+    }
+    writer
+        .push(Kind::VmDescription, vm_description)
+        .map_err(full)
 }
 
 /// The firmware's device tree at `address`, checked for its magic and a
@@ -575,9 +710,12 @@ fn load_payload(
 /// refuses to let go.
 fn hand_over(fw: Firmware, ready: Ready, data_copy: u64) -> Status {
     let Ready {
-        mut writer,
-        block,
-        mut map,
+        handoff:
+            HandoffBlock {
+                mut writer,
+                block,
+                mut map,
+            },
         payloads,
     } = ready;
     // From here on a panic cannot use the firmware's console.
