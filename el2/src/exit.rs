@@ -1,8 +1,12 @@
-//! Why a guest stopped running: the lower-EL vector taken and ESR_EL2,
-//! decoded once into a typed [`Exit`] that the rest of the hypervisor
-//! matches on (DESIGN.md, "Flow of one trap").
+//! Why a guest stopped running: the lower-EL vector taken and the
+//! syndrome registers, read once right after the exit ([`Syndrome`]) and
+//! decoded once into a typed [`Exit`] that carries everything its handler
+//! needs (docs/architecture.md, "Running guests"): nothing downstream reads
+//! ESR_EL2, FAR_EL2 or HPFAR_EL2 again.
 
 use crate::esr::Esr;
+use crate::mmio::{MmioAccess, MmioDecodeError};
+use crate::sysreg::SysregAccess;
 use aarch64_cpu::registers::ESR_EL2;
 use tock_registers::{LocalRegisterCopy, register_bitfields};
 
@@ -39,6 +43,68 @@ pub enum WfxKind {
     Wfe,
 }
 
+/// What the hardware says about one exit from the guest, captured by the
+/// arch layer right after it and before anything else can overwrite it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Syndrome {
+    /// The lower-EL vector taken (8 synchronous, 9 IRQ, 10 FIQ, 11 SError;
+    /// 12..=15 the same from AArch32).
+    pub vector: u64,
+    /// ESR_EL2, for a synchronous exception.
+    pub esr: u64,
+    /// FAR_EL2, for an abort ([`Syndrome::has_fault_address`]); else 0.
+    pub far: u64,
+    /// HPFAR_EL2, for an abort; else 0.
+    pub hpfar: u64,
+}
+
+impl Syndrome {
+    /// A synchronous exit with this ESR and no fault address.
+    pub const fn synchronous(esr: u64) -> Self {
+        Self {
+            vector: VECTOR_LOWER_FIRST,
+            esr,
+            far: 0,
+            hpfar: 0,
+        }
+    }
+
+    /// An asynchronous exit through lower-EL `vector` (IRQ, FIQ, SError).
+    pub const fn asynchronous(vector: u64) -> Self {
+        Self {
+            vector,
+            esr: 0,
+            far: 0,
+            hpfar: 0,
+        }
+    }
+
+    /// Whether FAR_EL2 and HPFAR_EL2 describe this exit, so the arch layer
+    /// must read them: an instruction or data abort from a lower EL (Arm
+    /// ARM D24.2.43 "FAR_EL2", D24.2.69 "HPFAR_EL2"). Every other exit
+    /// saves the two system-register reads.
+    pub fn has_fault_address(vector: u64, esr: u64) -> bool {
+        use ESR_EL2::EC::Value as Ec;
+        vector_kind(vector) == 0
+            && matches!(
+                Esr::new(esr).class(),
+                Some(Ec::DataAbortLowerEL | Ec::InstrAbortLowerEL)
+            )
+    }
+}
+
+/// A stage-2 fault on a guest data access, decoded for emulation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DataAbort {
+    /// The guest's virtual address (FAR_EL2): what an injected abort
+    /// reports in FAR_EL1.
+    pub far: u64,
+    /// The access was a store (ISS.WnR).
+    pub write: bool,
+    /// The single load or store to emulate, or why there is none.
+    pub access: Result<MmioAccess, MmioDecodeError>,
+}
+
 /// A decoded guest exit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Exit {
@@ -56,11 +122,14 @@ pub enum Exit {
         deadline_register: Option<u8>,
     },
     /// A stage-2 fault on a data access: emulated device or outside the VM.
-    DataAbort,
-    /// A stage-2 fault on an instruction fetch.
-    InstructionAbort,
+    DataAbort(DataAbort),
+    /// A stage-2 fault on an instruction fetch at guest virtual address
+    /// `far`.
+    InstructionAbort {
+        far: u64,
+    },
     /// A trapped system register access or system instruction.
-    SystemRegister,
+    SystemRegister(SysregAccess),
     /// The first FP/SIMD instruction since the vCPU was loaded, trapped by
     /// CPTR_EL2.TFP (EC 0x07): its FP/SIMD state is loaded lazily.
     FpAccess,
@@ -68,22 +137,25 @@ pub enum Exit {
     Irq,
     Fiq,
     SError,
-    /// Any other synchronous exception: its exception class bits.
+    /// Any other synchronous exception: its exception class bits and the
+    /// whole ESR_EL2, for the log.
     Other {
         class: u64,
+        esr: u64,
     },
 }
 
 impl Exit {
-    /// Decodes the exit from the lower-EL `vector` taken and `esr`.
-    pub fn decode(vector: u64, esr: u64) -> Exit {
-        match vector_kind(vector) {
+    /// Decodes the exit the arch layer captured.
+    pub fn decode(syndrome: Syndrome) -> Exit {
+        match vector_kind(syndrome.vector) {
             1 => return Exit::Irq,
             2 => return Exit::Fiq,
             3 => return Exit::SError,
             _ => {}
         }
-        let esr = Esr::new(esr);
+        let raw = syndrome.esr;
+        let esr = Esr::new(raw);
         let iss = esr.iss();
         use ESR_EL2::EC::Value as Ec;
         match esr.class() {
@@ -109,12 +181,17 @@ impl Exit {
                         .then(|| wfx.read(WFX_ISS::RN) as u8),
                 }
             }
-            Some(Ec::DataAbortLowerEL) => Exit::DataAbort,
-            Some(Ec::InstrAbortLowerEL) => Exit::InstructionAbort,
-            Some(Ec::TrappedMsrMrs) => Exit::SystemRegister,
+            Some(Ec::DataAbortLowerEL) => Exit::DataAbort(DataAbort {
+                far: syndrome.far,
+                write: esr.abort().is_some_and(|abort| abort.write),
+                access: MmioAccess::decode(raw, syndrome.far, syndrome.hpfar),
+            }),
+            Some(Ec::InstrAbortLowerEL) => Exit::InstructionAbort { far: syndrome.far },
+            Some(Ec::TrappedMsrMrs) => Exit::SystemRegister(SysregAccess::from_iss(iss)),
             Some(Ec::TrappedFP) => Exit::FpAccess,
             _ => Exit::Other {
                 class: esr.class_bits(),
+                esr: raw,
             },
         }
     }
@@ -130,9 +207,9 @@ impl Exit {
             Exit::Wfx {
                 kind: WfxKind::Wfe, ..
             } => "wfe",
-            Exit::DataAbort => "data-abort",
-            Exit::InstructionAbort => "insn-abort",
-            Exit::SystemRegister => "sysreg",
+            Exit::DataAbort(_) => "data-abort",
+            Exit::InstructionAbort { .. } => "insn-abort",
+            Exit::SystemRegister(_) => "sysreg",
             Exit::FpAccess => "fp",
             Exit::Irq => "irq",
             Exit::Fiq => "fiq",
@@ -172,9 +249,9 @@ impl Exit {
             Exit::Wfx {
                 kind: WfxKind::Wfe, ..
             } => 3,
-            Exit::DataAbort => 4,
-            Exit::InstructionAbort => 5,
-            Exit::SystemRegister => 6,
+            Exit::DataAbort(_) => 4,
+            Exit::InstructionAbort { .. } => 5,
+            Exit::SystemRegister(_) => 6,
             Exit::Irq => 7,
             Exit::Fiq => 8,
             Exit::SError => 9,
@@ -288,23 +365,29 @@ mod tests {
     #[test]
     fn hypercalls() {
         // EC 0x16, IL, imm 0.
-        assert_eq!(Exit::decode(SYNC, 0x5a00_0000), Exit::Hvc { imm: 0 });
+        assert_eq!(
+            Exit::decode(Syndrome::synchronous(0x5a00_0000)),
+            Exit::Hvc { imm: 0 }
+        );
         // EC 0x17, IL, imm 0x1234.
-        assert_eq!(Exit::decode(SYNC, 0x5e00_1234), Exit::Smc { imm: 0x1234 });
+        assert_eq!(
+            Exit::decode(Syndrome::synchronous(0x5e00_1234)),
+            Exit::Smc { imm: 0x1234 }
+        );
     }
 
     #[test]
     fn wait_instructions() {
         let wfi = 0x0600_0000; // EC 0x01, IL, TI = 0
         assert_eq!(
-            Exit::decode(SYNC, wfi),
+            Exit::decode(Syndrome::synchronous(wfi)),
             Exit::Wfx {
                 kind: WfxKind::Wfi,
                 deadline_register: None
             }
         );
         assert_eq!(
-            Exit::decode(SYNC, wfi | 1),
+            Exit::decode(Syndrome::synchronous(wfi | 1)),
             Exit::Wfx {
                 kind: WfxKind::Wfe,
                 deadline_register: None
@@ -312,7 +395,7 @@ mod tests {
         );
         // WFET with RV and Rt = 3.
         assert_eq!(
-            Exit::decode(SYNC, wfi | (3 << 5) | (1 << 2) | 3),
+            Exit::decode(Syndrome::synchronous(wfi | (3 << 5) | (1 << 2) | 3)),
             Exit::Wfx {
                 kind: WfxKind::Wfe,
                 deadline_register: Some(3)
@@ -320,7 +403,7 @@ mod tests {
         );
         // WFIT without RV: no usable deadline.
         assert_eq!(
-            Exit::decode(SYNC, wfi | 2),
+            Exit::decode(Syndrome::synchronous(wfi | 2)),
             Exit::Wfx {
                 kind: WfxKind::Wfi,
                 deadline_register: None
@@ -356,36 +439,141 @@ mod tests {
             (WFX | 3 | rn(5), wfx(WfxKind::Wfe, None)),
         ];
         for (esr, exit) in cases {
-            assert_eq!(Exit::decode(SYNC, esr), exit, "{esr:#x}");
+            assert_eq!(Exit::decode(Syndrome::synchronous(esr)), exit, "{esr:#x}");
             // The condition fields and IL do not matter (a 16-bit T32 WFI
             // from AArch32 has IL = 0 and no CV/COND).
-            assert_eq!(Exit::decode(SYNC, esr & !0x01F0_0000), exit, "{esr:#x}");
+            assert_eq!(
+                Exit::decode(Syndrome::synchronous(esr & !0x01F0_0000)),
+                exit,
+                "{esr:#x}"
+            );
             // Bits 63:32 (ISS2) are ignored.
-            assert_eq!(Exit::decode(SYNC, esr | 0xFF << 32), exit, "{esr:#x}");
+            assert_eq!(
+                Exit::decode(Syndrome::synchronous(esr | 0xFF << 32)),
+                exit,
+                "{esr:#x}"
+            );
         }
-        assert_eq!(Exit::decode(SYNC, WFX | 1).class_name(), "wfe");
-        assert_eq!(Exit::decode(SYNC, WFX | 3 | RV).class_name(), "wfe");
-        assert_eq!(Exit::decode(SYNC, WFX | 2 | RV).class_name(), "wfi");
+        assert_eq!(
+            Exit::decode(Syndrome::synchronous(WFX | 1)).class_name(),
+            "wfe"
+        );
+        assert_eq!(
+            Exit::decode(Syndrome::synchronous(WFX | 3 | RV)).class_name(),
+            "wfe"
+        );
+        assert_eq!(
+            Exit::decode(Syndrome::synchronous(WFX | 2 | RV)).class_name(),
+            "wfi"
+        );
     }
 
     #[test]
     fn aborts_interrupts_and_others() {
-        assert_eq!(Exit::decode(SYNC, 0x9200_0046), Exit::DataAbort); // EC 0x24
-        assert_eq!(Exit::decode(SYNC, 0x8200_0006), Exit::InstructionAbort); // EC 0x20
-        assert_eq!(Exit::decode(SYNC, 0x6200_0000), Exit::SystemRegister); // EC 0x18
-        // EC 0x07 with ISS 0 (AArch64 FP/SIMD access, CPTR_EL2.TFP).
-        assert_eq!(Exit::decode(SYNC, 0x1e00_0000), Exit::FpAccess);
-        // An SVE access (EC 0x19) is not one: it stays undefined.
-        assert_eq!(Exit::decode(SYNC, 0x6600_0000), Exit::Other { class: 0x19 });
-        assert_eq!(Exit::decode(9, 0), Exit::Irq);
-        assert_eq!(Exit::decode(10, 0), Exit::Fiq);
-        assert_eq!(Exit::decode(11, 0), Exit::SError);
-        assert_eq!(Exit::decode(13, 0), Exit::Irq, "IRQ from AArch32");
+        // EC 0x24, IL, ISV, SAS = 2 (4 bytes), SRT = 2, WnR, DFSC level-2
+        // translation fault: `str w2, [x1]` to an unmapped page.
+        let store = 0x9382_0046;
+        let far = 0xffff_0000_0900_0018;
+        let hpfar = (0x0900_0000 >> 12) << 4; // FIPA = IPA[47:12] in bits 43:4
+        let exit = Exit::decode(Syndrome {
+            vector: SYNC,
+            esr: store,
+            far,
+            hpfar,
+        });
+        let Exit::DataAbort(abort) = exit else {
+            panic!("{exit:?}")
+        };
+        assert_eq!((abort.far, abort.write), (far, true));
+        let access = abort.access.expect("a single-register store");
         assert_eq!(
-            Exit::decode(SYNC, 0x5600_0000),
-            Exit::Other { class: 0x15 },
+            (access.ipa, access.size, access.register),
+            (0x0900_0018, 4, 2)
+        );
+        assert!(access.write);
+        // The same store without ISV: the direction is still known, the
+        // access cannot be emulated.
+        let Exit::DataAbort(abort) = Exit::decode(Syndrome {
+            vector: SYNC,
+            esr: store & !(1 << 24),
+            far,
+            hpfar,
+        }) else {
+            panic!()
+        };
+        assert!(abort.write);
+        assert_eq!(
+            abort.access,
+            Err(MmioDecodeError::NoSyndrome { ipa: 0x0900_0018 })
+        );
+        // EC 0x20: the fetch address is FAR_EL2.
+        assert_eq!(
+            Exit::decode(Syndrome {
+                vector: SYNC,
+                esr: 0x8200_0006,
+                far: 0x4000_1000,
+                hpfar: 0,
+            }),
+            Exit::InstructionAbort { far: 0x4000_1000 }
+        );
+        // EC 0x18, `mrs x3, osdlr_el1` (op0 2, op1 0, CRn 1, CRm 3, op2 4).
+        let mrs = 0x6200_0000 | (2 << 20) | (4 << 17) | (1 << 10) | (3 << 5) | (3 << 1) | 1;
+        assert_eq!(
+            Exit::decode(Syndrome::synchronous(mrs)),
+            Exit::SystemRegister(SysregAccess::from_iss(mrs & 0x1ff_ffff))
+        );
+        let Exit::SystemRegister(access) = Exit::decode(Syndrome::synchronous(mrs)) else {
+            panic!()
+        };
+        assert_eq!(
+            (access.op0, access.crn, access.crm, access.op2),
+            (2, 1, 3, 4)
+        );
+        assert_eq!((access.rt, access.write), (3, false));
+        // EC 0x07 with ISS 0 (AArch64 FP/SIMD access, CPTR_EL2.TFP).
+        assert_eq!(
+            Exit::decode(Syndrome::synchronous(0x1e00_0000)),
+            Exit::FpAccess
+        );
+        // An SVE access (EC 0x19) is not one: it stays undefined.
+        assert_eq!(
+            Exit::decode(Syndrome::synchronous(0x6600_0000)),
+            Exit::Other {
+                class: 0x19,
+                esr: 0x6600_0000
+            }
+        );
+        assert_eq!(Exit::decode(Syndrome::asynchronous(9)), Exit::Irq);
+        assert_eq!(Exit::decode(Syndrome::asynchronous(10)), Exit::Fiq);
+        assert_eq!(Exit::decode(Syndrome::asynchronous(11)), Exit::SError);
+        assert_eq!(
+            Exit::decode(Syndrome::asynchronous(13)),
+            Exit::Irq,
+            "IRQ from AArch32"
+        );
+        assert_eq!(
+            Exit::decode(Syndrome::synchronous(0x5600_0000)),
+            Exit::Other {
+                class: 0x15,
+                esr: 0x5600_0000
+            },
             "SVC"
         );
+    }
+
+    #[test]
+    fn only_aborts_need_the_fault_address_registers() {
+        assert!(Syndrome::has_fault_address(SYNC, 0x9382_0046));
+        assert!(Syndrome::has_fault_address(SYNC, 0x8200_0006));
+        // An abort taken at EL2 itself is not a guest exit's.
+        assert!(!Syndrome::has_fault_address(SYNC, 0x9600_0046));
+        for esr in [0x5a00_0000, 0x0600_0000, 0x6200_0000, 0x1e00_0000] {
+            assert!(!Syndrome::has_fault_address(SYNC, esr), "{esr:#x}");
+        }
+        // IRQ, FIQ, SError: ESR_EL2 is stale, whatever it says.
+        for vector in [9, 10, 11, 13] {
+            assert!(!Syndrome::has_fault_address(vector, 0x9382_0046));
+        }
     }
 
     #[test]
@@ -406,10 +594,20 @@ mod tests {
         let dabt = 0x9200_0046;
         let sync = VECTOR_LOWER_FIRST;
         assert!(is_hvc_call(sync, hvc0));
-        assert_eq!(Exit::decode(sync, hvc0), Exit::Hvc { imm: 0 });
+        assert_eq!(
+            Exit::decode(Syndrome::synchronous(hvc0)),
+            Exit::Hvc { imm: 0 }
+        );
         for (vector, esr) in [(sync, hvc1), (sync, smc0), (sync, dabt), (sync + 1, hvc0)] {
             assert!(!is_hvc_call(vector, esr), "{vector} {esr:#x}");
-            assert_ne!(Exit::decode(vector, esr), Exit::Hvc { imm: 0 });
+            assert_ne!(
+                Exit::decode(Syndrome {
+                    vector,
+                    esr,
+                    ..Syndrome::default()
+                }),
+                Exit::Hvc { imm: 0 }
+            );
         }
     }
 
@@ -419,7 +617,7 @@ mod tests {
             assert!(EXIT_CLASSES[..i].iter().all(|n| n != name));
         }
         assert_eq!(Exit::Irq.class_index(), 7);
-        assert_eq!(Exit::Other { class: 0 }.class_index(), 10);
+        assert_eq!(Exit::Other { class: 0, esr: 0 }.class_index(), 10);
         // The index is the position of the exit's name, for every kind.
         let every = [
             Exit::Hvc { imm: 0 },
@@ -432,13 +630,16 @@ mod tests {
                 kind: WfxKind::Wfe,
                 deadline_register: Some(3),
             },
-            Exit::DataAbort,
-            Exit::InstructionAbort,
-            Exit::SystemRegister,
+            Exit::decode(Syndrome::synchronous(0x9382_0046)),
+            Exit::InstructionAbort { far: 0 },
+            Exit::decode(Syndrome::synchronous(0x6200_0000)),
             Exit::Irq,
             Exit::Fiq,
             Exit::SError,
-            Exit::Other { class: 0x3f },
+            Exit::Other {
+                class: 0x3f,
+                esr: 0xfc00_0000,
+            },
             Exit::FpAccess,
         ];
         for exit in every {

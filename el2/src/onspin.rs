@@ -1561,7 +1561,7 @@ mod tests {
             WFX | 3,                    // WFET, RV clear: KVM's WFE
             0x5A00_0000,                // HVC: not counted
         ] {
-            stats.record_wfx(&Exit::decode(8, esr));
+            stats.record_wfx(&Exit::decode(crate::exit::Syndrome::synchronous(esr)));
         }
         assert_eq!((stats.wfi, stats.wfit, stats.wfe, stats.wfet), (2, 1, 3, 1));
     }
@@ -1569,7 +1569,8 @@ mod tests {
     #[test]
     fn stats_sum_and_render() {
         let mut vm = VmSpin::new(4);
-        vm.stats_mut().record_wfx(&Exit::decode(8, WFX | 1));
+        vm.stats_mut()
+            .record_wfx(&Exit::decode(crate::exit::Syndrome::synchronous(WFX | 1)));
         vm.stats_mut().record_kick();
         vm.stats_mut().record_pv_yield(true);
         vm.stats_mut().record_pv_yield(false);
@@ -1742,7 +1743,7 @@ mod tests {
         assert_eq!(s.pick_next(0, now), Some(spinner));
         vm.resumed(spinner.index);
         now += 10;
-        let exit = Exit::decode(8, WFX | 1);
+        let exit = Exit::decode(crate::exit::Syndrome::synchronous(WFX | 1));
         vm.stats_mut().record_wfx(&exit);
         let snapshot: Vec<Candidate> = vcpus
             .iter()

@@ -27,13 +27,13 @@ use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use el2::emul::ConsoleSink;
 use el2::emul::pl011::Pl011;
-use el2::exit::{EXIT_CLASSES, Exit, WfxKind};
+use el2::exit::{DataAbort, EXIT_CLASSES, Exit, Syndrome, WfxKind};
 use el2::fault::{self, GuestFault};
-use el2::guest::layout::{self, GuestLayout, ImageHeader};
+use el2::guest::layout::{self, EmulatedDevice, GuestLayout, ImageHeader};
 use el2::guest::placement::{self, HostMemory, OwnedRange, VmPlacement};
 use el2::guest::{VmError, dt};
 use el2::layout::{MapKind, page_cover};
-use el2::mmio::MmioAccess;
+use el2::mmio::{MmioAccess, MmioMap};
 use el2::onspin::{self, Spinner, VmSpin, WfxPolicies};
 use el2::ownership::{Owner, OwnershipMap};
 use el2::pv::{self, PvRegistry};
@@ -73,6 +73,9 @@ pub struct Vm {
     dispatcher: Dispatcher,
     /// Where its vCPUs' PV-lock and stolen-time records are.
     pv: Arc<PvRegistry>,
+    /// The emulated devices' frames, which every trapped access is routed
+    /// through.
+    devices: MmioMap<EmulatedDevice>,
     console: Mutex<Pl011>,
     /// The level of the UART's interrupt line as the virtual GIC last saw
     /// it (changed only under the `console` lock).
@@ -500,6 +503,7 @@ fn build_vm(
     let name = config.name.clone();
     let vm = Vm {
         id,
+        devices: layout::device_map(layout.vcpus),
         console: Mutex::new(Pl011::new(several.then_some(name.as_str()))),
         uart_line: AtomicBool::new(false),
         vgic: Mutex::new(vgic),
@@ -1031,9 +1035,9 @@ fn run_vcpu(pcpu: usize, vm: &Vm, vcpu: VcpuId, picked: Picked, sched: &Mutex<Sc
                 // interrupt, which takes the full path.
                 continue;
             }
-            let exit = Exit::decode(vector, esr);
+            let exit = Exit::decode(capture_syndrome(vector, esr));
             vm.count_exit(&exit);
-            let next = handle_exit(pcpu, vm, vcpu, &mut ctx, exit, esr, sched);
+            let next = handle_exit(pcpu, vm, vcpu, &mut ctx, exit, sched);
             // The fast path: a hypercall or an emulated access that leaves
             // the vCPU running inside its slice changes nothing the checks
             // above read, so the guest goes straight back in. Interrupts
@@ -1123,9 +1127,9 @@ fn resumes_in_place(exit: &Exit) -> bool {
         exit,
         Exit::Hvc { .. }
             | Exit::Smc { .. }
-            | Exit::DataAbort
-            | Exit::InstructionAbort
-            | Exit::SystemRegister
+            | Exit::DataAbort(_)
+            | Exit::InstructionAbort { .. }
+            | Exit::SystemRegister(_)
             | Exit::FpAccess
     )
 }
@@ -1297,13 +1301,28 @@ fn deliver(
     }
 }
 
+/// The syndrome of the exit just taken through `vector` with `esr`: the
+/// fault address registers are read only for the exits they describe.
+fn capture_syndrome(vector: u64, esr: u64) -> Syndrome {
+    let (far, hpfar) = if Syndrome::has_fault_address(vector, esr) {
+        (FAR_EL2.get(), HPFAR_EL2.get())
+    } else {
+        (0, 0)
+    };
+    Syndrome {
+        vector,
+        esr,
+        far,
+        hpfar,
+    }
+}
+
 fn handle_exit(
     pcpu: usize,
     vm: &Vm,
     vcpu: VcpuId,
     ctx: &mut VcpuContext,
     exit: Exit,
-    esr: u64,
     sched: &Mutex<Scheduler>,
 ) -> Next {
     match exit {
@@ -1367,9 +1386,8 @@ fn handle_exit(
                 WfxKind::Wfe => on_spin(pcpu, vm, vcpu, ctx, sched),
             }
         }
-        Exit::DataAbort => data_abort(pcpu, vm, vcpu, ctx, esr, sched),
-        Exit::InstructionAbort => {
-            let address = FAR_EL2.get();
+        Exit::DataAbort(abort) => data_abort(pcpu, vm, vcpu, ctx, abort, sched),
+        Exit::InstructionAbort { far: address } => {
             if let Some(nth) = vm.fault_to_log() {
                 log::warn!(
                     "{vcpu} ({}): instruction fetch at {address:#x} outside its memory; abort \
@@ -1380,9 +1398,8 @@ fn handle_exit(
             inject(ctx, GuestFault::InstructionAbort { address });
             Next::Resume
         }
-        Exit::SystemRegister => {
+        Exit::SystemRegister(access) => {
             // A debug or PMU register the guest may touch (el2::sysreg).
-            let access = el2::sysreg::SysregAccess::from_iss(el2::esr::Esr::new(esr).iss());
             if let Some(register) = el2::sysreg::sgi_register(&access) {
                 send_sgi(pcpu, vm, vcpu, register, ctx.regs.reg(access.rt), sched);
                 ctx.regs.pc += 4;
@@ -1416,7 +1433,7 @@ fn handle_exit(
             }
             Next::Resume
         }
-        Exit::Other { .. } => {
+        Exit::Other { esr, .. } => {
             log::debug!(
                 "{vcpu} ({}): {} (ESR {esr:#x}) at {:#x}; undefined instruction injected",
                 vm.name,
@@ -1518,12 +1535,11 @@ fn data_abort(
     vm: &Vm,
     vcpu: VcpuId,
     ctx: &mut VcpuContext,
-    esr: u64,
+    abort: DataAbort,
     sched: &Mutex<Scheduler>,
 ) -> Next {
-    let far = FAR_EL2.get();
-    let hpfar = HPFAR_EL2.get();
-    let access = match MmioAccess::decode(esr, far, hpfar) {
+    let far = abort.far;
+    let access = match abort.access {
         Ok(access) => access,
         Err(why) => {
             if let Some(nth) = vm.fault_to_log() {
@@ -1537,67 +1553,104 @@ fn data_abort(
                 ctx,
                 GuestFault::DataAbort {
                     address: far,
-                    write: esr & (1 << 6) != 0,
+                    write: abort.write,
                 },
             );
             return Next::Resume;
         }
     };
-    let ipa = access.ipa;
-    if layout::UART.contains(ipa) {
-        let offset = ipa - layout::UART.base;
-        let mut uart = vm.console.lock();
-        let result = if access.write {
-            let value = el2::mmio::write_value(&ctx.regs, &access);
-            uart.write(offset, access.size, value, &mut HypervisorConsole)
-        } else {
-            uart.read(offset, access.size)
-                .map(|value| el2::mmio::complete_read(&mut ctx.regs, &access, value))
-        };
-        let targets = uart_line_follow(vm, &uart);
-        drop(uart);
-        deliver(pcpu, vm, Some(vcpu.index), targets, sched);
-        match result {
-            Ok(()) => el2::mmio::skip_instruction(&mut ctx.regs, &access),
-            Err(e) => {
-                if let Some(nth) = vm.fault_to_log() {
-                    log::warn!(
-                        "{vcpu} ({}): UART {e}; abort injected (fault {nth} of this VM)",
-                        vm.name
-                    );
+    match vm.devices.route(access.ipa, access.size) {
+        Some((&device, offset)) => {
+            let routed = Routed {
+                access,
+                device,
+                offset,
+                far,
+            };
+            match device {
+                EmulatedDevice::Uart => uart_access(pcpu, vm, vcpu, ctx, &routed, sched),
+                EmulatedDevice::Distributor | EmulatedDevice::Redistributors => {
+                    gic_access(pcpu, vm, vcpu, ctx, &routed, sched)
                 }
-                inject(
-                    ctx,
-                    GuestFault::DataAbort {
-                        address: far,
-                        write: access.write,
-                    },
-                );
             }
         }
-        return Next::Resume;
+        None => {
+            if let Some(nth) = vm.fault_to_log() {
+                log::warn!(
+                    "{vcpu} ({}): {} at IPA {:#x} outside its memory; synchronous external \
+                     abort injected (fault {nth} of this VM)",
+                    vm.name,
+                    if access.write { "write" } else { "read" },
+                    access.ipa
+                );
+            }
+            inject(
+                ctx,
+                GuestFault::DataAbort {
+                    address: far,
+                    write: access.write,
+                },
+            );
+        }
     }
-    let redistributors = layout::redistributors(vm.layout.vcpus);
-    if layout::GICD.contains(ipa) || redistributors.contains(ipa) {
-        gic_access(pcpu, vm, vcpu, ctx, &access, far, sched);
-        return Next::Resume;
-    }
-    if let Some(nth) = vm.fault_to_log() {
-        log::warn!(
-            "{vcpu} ({}): {} at IPA {ipa:#x} outside its memory; synchronous external abort \
-             injected (fault {nth} of this VM)",
-            vm.name,
-            if access.write { "write" } else { "read" }
-        );
-    }
-    inject(
-        ctx,
-        GuestFault::DataAbort {
-            address: far,
-            write: access.write,
-        },
-    );
     Next::Resume
+}
+
+/// A trapped access routed to an emulated device.
+struct Routed {
+    access: MmioAccess,
+    device: EmulatedDevice,
+    /// The access's offset in the device's frame.
+    offset: u64,
+    /// The guest virtual address, for an injected abort.
+    far: u64,
+}
+
+/// A guest access to its PL011.
+fn uart_access(
+    pcpu: usize,
+    vm: &Vm,
+    vcpu: VcpuId,
+    ctx: &mut VcpuContext,
+    routed: &Routed,
+    sched: &Mutex<Scheduler>,
+) {
+    let Routed {
+        access,
+        offset,
+        far,
+        ..
+    } = routed;
+    let (offset, far) = (*offset, *far);
+    let mut uart = vm.console.lock();
+    let result = if access.write {
+        let value = el2::mmio::write_value(&ctx.regs, access);
+        uart.write(offset, access.size, value, &mut HypervisorConsole)
+    } else {
+        uart.read(offset, access.size)
+            .map(|value| el2::mmio::complete_read(&mut ctx.regs, access, value))
+    };
+    let targets = uart_line_follow(vm, &uart);
+    drop(uart);
+    deliver(pcpu, vm, Some(vcpu.index), targets, sched);
+    match result {
+        Ok(()) => el2::mmio::skip_instruction(&mut ctx.regs, access),
+        Err(e) => {
+            if let Some(nth) = vm.fault_to_log() {
+                log::warn!(
+                    "{vcpu} ({}): UART {e}; abort injected (fault {nth} of this VM)",
+                    vm.name
+                );
+            }
+            inject(
+                ctx,
+                GuestFault::DataAbort {
+                    address: far,
+                    write: access.write,
+                },
+            );
+        }
+    }
 }
 
 /// Makes the virtual GIC's SPI follow the UART's interrupt line after an
@@ -1642,23 +1695,26 @@ fn gic_access(
     vm: &Vm,
     vcpu: VcpuId,
     ctx: &mut VcpuContext,
-    access: &MmioAccess,
-    far: u64,
+    routed: &Routed,
     sched: &Mutex<Scheduler>,
 ) {
+    let Routed {
+        access,
+        device,
+        offset,
+        far,
+    } = routed;
+    let (offset, far) = (*offset, *far);
     let ipa = access.ipa;
     let value = el2::mmio::write_value(&ctx.regs, access);
     let (result, woken) = {
         let mut gic = vm.vgic.lock();
-        let result = match (layout::GICD.contains(ipa), access.write) {
-            (true, false) => gic.dist_read(ipa - layout::GICD.base, access.size),
-            (true, true) => gic
-                .dist_write(ipa - layout::GICD.base, access.size, value)
-                .map(|()| 0),
-            (false, false) => gic.redist_read(ipa - layout::GICR_BASE, access.size),
-            (false, true) => gic
-                .redist_write(ipa - layout::GICR_BASE, access.size, value)
-                .map(|()| 0),
+        let distributor = *device == EmulatedDevice::Distributor;
+        let result = match (distributor, access.write) {
+            (true, false) => gic.dist_read(offset, access.size),
+            (true, true) => gic.dist_write(offset, access.size, value).map(|()| 0),
+            (false, false) => gic.redist_read(offset, access.size),
+            (false, true) => gic.redist_write(offset, access.size, value).map(|()| 0),
         };
         (result, gic.take_wakeups())
     };

@@ -43,7 +43,7 @@ use tock_registers::LocalRegisterCopy;
 
 use super::input::{Discard, Input};
 use crate::esr::Esr;
-use crate::exit::{EXIT_CLASSES, Exit, is_hvc_call};
+use crate::exit::{EXIT_CLASSES, Exit, Syndrome, is_hvc_call};
 use crate::guest::layout::{GICD, GICR_WINDOW, UART};
 use crate::mmio::{
     MmioAccess, MmioDecodeError, MmioMap, complete_read, skip_instruction, write_value,
@@ -161,7 +161,13 @@ fn syndrome(input: &mut Input<'_>, default_class: Option<u8>) -> u64 {
 fn decode_exit(input: &mut Input<'_>) {
     let vector = vector(input);
     let esr = syndrome(input, None);
-    let exit = Exit::decode(vector, esr);
+    let (far, hpfar) = (input.u64(), input.u64());
+    let exit = Exit::decode(Syndrome {
+        vector,
+        esr,
+        far,
+        hpfar,
+    });
     let _ = write!(Discard, "{exit:?}");
     assert_eq!(
         EXIT_CLASSES[exit.class_index()],
@@ -194,7 +200,27 @@ fn decode_exit(input: &mut Input<'_>) {
             deadline_register: Some(register),
             ..
         } => assert!(register <= 31, "{exit:?}"),
-        Exit::Other { class } => assert_eq!(class, u64::from(class_of(esr)), "{exit:?}"),
+        Exit::Other { class, esr: raw } => {
+            assert_eq!(class, u64::from(class_of(esr)), "{exit:?}");
+            assert_eq!(raw, esr, "{exit:?}");
+        }
+        // The payloads are the standalone decoders' answers, from the same
+        // registers: nothing is decoded differently on the exit path.
+        Exit::DataAbort(abort) => {
+            assert_eq!(abort.far, far);
+            assert_eq!(abort.access, MmioAccess::decode(esr, far, hpfar));
+            if let Ok(access) = abort.access {
+                assert_eq!(access.write, abort.write, "{exit:?}");
+            }
+            assert!(Syndrome::has_fault_address(vector, esr));
+        }
+        Exit::InstructionAbort { far: reported } => {
+            assert_eq!(reported, far);
+            assert!(Syndrome::has_fault_address(vector, esr));
+        }
+        Exit::SystemRegister(access) => {
+            assert_eq!(access, SysregAccess::from_iss(esr & 0x1ff_ffff));
+        }
         _ => {}
     }
     check_esr(esr);

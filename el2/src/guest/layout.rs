@@ -47,6 +47,7 @@ use pvlock_abi::pvtime;
 
 use super::{Hex, VmError};
 use crate::layout::{PAGE_SIZE, page_ceil};
+use crate::mmio::MmioMap;
 use crate::vcpu::GuestRegs;
 
 /// Width of every VM's IPA space: 512 GiB, which stage 2 covers with one
@@ -146,6 +147,37 @@ const fn ppi(number: u32) -> Interrupt {
 pub const fn redistributors(vcpus: u32) -> MemRange {
     let vcpus = if vcpus > MAX_VCPUS { MAX_VCPUS } else { vcpus };
     MemRange::new(GICR_BASE, vcpus as u64 * GICR_FRAME_SIZE)
+}
+
+/// The devices el2 emulates for every VM, as the data-abort path routes a
+/// trapped access to them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EmulatedDevice {
+    /// The PL011 at [`UART`].
+    Uart,
+    /// The GICv3 distributor at [`GICD`].
+    Distributor,
+    /// The redistributor frames ([`redistributors`]); the offset selects
+    /// the vCPU's frame.
+    Redistributors,
+}
+
+/// The MMIO map of a VM with `vcpus` vCPUs: the one table the data-abort
+/// path routes every emulated access through. The frames are fixed and
+/// disjoint (checked at compile time above), so building it cannot fail
+/// for any vCPU count.
+pub fn device_map(vcpus: u32) -> MmioMap<EmulatedDevice> {
+    let mut map = MmioMap::new();
+    for (range, device) in [
+        (UART, EmulatedDevice::Uart),
+        (GICD, EmulatedDevice::Distributor),
+        (redistributors(vcpus.max(1)), EmulatedDevice::Redistributors),
+    ] {
+        // Disjoint by the layout's constants: `insert` cannot refuse.
+        let inserted = map.insert(range, device);
+        debug_assert!(inserted.is_ok(), "{inserted:?}");
+    }
+    map
 }
 
 /// The vCPU count of every Aff1 cluster: QEMU `virt` numbers CPU `i`
@@ -528,6 +560,38 @@ mod tests {
     use pvlock_abi::pvlock::Variant;
 
     const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn the_device_map_routes_every_emulated_frame_and_nothing_else() {
+        use EmulatedDevice::*;
+        for vcpus in [1, 2, 8, MAX_VCPUS] {
+            let map = device_map(vcpus);
+            assert_eq!(map.iter().count(), 3);
+            assert_eq!(map.route(UART.base + 0x18, 4), Some((&Uart, 0x18)));
+            assert_eq!(map.route(GICD.base, 4), Some((&Distributor, 0)));
+            assert_eq!(
+                map.route(GICD.end() - 8, 8),
+                Some((&Distributor, GICD.size - 8))
+            );
+            let last_frame = GICR_BASE + u64::from(vcpus - 1) * GICR_FRAME_SIZE;
+            assert_eq!(
+                map.route(last_frame + 0x1_0080, 4),
+                Some((&Redistributors, last_frame + 0x1_0080 - GICR_BASE))
+            );
+            // Past the last vCPU's frame, between frames, RAM: no device.
+            assert_eq!(map.route(last_frame + GICR_FRAME_SIZE, 4), None);
+            assert_eq!(map.route(GICD.end(), 4), None);
+            assert_eq!(map.route(UART.end(), 1), None);
+            assert_eq!(map.route(RAM_BASE, 4), None);
+            // An access that straddles a frame's end is nobody's.
+            assert_eq!(map.route(UART.end() - 2, 4), None);
+        }
+        // A VM description never has 0 vCPUs; the map still has one frame.
+        assert_eq!(
+            device_map(0).route(GICR_BASE, 4),
+            Some((&Redistributors, 0))
+        );
+    }
 
     fn config(memory: u64, kernel_size: u64) -> VmConfig {
         VmConfig::new(
