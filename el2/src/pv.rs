@@ -94,7 +94,6 @@ use pvlock_abi::pvlock::{self, Variant, VcpuState32, VcpuState64};
 use pvlock_abi::{kvm, pvtime};
 
 use crate::sched::{PutOutcome, Wakeup};
-use crate::smccc::{RegisterError, VmView};
 
 /// Size and alignment, in bytes, of every per-vCPU record (PV-lock and
 /// stolen time alike). `pvlock::STATE_SIZE` (docs/abi.md §3) and
@@ -213,10 +212,6 @@ pub enum ConfigError {
         /// What the dispatcher was asked for.
         config: PvConfig,
     },
-    /// The dispatcher refused a service (cannot happen for a configuration
-    /// that passed [`PvConfig::validate`]; kept so that it is never
-    /// silently ignored).
-    Register(RegisterError),
 }
 
 impl fmt::Display for ConfigError {
@@ -245,14 +240,7 @@ impl fmt::Display for ConfigError {
                 f,
                 "PV registry built for {registry:?}, dispatcher asked for {config:?}"
             ),
-            Self::Register(e) => write!(f, "{e}"),
         }
-    }
-}
-
-impl From<RegisterError> for ConfigError {
-    fn from(e: RegisterError) -> Self {
-        Self::Register(e)
     }
 }
 
@@ -450,7 +438,8 @@ impl PvRegistry {
     /// Records the guest's choice of PV-lock record for `vcpu`
     /// (openEuler PV_SCHED_IPA_INIT, Anolis PV_LOCK_PREEMPTED), replacing
     /// any earlier one. Accepted only if `ipa` is 64-byte aligned, its 64
-    /// bytes lie in the VM's RAM (`vm`), and they do not overlap the PV
+    /// bytes lie in the VM's RAM (`ram_contains(ipa, len)` says whether
+    /// `len` bytes at `ipa` do), and they do not overlap the PV
     /// area (docs/abi.md §3: the guest allocates a 64-byte-aligned 64-byte
     /// structure; the PV area is the hypervisor's). On refusal the earlier
     /// registration, if any, stays.
@@ -458,7 +447,7 @@ impl PvRegistry {
         &self,
         vcpu: u16,
         ipa: u64,
-        vm: &dyn VmView,
+        ram_contains: &dyn Fn(u64, u64) -> bool,
     ) -> Result<(), LockRegisterError> {
         if self.guest_lock.is_empty() {
             return Err(LockRegisterError::NotGuestAllocated);
@@ -470,7 +459,7 @@ impl PvRegistry {
         if !ipa.is_multiple_of(RECORD_SIZE) {
             return Err(LockRegisterError::Misaligned);
         }
-        if !vm.ram_contains(ipa, RECORD_SIZE) {
+        if !ram_contains(ipa, RECORD_SIZE) {
             return Err(LockRegisterError::OutsideRam);
         }
         // `ram_contains` guarantees that ipa + 64 does not wrap.
@@ -488,9 +477,9 @@ impl PvRegistry {
         &self,
         vcpu: u16,
         ipa: u64,
-        vm: &dyn VmView,
+        ram_contains: &dyn Fn(u64, u64) -> bool,
     ) -> Result<(), LockRegisterError> {
-        let result = self.register_guest_lock(vcpu, ipa, vm);
+        let result = self.register_guest_lock(vcpu, ipa, ram_contains);
         let counter = match result {
             Ok(()) => &self.record_stats.registered,
             Err(_) => &self.record_stats.refused,
@@ -667,31 +656,17 @@ mod tests {
     use super::*;
     use crate::sched::CpuSet;
     use crate::sched::{InitialState, PutReason, Scheduler};
-    use crate::smccc::PowerState;
+    use crate::vcpu::PowerState;
     use crate::vcpu::{VcpuId, VmId};
     use alloc::vec;
-    use platform::Mpidr;
     use pvlock_abi::pvlock::Variant;
 
     const RAM: MemRange = MemRange::new(0x4000_0000, 0x1000_0000);
     const AREA: MemRange = MemRange::new(0x4FF0_0000, 0x1_0000);
 
-    /// Just enough of a VM for `register_guest_lock`.
-    struct Ram;
-
-    impl VmView for Ram {
-        fn vcpu_count(&self) -> u16 {
-            4
-        }
-        fn mpidr_of(&self, index: u16) -> Mpidr {
-            Mpidr::from_affinity(0, 0, 0, index as u8)
-        }
-        fn power_state(&self, _: u16) -> PowerState {
-            PowerState::On
-        }
-        fn ram_contains(&self, ipa: u64, len: u64) -> bool {
-            ipa >= RAM.base && ipa.checked_add(len).is_some_and(|end| end <= RAM.end())
-        }
+    /// The VM's RAM as `register_guest_lock` asks about it.
+    fn in_ram(ipa: u64, len: u64) -> bool {
+        ipa >= RAM.base && ipa.checked_add(len).is_some_and(|end| end <= RAM.end())
     }
 
     fn config(lock: Option<Variant>, steal_time: bool, ptp: bool) -> PvConfig {
@@ -865,27 +840,31 @@ mod tests {
                 (AREA.base, LockRegisterError::InPvArea),
                 (AREA.end() - 64, LockRegisterError::InPvArea),
             ] {
-                assert_eq!(reg.register_guest_lock(1, ipa, &Ram), Err(err), "{ipa:#x}");
+                assert_eq!(
+                    reg.register_guest_lock(1, ipa, &in_ram),
+                    Err(err),
+                    "{ipa:#x}"
+                );
                 assert_eq!(reg.lock_record(1), None);
             }
             assert_eq!(
-                reg.register_guest_lock(4, ok, &Ram),
+                reg.register_guest_lock(4, ok, &in_ram),
                 Err(LockRegisterError::UnknownVcpu)
             );
             // The last record of RAM and the one right after the area are fine.
-            assert_eq!(reg.register_guest_lock(0, RAM.end() - 64, &Ram), Ok(()));
-            assert_eq!(reg.register_guest_lock(2, AREA.end(), &Ram), Ok(()));
-            assert_eq!(reg.register_guest_lock(1, ok, &Ram), Ok(()));
+            assert_eq!(reg.register_guest_lock(0, RAM.end() - 64, &in_ram), Ok(()));
+            assert_eq!(reg.register_guest_lock(2, AREA.end(), &in_ram), Ok(()));
+            assert_eq!(reg.register_guest_lock(1, ok, &in_ram), Ok(()));
             assert_eq!(reg.lock_record(1), Some(LockRecord { ipa: ok, width: 4 }));
             // A refused re-registration keeps the old one; a good one replaces it.
-            assert!(reg.register_guest_lock(1, ok + 4, &Ram).is_err());
+            assert!(reg.register_guest_lock(1, ok + 4, &in_ram).is_err());
             assert_eq!(reg.lock_record(1).unwrap().ipa, ok);
-            assert_eq!(reg.register_guest_lock(1, ok + 64, &Ram), Ok(()));
+            assert_eq!(reg.register_guest_lock(1, ok + 64, &in_ram), Ok(()));
             assert_eq!(reg.lock_record(1).unwrap().ipa, ok + 64);
             // Release, per-vCPU reset (CPU_ON) and reset_all forget it.
             reg.release_guest_lock(1);
             assert_eq!(reg.lock_record(1), None);
-            reg.register_guest_lock(1, ok, &Ram).unwrap();
+            reg.register_guest_lock(1, ok, &in_ram).unwrap();
             reg.reset_vcpu(1);
             assert_eq!(reg.lock_record(1), None);
             assert_eq!(reg.lock_record(0).unwrap().ipa, RAM.end() - 64);
@@ -905,7 +884,7 @@ mod tests {
             PvRegistry::new(2, config(Some(Variant::SeedV2), true, false), Some(AREA)).unwrap();
         let before = (reg.lock_record(1), reg.steal_record(1));
         assert_eq!(
-            reg.register_guest_lock(1, RAM.base, &Ram),
+            reg.register_guest_lock(1, RAM.base, &in_ram),
             Err(LockRegisterError::NotGuestAllocated)
         );
         reg.release_guest_lock(1);
@@ -916,7 +895,7 @@ mod tests {
         let none = PvRegistry::new(2, PvConfig::NONE, None).unwrap();
         assert_eq!((none.lock_record(0), none.steal_record(0)), (None, None));
         assert_eq!(
-            none.register_guest_lock(0, RAM.base, &Ram),
+            none.register_guest_lock(0, RAM.base, &in_ram),
             Err(LockRegisterError::NotGuestAllocated)
         );
     }

@@ -22,6 +22,34 @@ impl fmt::Display for VcpuId {
     }
 }
 
+/// A vCPU's power state as PSCI reports it (DEN0022 "AFFINITY_INFO",
+/// "CPU_ON").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PowerState {
+    /// Running, runnable or blocked: powered on.
+    On,
+    /// Powered off.
+    Off,
+    /// CPU_ON has been accepted but the vCPU has not started yet.
+    OnPending,
+}
+
+impl PowerState {
+    /// The error CPU_ON answers for a target in this state, `None` if the
+    /// target can be started (it is Off). Use it to rewrite X0 if the
+    /// target's state changed between [`crate::smccc::Dispatcher::dispatch`] and carrying
+    /// out [`crate::smccc::Action::CpuOn`] (see there).
+    ///
+    /// DEN0022 "CPU_ON": ALREADY_ON, ON_PENDING.
+    pub const fn cpu_on_error(self) -> Option<i32> {
+        match self {
+            Self::Off => None,
+            Self::On => Some(pvlock_abi::psci::error::ALREADY_ON),
+            Self::OnPending => Some(pvlock_abi::psci::error::ON_PENDING),
+        }
+    }
+}
+
 /// The general registers of a trapped guest, as the exception vector saves
 /// them, plus where and in which state it resumes.
 #[repr(C)]

@@ -48,7 +48,7 @@ use super::input::Input;
 use crate::guest::layout::{DTB_MAX_SIZE, RAM_BASE, vcpu_index, vcpu_mpidr};
 use crate::pv::{ConfigError, PvConfig, PvRegistry, RECORD_SIZE};
 use crate::smccc::{
-    Action, CpuVulnerabilities, Dispatcher, Exposure, PowerState, VmServices, VmView,
+    Action, CpuVulnerabilities, Dispatcher, Exposure, PowerState, TableError, VmServices, VmView,
     dispatcher_for,
 };
 use crate::vcpu::{GuestRegs, VcpuId, VmId};
@@ -296,7 +296,10 @@ impl Harness {
             let registry = PvRegistry::new(vcpus, lenient, area).expect("a valid configuration");
             let registry = Arc::new(registry);
             let refused = dispatcher_for(services, registry, vulnerabilities);
-            assert!(matches!(refused, Err(ConfigError::PtpClash { .. })));
+            assert!(matches!(
+                refused,
+                Err(TableError::Config(ConfigError::PtpClash { .. }))
+            ));
             services.pv = lenient;
         }
         // Laid out as `guest::layout::plan` does: right below the device

@@ -131,7 +131,7 @@ pub use stats::{VcpuStats, VmStats};
 use alloc::vec::Vec;
 use core::fmt;
 
-use crate::smccc::PowerState;
+use crate::vcpu::PowerState;
 use crate::vcpu::{VcpuId, VmId};
 use timers::{Positions, TimerHeap};
 

@@ -397,10 +397,10 @@ mod tests {
         let other = Arc::new(PvRegistry::new(4, PvConfig::NONE, None).unwrap());
         assert_eq!(
             dispatcher_for(services, other, CpuVulnerabilities::UNAFFECTED).unwrap_err(),
-            ConfigError::RegistryMismatch {
+            TableError::Config(ConfigError::RegistryMismatch {
                 registry: PvConfig::NONE,
                 config: pv,
-            }
+            })
         );
         // A control VM with nothing else.
         let registry = Arc::new(PvRegistry::new(1, PvConfig::NONE, None).unwrap());

@@ -113,35 +113,9 @@ use pvlock_abi::kvm::KvmFeatures;
 use pvlock_abi::smccc::{self, FunctionId, PRESERVED_FIRST, RESULT_REGS};
 
 use crate::pv::{ConfigError, PvConfig, PvRegistry};
+/// A vCPU's power state, as the scheduler keeps it and PSCI reports it.
+pub use crate::vcpu::PowerState;
 use crate::vcpu::{GuestRegs, VcpuId, VmId};
-
-/// A vCPU's power state as PSCI reports it (DEN0022 "AFFINITY_INFO",
-/// "CPU_ON").
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PowerState {
-    /// Running, runnable or blocked: powered on.
-    On,
-    /// Powered off.
-    Off,
-    /// CPU_ON has been accepted but the vCPU has not started yet.
-    OnPending,
-}
-
-impl PowerState {
-    /// The error CPU_ON answers for a target in this state, `None` if the
-    /// target can be started (it is Off). Use it to rewrite X0 if the
-    /// target's state changed between [`Dispatcher::dispatch`] and carrying
-    /// out [`Action::CpuOn`] (see there).
-    ///
-    /// DEN0022 "CPU_ON": ALREADY_ON, ON_PENDING.
-    pub const fn cpu_on_error(self) -> Option<i32> {
-        match self {
-            Self::Off => None,
-            Self::On => Some(pvlock_abi::psci::error::ALREADY_ON),
-            Self::OnPending => Some(pvlock_abi::psci::error::ON_PENDING),
-        }
-    }
-}
 
 /// What the dispatcher may know about the caller's VM. The arch layer
 /// implements it over its VM table, the scheduler
@@ -251,8 +225,41 @@ pub fn dispatcher_for(
     services: impl Into<VmServices>,
     registry: Arc<PvRegistry>,
     vulnerabilities: CpuVulnerabilities,
-) -> Result<Dispatcher, ConfigError> {
+) -> Result<Dispatcher, TableError> {
     Dispatcher::for_vm(services, registry, vulnerabilities)
+}
+
+/// Why a VM's service table could not be built ([`Dispatcher::for_vm`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TableError {
+    /// The PV configuration is inconsistent, or the registry was built for
+    /// another one.
+    Config(ConfigError),
+    /// A service was refused (cannot happen for a configuration that
+    /// passed [`PvConfig::validate`]; kept so that it is never silently
+    /// ignored).
+    Register(RegisterError),
+}
+
+impl fmt::Display for TableError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Config(e) => write!(f, "{e}"),
+            Self::Register(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl From<ConfigError> for TableError {
+    fn from(e: ConfigError) -> Self {
+        Self::Config(e)
+    }
+}
+
+impl From<RegisterError> for TableError {
+    fn from(e: RegisterError) -> Self {
+        Self::Register(e)
+    }
 }
 
 /// What the caller of [`Dispatcher::dispatch`] must do after the results
@@ -672,12 +679,12 @@ impl Dispatcher {
     /// Refused with [`ConfigError::PtpClash`] for KVM_PTP with seed-v3
     /// (both are `0x86000001`, docs/abi.md §3), checked before anything is
     /// registered; `register` would refuse the second claimant anyway
-    /// ([`ConfigError::Register`]).
+    /// ([`TableError::Register`]).
     pub fn for_vm(
         services: impl Into<VmServices>,
         registry: Arc<PvRegistry>,
         vulnerabilities: CpuVulnerabilities,
-    ) -> Result<Self, ConfigError> {
+    ) -> Result<Self, TableError> {
         let services = services.into();
         let config = &services.pv;
         config.validate()?;
@@ -685,7 +692,8 @@ impl Dispatcher {
             return Err(ConfigError::RegistryMismatch {
                 registry: registry.config(),
                 config: *config,
-            });
+            }
+            .into());
         }
         let mut table = Self::standard(vulnerabilities);
         table.register(Box::new(KvmService::new(config.ptp)))?;

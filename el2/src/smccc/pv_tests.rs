@@ -685,9 +685,9 @@ fn seed_v3_and_ptp_are_refused_together() {
     let registry = Arc::new(PvRegistry::new(VCPUS, seed_v3, Some(AREA)).unwrap());
     assert_eq!(
         dispatcher_for(&config, registry.clone(), CpuVulnerabilities::UNAFFECTED).unwrap_err(),
-        ConfigError::PtpClash {
+        TableError::Config(ConfigError::PtpClash {
             variant: Variant::SeedV3
-        }
+        })
     );
     // A registry built for another configuration is refused.
     let other = PvConfig {
@@ -696,10 +696,10 @@ fn seed_v3_and_ptp_are_refused_together() {
     };
     assert_eq!(
         dispatcher_for(&other, registry.clone(), CpuVulnerabilities::UNAFFECTED).unwrap_err(),
-        ConfigError::RegistryMismatch {
+        TableError::Config(ConfigError::RegistryMismatch {
             registry: seed_v3,
             config: other
-        }
+        })
     );
     // Registering both by hand: `register` refuses the second claimant of
     // 0x86000001 and leaves the table as it was.
@@ -717,11 +717,8 @@ fn seed_v3_and_ptp_are_refused_together() {
     let (x, _) = call_from(&table, &CLOCK, 0, abi::KVM_PTP, &[1]);
     assert_eq!(x[0], WALL_NS >> 32, "still PTP");
     assert!(
-        alloc::format!(
-            "{}",
-            ConfigError::from(RegisterError::NotFastCall(kvm::PTP))
-        )
-        .contains("0x86000001")
+        alloc::format!("{}", TableError::from(RegisterError::NotFastCall(kvm::PTP)))
+            .contains("0x86000001")
     );
 }
 

@@ -106,8 +106,9 @@ impl PvLockService {
         let ipa = call.arg(1);
         match self
             .registry
-            .guest_registers_lock(call.caller().index, ipa, call.vm())
-        {
+            .guest_registers_lock(call.caller().index, ipa, &|ipa, len| {
+                call.vm().ram_contains(ipa, len)
+            }) {
             Ok(()) => Reply::code(smccc::SUCCESS),
             Err(_) => Reply::not_supported(),
         }
