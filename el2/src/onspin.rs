@@ -115,7 +115,8 @@
 //!   spinner's own entry is ignored) with `preempted` =
 //!   `scheduler.can_yield_to(spinner, v, pcpu, now).is_ok()`, the lock
 //!   count read from v's PV-lock record (`lock_count_hint()`, 0 without a
-//!   record) and no pending interrupt until the virtual GIC exists; call
+//!   record) and whether a virtual interrupt or a due virtual timer waits
+//!   for v (the virtual GIC, the timer deadline saved at its put); call
 //!   [`VmSpin::plan`] with [`Spinner::from_pstate`]; try
 //!   `yield_to(spinner, choice.target, pcpu, now)` for each choice in
 //!   order, reporting each to [`VmSpin::attempted`], and on the first
@@ -221,9 +222,10 @@ pub struct Candidate {
     pub preempted: bool,
     /// It was descheduled in user mode ([`Descheduled::in_user_mode`]).
     pub preempted_in_user_mode: bool,
-    /// A virtual interrupt is pending for it (KVM
-    /// `kvm_arch_dy_has_pending_interrupt`). Always false until the
-    /// virtual GIC exists.
+    /// A virtual interrupt is pending for it, or its virtual timer is due
+    /// (the seed's "boost vCPU in user mode which is delivering
+    /// interrupt"; x86 KVM's `kvm_arch_dy_has_pending_interrupt`). False
+    /// with boosts off ([`VmSpin::candidate`]).
     pub has_pending_virtual_interrupt: bool,
     /// It was descheduled with IRQs masked ([`Descheduled::irqs_masked`]).
     pub irqs_masked_when_descheduled: bool,
@@ -957,14 +959,27 @@ impl VmSpin {
         }
     }
 
-    /// The snapshot entry for vCPU `index`: `preempted` and
-    /// `lock_count_hint` from the caller (scheduler, PV-lock record), the
-    /// rest from [`Self::descheduled`]; no pending interrupt. With boosts
-    /// off, only what KVM itself looks at (preempted, and in user mode).
-    pub fn candidate(&self, index: u16, preempted: bool, lock_count_hint: u32) -> Candidate {
+    /// The snapshot entry for vCPU `index`: `preempted`, `lock_count_hint`
+    /// and `pending_interrupt` (a virtual interrupt or a due virtual timer
+    /// waits for it) from the caller (scheduler, PV-lock record, virtual
+    /// GIC), the rest from [`Self::descheduled`]. With boosts off, only
+    /// what KVM itself looks at (preempted, and in user mode): no lock
+    /// count, no masked IRQs and no pending interrupt, so neither the boost
+    /// order nor the pending-interrupt exception to the user-mode skip
+    /// applies.
+    pub fn candidate(
+        &self,
+        index: u16,
+        preempted: bool,
+        lock_count_hint: u32,
+        pending_interrupt: bool,
+    ) -> Candidate {
         match (preempted, self.boost) {
             (false, _) => Candidate::NOT_PREEMPTED,
-            (true, true) => Candidate::preempted(self.last_descheduled(index), lock_count_hint),
+            (true, true) => Candidate {
+                has_pending_virtual_interrupt: pending_interrupt,
+                ..Candidate::preempted(self.last_descheduled(index), lock_count_hint)
+            },
             (true, false) => {
                 let desched = self.last_descheduled(index);
                 Candidate::preempted(
@@ -1613,10 +1628,10 @@ mod tests {
             vm.descheduled(2, el1h);
             vm.descheduled(3, el1h);
             let candidates = [
-                vm.candidate(0, false, 0),
-                vm.candidate(1, true, 0),
-                vm.candidate(2, true, 0),
-                vm.candidate(3, true, 1),
+                vm.candidate(0, false, 0, false),
+                vm.candidate(1, true, 0, false),
+                vm.candidate(2, true, 0, false),
+                vm.candidate(3, true, 1, false),
             ];
             let p = vm.plan(kernel(0), &candidates);
             let expected: &[(u16, YieldReason)] = if boost {
@@ -1629,6 +1644,44 @@ mod tests {
             assert_eq!(reason, boost.then_some(LockHolder));
             vm.record_extension();
             assert_eq!(vm.stats().extensions, 1);
+        }
+    }
+
+    #[test]
+    fn a_pending_interrupt_counts_only_with_boosts_on() {
+        use aarch64_cpu::registers::SPSR_EL2;
+        let el0 = SPSR_EL2::M::EL0t.value;
+        let el1h = SPSR_EL2::M::EL1h.value;
+        for boost in [true, false] {
+            let mut vm = VmSpin::new(4);
+            vm.set_boost(boost);
+            // vCPU 1 was preempted in user mode with an interrupt waiting
+            // for it; vCPU 2 in the kernel with one; vCPU 3 plainly.
+            vm.descheduled(1, el0);
+            vm.descheduled(2, el1h);
+            vm.descheduled(3, el1h);
+            let candidates = [
+                vm.candidate(0, false, 0, true),
+                vm.candidate(1, true, 0, true),
+                vm.candidate(2, true, 0, true),
+                vm.candidate(3, true, 0, false),
+            ];
+            assert_eq!(candidates[1].has_pending_virtual_interrupt, boost);
+            // A kernel-mode spinner: with boosts, the interrupt makes both
+            // worth trying first (the user-mode one is no longer skipped);
+            // without, KVM's rules alone: the user-mode vCPU is skipped and
+            // the rest is tried in round-robin order.
+            let p = vm.plan(kernel(0), &candidates);
+            let expected: &[(u16, YieldReason)] = if boost {
+                &[
+                    (1, PendingInterrupt),
+                    (2, PendingInterrupt),
+                    (3, RoundRobin),
+                ]
+            } else {
+                &[(2, RoundRobin), (3, RoundRobin)]
+            };
+            assert_eq!(pairs(p), expected, "boost {boost}");
         }
     }
 
@@ -1658,13 +1711,13 @@ mod tests {
         vm.descheduled(1, 0x0); // EL0t
         vm.descheduled(2, 0x85); // EL1h, I
         vm.descheduled(9, 0x85); // unknown: ignored
-        assert_eq!(vm.candidate(1, true, 0), USER);
-        assert_eq!(vm.candidate(2, true, 0), MASKED);
-        assert_eq!(vm.candidate(3, true, 7), holder(7));
-        assert_eq!(vm.candidate(2, false, 7), Candidate::NOT_PREEMPTED);
-        assert_eq!(vm.candidate(9, true, 0), PLAIN);
+        assert_eq!(vm.candidate(1, true, 0, false), USER);
+        assert_eq!(vm.candidate(2, true, 0, false), MASKED);
+        assert_eq!(vm.candidate(3, true, 7, false), holder(7));
+        assert_eq!(vm.candidate(2, false, 7, false), Candidate::NOT_PREEMPTED);
+        assert_eq!(vm.candidate(9, true, 0, false), PLAIN);
         // A failed attempt does not move last_boosted; a success does.
-        let vcpus: Vec<Candidate> = (0..4).map(|i| vm.candidate(i, i != 0, 0)).collect();
+        let vcpus: Vec<Candidate> = (0..4).map(|i| vm.candidate(i, i != 0, 0, false)).collect();
         let p = vm.plan(kernel(0), &vcpus);
         assert_eq!(pairs(p), [(2, IrqsMasked), (3, RoundRobin)]);
         assert!(vm.spin_state(0).in_spin_loop());
@@ -1694,20 +1747,20 @@ mod tests {
         // Puts: a requeue records the PSTATE, a block or power-off clears
         // it (an idle WFI runs with IRQs masked), a renewed slice keeps it.
         vm.record_put(3, 0x3C5, PutOutcome::Requeued);
-        assert_eq!(vm.candidate(3, true, 0), MASKED);
+        assert_eq!(vm.candidate(3, true, 0, false), MASKED);
         vm.record_put(3, 0x5, PutOutcome::KeepRunning);
-        assert_eq!(vm.candidate(3, true, 0), MASKED);
+        assert_eq!(vm.candidate(3, true, 0, false), MASKED);
         vm.record_put(3, 0x3C5, PutOutcome::Blocked);
-        assert_eq!(vm.candidate(3, true, 0), PLAIN);
+        assert_eq!(vm.candidate(3, true, 0, false), PLAIN);
         vm.record_put(2, 0x0, PutOutcome::Requeued);
-        assert_eq!(vm.candidate(2, true, 0), USER);
+        assert_eq!(vm.candidate(2, true, 0, false), USER);
         vm.record_put(2, 0x0, PutOutcome::PoweredOff);
-        assert_eq!(vm.candidate(2, true, 0), PLAIN);
+        assert_eq!(vm.candidate(2, true, 0, false), PLAIN);
         vm.record_put(77, 0x0, PutOutcome::Requeued);
         // CPU_ON: a fresh start.
         vm.record_put(1, 0x85, PutOutcome::Requeued);
         vm.reset_vcpu(1);
-        assert_eq!(vm.candidate(1, true, 0), PLAIN);
+        assert_eq!(vm.candidate(1, true, 0, false), PLAIN);
         assert_eq!(vm.spin_state(1), SpinState::new());
         vm.reset_vcpu(300);
         vm.reset();
@@ -1749,7 +1802,7 @@ mod tests {
             .iter()
             .map(|&v| {
                 let ok = s.can_yield_to(spinner, v, 0, now).is_ok();
-                vm.candidate(v.index, ok, lock_counts[usize::from(v.index)])
+                vm.candidate(v.index, ok, lock_counts[usize::from(v.index)], false)
             })
             .collect();
         let plan = vm.plan(Spinner::from_pstate(spinner, 0x5), &snapshot);

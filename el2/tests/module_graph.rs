@@ -92,8 +92,7 @@ fn module_graph() -> BTreeMap<String, BTreeSet<String>> {
             .trim_end_matches(".rs")
             .to_string();
         let name = file.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        if OUTSIDE.contains(&module.as_str()) || name == "tests.rs" || name.ends_with("_tests.rs")
-        {
+        if OUTSIDE.contains(&module.as_str()) || name == "tests.rs" || name.ends_with("_tests.rs") {
             continue;
         }
         let text = fs::read_to_string(&file).expect("a readable source file");

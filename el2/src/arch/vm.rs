@@ -1479,9 +1479,8 @@ fn on_spin(
         } else {
             0
         };
-        *slot = spin.candidate(v.index, waiting, locks);
-        slot.has_pending_virtual_interrupt =
-            waiting && (gic.has_pending(v.index) || vm.vtimer_is_due(v.index, now));
+        let pending = waiting && (gic.has_pending(v.index) || vm.vtimer_is_due(v.index, now));
+        *slot = spin.candidate(v.index, waiting, locks, pending);
         count += 1;
     }
     drop(gic);
