@@ -76,10 +76,9 @@ pub const HOST_FW_CFG: u64 = 0x0902_0000;
 /// Offset of the PL011's flag register, UARTFR (ARM DDI 0183, "Summary of
 /// registers"): a 32-bit register with no read side effect.
 pub const PL011_FR: u64 = 0x018;
-/// Offset of GICD_CTLR (Arm IHI 0069, "The GIC Distributor register map").
-pub const GICD_CTLR: u64 = 0x0000;
-/// Offset of GICD_TYPER, read-only.
-pub const GICD_TYPER: u64 = 0x0004;
+/// Offsets of GICD_CTLR and of the read-only GICD_TYPER (Arm IHI 0069,
+/// "The GIC Distributor register map").
+pub use gic_regs::offset::{GICD_CTLR, GICD_TYPER};
 /// A reserved distributor offset (0x0020..0x003c: IMPLEMENTATION DEFINED
 /// in the architecture, nothing in the VM's GIC).
 pub const GICD_RESERVED: u64 = 0x0030;

@@ -14,7 +14,7 @@
 //! | [`pv`] | the paravirtual driver: probe, per-CPU records, preempted flag, stolen time, kick, directed yield | any guest (`rt::pv` on the runtime), host tests with a fake hypervisor |
 //! | [`lock`] | a fair ticket lock whose waiters yield to a preempted holder (PV), and the plain one | any guest (`rt::pv::RtParavirt` on the runtime), host tests with threads and a fake backend |
 //! | `rt` | the guests' side of the boot runtime they share with el2 (`boot`: header, relocation, stacks, exception frames, console), the MMU map, PSCI, exception reports, panics, the GIC's frames and CPU interface (`rt::gic`) | guests (`runtime` feature, `target_os = "none"`) |
-//! | [`gicv3`] | GICv3 register layouts and fields, SGI and routing values, distributor and redistributor set-up, finding a CPU's redistributor | guests (`rt::gic` on the runtime), host tests on in-memory frames |
+//! | [`gicv3`] | distributor and redistributor set-up on `gic_regs`' frames, INTIDs, priorities, SGI and routing values | guests (`rt::gic` on the runtime), host tests on in-memory frames |
 //! | `devicetree` | what a guest reads from its device tree | guests (`runtime`), host tests |
 //! | [`pagetable`] | the stage-1 identity map the runtime turns on | guests, host tests |
 //! | [`fault`] | names an exception from ESR/FAR for fault reports | guests, host tests |

@@ -1,12 +1,10 @@
 //! Interrupts taken at EL2.
 
-use super::regs::{ICC_EOIR1_EL1, ICC_INTID, acknowledge_interrupt};
+use super::regs::{ICC_EOIR1_EL1, acknowledge_interrupt};
 use aarch64_cpu::registers::CNTV_CTL_EL0;
 use core::sync::atomic::{AtomicU32, Ordering};
+use gic_regs::FIRST_SPECIAL;
 use tock_registers::interfaces::{ReadWriteable, Readable, Writeable};
-
-/// INTIDs 1020..=1023 are special: 1023 means nothing was pending.
-const FIRST_SPECIAL_INTID: u32 = 1020;
 
 /// The SGI one pCPU sends another to make it look at the scheduler again
 /// (a vCPU became runnable there, a vCPU running there has a new virtual
@@ -57,14 +55,15 @@ pub enum Taken {
 pub fn handle() -> Taken {
     let intid = acknowledge_interrupt();
     let cpu = super::cpu::current();
-    if intid >= FIRST_SPECIAL_INTID {
+    // INTIDs from 1020 are special: 1023 means nothing was pending.
+    if intid >= FIRST_SPECIAL {
         if let Some(cpu) = cpu {
             cpu.count_other_irq();
         }
         return Taken::Hypervisor;
     }
     if intid == u32::from(STOP_SGI) && super::exceptions::fatal_in_progress() {
-        ICC_EOIR1_EL1.write(ICC_INTID::INTID.val(u64::from(intid)));
+        ICC_EOIR1_EL1.write(ICC_EOIR1_EL1::INTID.val(u64::from(intid)));
         super::psci::park();
     }
     let taken = if intid == TICK_INTID.load(Ordering::Relaxed) {
@@ -108,6 +107,6 @@ pub fn handle() -> Taken {
         Taken::Hypervisor
     };
     // ICC_CTLR_EL1.EOImode = 0: this write both drops priority and deactivates.
-    ICC_EOIR1_EL1.write(ICC_INTID::INTID.val(u64::from(intid)));
+    ICC_EOIR1_EL1.write(ICC_EOIR1_EL1::INTID.val(u64::from(intid)));
     taken
 }

@@ -1,7 +1,13 @@
 //! System registers that aarch64-cpu 11 does not define (or defines without
 //! the fields the hypervisor programs), typed the same way with
-//! tock-registers.
+//! tock-registers. The GIC CPU interface's take their fields from
+//! `gic_regs::icc`, which the guests' driver shares; each accessor here
+//! has the name of its fields, as aarch64-cpu's do.
 
+pub use gic_regs::icc::{
+    ICC_BPR1_EL1, ICC_CTLR_EL1, ICC_EOIR1_EL1, ICC_IAR1_EL1, ICC_IGRPEN1_EL1, ICC_PMR_EL1,
+    ICC_SGI1R_EL1,
+};
 use tock_registers::interfaces::{Readable, Writeable};
 use tock_registers::register_bitfields;
 
@@ -70,26 +76,6 @@ register_bitfields! {u64,
     pub COUNT64 [
         VALUE OFFSET(0) NUMBITS(64) [],
     ],
-
-    /// Interrupt Controller Interrupt Priority Mask Register.
-    pub ICC_PMR [
-        PRIORITY OFFSET(0) NUMBITS(8) [],
-    ],
-
-    /// Interrupt Controller Binary Point Register 1.
-    pub ICC_BPR1 [
-        BINARY_POINT OFFSET(0) NUMBITS(3) [],
-    ],
-
-    /// Interrupt Controller Interrupt Group 1 Enable register.
-    pub ICC_IGRPEN1 [
-        ENABLE OFFSET(0) NUMBITS(1) [],
-    ],
-
-    /// Interrupt Controller Interrupt Acknowledge / End Of Interrupt Register 1.
-    pub ICC_INTID [
-        INTID OFFSET(0) NUMBITS(24) [],
-    ],
 }
 
 sysreg!(
@@ -100,12 +86,12 @@ sysreg!(
     /// Counter-timer Hypervisor Physical Timer CompareValue register.
     CnthpCvalEl2, "cnthp_cval_el2", COUNT64::Register
 );
-sysreg!(IccPmrEl1, "icc_pmr_el1", ICC_PMR::Register);
-sysreg!(IccBpr1El1, "icc_bpr1_el1", ICC_BPR1::Register);
-sysreg!(IccIgrpen1El1, "icc_igrpen1_el1", ICC_IGRPEN1::Register);
+sysreg!(IccPmrEl1, "icc_pmr_el1", ICC_PMR_EL1::Register);
+sysreg!(IccBpr1El1, "icc_bpr1_el1", ICC_BPR1_EL1::Register);
+sysreg!(IccIgrpen1El1, "icc_igrpen1_el1", ICC_IGRPEN1_EL1::Register);
 sysreg!(
     /// End Of Interrupt for group 1 (write only in use).
-    IccEoir1El1, "icc_eoir1_el1", ICC_INTID::Register
+    IccEoir1El1, "icc_eoir1_el1", ICC_EOIR1_EL1::Register
 );
 
 pub const CPTR_EL2: CptrEl2 = CptrEl2;
@@ -125,7 +111,7 @@ pub fn acknowledge_interrupt() -> u32 {
     unsafe {
         core::arch::asm!("mrs {0}, icc_iar1_el1", out(reg) value, options(nomem, nostack, preserves_flags));
     }
-    (value & 0xff_ffff) as u32
+    ICC_IAR1_EL1::INTID.read(value) as u32
 }
 
 register_bitfields! {u64,
@@ -165,39 +151,18 @@ pub const SCTLR_EL2_RES1: u64 = {
         | S::RES1_4::SET.value
 };
 
-register_bitfields! {u64,
-    /// Interrupt Controller Control Register (EL1), the field EL2 uses.
-    pub ICC_CTLR [
-        /// 0: a write to ICC_EOIR1_EL1 both drops priority and deactivates.
-        EOIMODE OFFSET(1) NUMBITS(1) [],
-    ],
-}
-
-sysreg!(IccCtlrEl1, "icc_ctlr_el1", ICC_CTLR::Register);
+sysreg!(
+    /// Interrupt Controller Control Register (EL1): EL2's EOI mode.
+    IccCtlrEl1, "icc_ctlr_el1", ICC_CTLR_EL1::Register
+);
 pub const ICC_CTLR_EL1: IccCtlrEl1 = IccCtlrEl1;
-
-register_bitfields! {u64,
-    /// Interrupt Controller Software Generated Interrupt Group 1 Register
-    /// (Arm IHI 0069, "ICC_SGI1R_EL1").
-    pub ICC_SGI1R [
-        AFF3 OFFSET(48) NUMBITS(8) [],
-        /// Range selector: which 16 Aff0 values TARGET_LIST covers.
-        RS OFFSET(44) NUMBITS(4) [],
-        /// 1 = every PE but this one; 0 = those named.
-        IRM OFFSET(40) NUMBITS(1) [],
-        AFF2 OFFSET(32) NUMBITS(8) [],
-        INTID OFFSET(24) NUMBITS(4) [],
-        AFF1 OFFSET(16) NUMBITS(8) [],
-        TARGET_LIST OFFSET(0) NUMBITS(16) [],
-    ],
-}
 
 /// ICC_SGI1R_EL1 is write-only: writing it sends the SGI.
 pub struct IccSgi1rEl1;
 
 impl Writeable for IccSgi1rEl1 {
     type T = u64;
-    type R = ICC_SGI1R::Register;
+    type R = ICC_SGI1R_EL1::Register;
 
     #[inline]
     fn set(&self, value: u64) {

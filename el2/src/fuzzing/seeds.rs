@@ -1243,7 +1243,7 @@ fn vgic_seeds() -> Vec<Seed> {
         .dist_write(
             GICD_CTLR,
             4,
-            u64::from(GICD_CTLR_ENABLE_GRP1 | GICD_CTLR_ARE),
+            u64::from(GICD_CTLR::EnableGrp1::SET.value | GICD_CTLR::ARE::SET.value),
         )
         .dist_write(GICD_IROUTER + 8, 8, 1)
         .dist_write(GICD_IROUTER + 12, 4, 0)
@@ -1255,12 +1255,17 @@ fn vgic_seeds() -> Vec<Seed> {
             .redist_read(vcpu, GICR_PIDR2, 4)
             .redist_write(vcpu, GICR_WAKER, 4, 0)
             .redist_read(vcpu, GICR_WAKER, 4)
-            .redist_write(vcpu, GICR_SGI_BASE + GICR_IGROUPR0, 4, u64::from(u32::MAX))
-            .redist_write(vcpu, GICR_SGI_BASE + GICR_ICENABLER0, 4, 0xffff_0000)
-            .redist_write(vcpu, GICR_SGI_BASE + GICR_ISENABLER0, 4, 0x0800_ffff)
-            .redist_write(vcpu, GICR_SGI_BASE + GICR_IPRIORITYR, 4, 0x8080_8080)
-            .redist_write(vcpu, GICR_SGI_BASE + GICR_IPRIORITYR + 0x10, 1, 0x40)
-            .redist_write(vcpu, GICR_SGI_BASE + GICR_ICFGR1, 4, 0);
+            .redist_write(
+                vcpu,
+                SGI_FRAME_OFFSET + GICR_IGROUPR0,
+                4,
+                u64::from(u32::MAX),
+            )
+            .redist_write(vcpu, SGI_FRAME_OFFSET + GICR_ICENABLER0, 4, 0xffff_0000)
+            .redist_write(vcpu, SGI_FRAME_OFFSET + GICR_ISENABLER0, 4, 0x0800_ffff)
+            .redist_write(vcpu, SGI_FRAME_OFFSET + GICR_IPRIORITYR, 4, 0x8080_8080)
+            .redist_write(vcpu, SGI_FRAME_OFFSET + GICR_IPRIORITYR + 0x10, 1, 0x40)
+            .redist_write(vcpu, SGI_FRAME_OFFSET + GICR_ICFGR1, 4, 0);
     }
     linux
         .dist_write(GICD_ISENABLER + spi_bank(33), 4, spi_bit(33))
@@ -1287,7 +1292,12 @@ fn vgic_seeds() -> Vec<Seed> {
         .dist_write(GICD_IROUTER + 8 * 2, 8, 1 << 31)
         .dist_write(GICD_ISENABLER + spi_bank(34), 4, spi_bit(34))
         .dist_write(GICD_ISPENDR + spi_bank(34), 4, spi_bit(34))
-        .redist_write(3, GICR_WAKER, 4, u64::from(GICR_WAKER_PROCESSOR_SLEEP))
+        .redist_write(
+            3,
+            GICR_WAKER,
+            4,
+            u64::from(GICR_WAKER::ProcessorSleep::SET.value),
+        )
         .op(vgic::Op::TakeWakeups)
         .fill(3, 2)
         .dist_write(GICD_ICPENDR + spi_bank(34), 4, spi_bit(34))
@@ -1316,9 +1326,9 @@ fn vgic_seeds() -> Vec<Seed> {
         .redist_read(2, GICR_CTLR, 4)
         .redist_read(0, GICR_TYPER + 1, 1)
         .redist_write(0, GICR_TYPER, 8, 0)
-        .redist_write(1, GICR_SGI_BASE + GICR_ICFGR0, 4, 0)
+        .redist_write(1, SGI_FRAME_OFFSET + GICR_ICFGR0, 4, 0)
         .redist_read(1, 0x0070, 4)
-        .redist_read(0, GICR_SGI_BASE + 0x0f00, 4)
+        .redist_read(0, SGI_FRAME_OFFSET + 0x0f00, 4)
         .set_level(3, 0, true)
         .set_level(20, 9, true)
         .raise_edge(5000, 0)
@@ -1342,7 +1352,7 @@ fn vgic_seeds() -> Vec<Seed> {
     big.dist_write(
         GICD_CTLR,
         4,
-        u64::from(GICD_CTLR_ENABLE_GRP0 | GICD_CTLR_ENABLE_GRP1),
+        u64::from(GICD_CTLR::EnableGrp0::SET.value | GICD_CTLR::EnableGrp1::SET.value),
     )
     .sgi(0, 3, 0xffff, 3, false)
     .sgi(63, 4, 0, 0, true)
@@ -1355,7 +1365,7 @@ fn vgic_seeds() -> Vec<Seed> {
     .raise_edge(1019, 0)
     .fill(63, 16)
     .sync_back(63, &[Active; 3], None)
-    .redist_write(63, GICR_SGI_BASE + GICR_ICPENDR0, 4, u64::from(u32::MAX))
+    .redist_write(63, SGI_FRAME_OFFSET + GICR_ICPENDR0, 4, u64::from(u32::MAX))
     .dist_read(GICD_TYPER, 4);
 
     // Duplicate MPIDRs must be refused; the harness then uses its own.

@@ -66,6 +66,7 @@ use crate::vgic::{
     InjectError, ListRegisters, Lr, LrState, MAX_LIST_REGISTERS, MAX_SPIS, MAX_VCPUS,
     PRIVATE_COUNT, SGI_COUNT, VGic, VcpuMask, VgicConfigError, VgicError,
 };
+use platform::Mpidr;
 
 /// Most operations one input runs.
 const MAX_OPERATIONS: usize = 256;
@@ -158,7 +159,7 @@ pub(super) const DIST_BLOCKS: [(u64, u64); 22] = [
 ];
 
 /// Redistributor registers, from a vCPU's RD_base (the SGI_base ones
-/// include [`GICR_SGI_BASE`]).
+/// include [`SGI_FRAME_OFFSET`]).
 pub(super) const REDIST_REGISTERS: [u64; 21] = [
     GICR_CTLR,
     GICR_IIDR,
@@ -167,19 +168,19 @@ pub(super) const REDIST_REGISTERS: [u64; 21] = [
     GICR_STATUSR,
     GICR_WAKER,
     GICR_PIDR2,
-    GICR_SGI_BASE + GICR_IGROUPR0,
-    GICR_SGI_BASE + GICR_ISENABLER0,
-    GICR_SGI_BASE + GICR_ICENABLER0,
-    GICR_SGI_BASE + GICR_ISPENDR0,
-    GICR_SGI_BASE + GICR_ICPENDR0,
-    GICR_SGI_BASE + GICR_ISACTIVER0,
-    GICR_SGI_BASE + GICR_ICACTIVER0,
-    GICR_SGI_BASE + GICR_IPRIORITYR,
-    GICR_SGI_BASE + GICR_IPRIORITYR + 0x10,
-    GICR_SGI_BASE + GICR_ICFGR0,
-    GICR_SGI_BASE + GICR_ICFGR1,
-    GICR_SGI_BASE + GICR_IGRPMODR0,
-    GICR_SGI_BASE + GICR_NSACR,
+    SGI_FRAME_OFFSET + GICR_IGROUPR0,
+    SGI_FRAME_OFFSET + GICR_ISENABLER0,
+    SGI_FRAME_OFFSET + GICR_ICENABLER0,
+    SGI_FRAME_OFFSET + GICR_ISPENDR0,
+    SGI_FRAME_OFFSET + GICR_ICPENDR0,
+    SGI_FRAME_OFFSET + GICR_ISACTIVER0,
+    SGI_FRAME_OFFSET + GICR_ICACTIVER0,
+    SGI_FRAME_OFFSET + GICR_IPRIORITYR,
+    SGI_FRAME_OFFSET + GICR_IPRIORITYR + 0x10,
+    SGI_FRAME_OFFSET + GICR_ICFGR0,
+    SGI_FRAME_OFFSET + GICR_ICFGR1,
+    SGI_FRAME_OFFSET + GICR_IGRPMODR0,
+    SGI_FRAME_OFFSET + GICR_NSACR,
     0x0070, // GICR_PROPBASER: absent without LPIs.
 ];
 
@@ -282,7 +283,7 @@ impl Harness {
         let mut mpidrs = ours.clone();
         if options & OPTION_MPIDRS != 0 {
             let chosen: Vec<u64> = (0..vcpus).map(|_| input.u64()).collect();
-            let affinities: Vec<u64> = chosen.iter().map(|m| m & AFFINITY_MASK).collect();
+            let affinities: Vec<u64> = chosen.iter().map(|m| m & Mpidr::AFFINITY_MASK).collect();
             let duplicated = affinities
                 .iter()
                 .enumerate()
@@ -373,7 +374,7 @@ impl Harness {
                     Ok(woken) => {
                         assert!(from < self.vcpus(), "an SGI from vCPU {from}");
                         self.check_mask(woken, "an SGI");
-                        if sgi1r & SGI1R_IRM != 0 {
+                        if sgi1r & ICC_SGI1R_EL1::IRM::SET.value != 0 {
                             assert!(!woken.contains(from), "an IRM SGI woke its sender");
                         }
                     }
@@ -598,26 +599,29 @@ impl Harness {
     fn check(&self, operation: usize) {
         let ctlr = self.gic.dist_read(GICD_CTLR, 4).expect("GICD_CTLR") as u32;
         assert_eq!(
-            ctlr & (GICD_CTLR_ARE | GICD_CTLR_DS),
-            GICD_CTLR_ARE | GICD_CTLR_DS
+            ctlr & (GICD_CTLR::ARE::SET.value | GICD_CTLR::DS::SET.value),
+            GICD_CTLR::ARE::SET.value | GICD_CTLR::DS::SET.value
         );
-        assert_eq!(ctlr & GICD_CTLR_RWP, 0);
+        assert_eq!(ctlr & GICD_CTLR::RWP::SET.value, 0);
         let typer = self.gic.dist_read(GICD_TYPER, 4).expect("GICD_TYPER") as u32;
-        assert_eq!(typer & GICD_TYPER_ITLINES_MASK, self.spis.div_ceil(32));
+        assert_eq!(
+            GICD_TYPER::ITLinesNumber.read(typer),
+            self.spis.div_ceil(32)
+        );
 
         let vcpu = (operation % usize::from(self.vcpus())) as u16;
-        let rd_base = u64::from(vcpu) * GICR_FRAME_SIZE;
+        let rd_base = u64::from(vcpu) * REDISTRIBUTOR_SIZE;
         let icfgr0 = self
             .gic
-            .redist_read(rd_base + GICR_SGI_BASE + GICR_ICFGR0, 4);
+            .redist_read(rd_base + SGI_FRAME_OFFSET + GICR_ICFGR0, 4);
         assert_eq!(icfgr0, Ok(0xaaaa_aaaa), "SGIs not edge-triggered");
         let waker = self
             .gic
             .redist_read(rd_base + GICR_WAKER, 4)
             .expect("GICR_WAKER") as u32;
-        let sleeping = waker & GICR_WAKER_PROCESSOR_SLEEP != 0;
+        let sleeping = waker & GICR_WAKER::ProcessorSleep::SET.value != 0;
         assert_eq!(
-            waker & GICR_WAKER_CHILDREN_ASLEEP != 0,
+            waker & GICR_WAKER::ChildrenAsleep::SET.value != 0,
             sleeping,
             "GICR_WAKER {waker:#x}"
         );
@@ -674,19 +678,19 @@ fn check_accepted(offset: u64, size: u8, frame: Frame) {
     );
     let (byte_wide, double) = match frame {
         Frame::Distributor => {
-            assert!(offset < GICD_FRAME_SIZE, "an access past the distributor");
+            assert!(offset < DISTRIBUTOR_SIZE, "an access past the distributor");
             let byte_wide = matches!(offset, 0x0400..=0x0bff | 0x0f10..=0x0f2f);
             let router = (GICD_IROUTER..GICD_IROUTER_BASE + 8 * 1020).contains(&offset);
             (byte_wide, router)
         }
         Frame::Redistributors(vcpus) => {
-            let vcpu = offset / GICR_FRAME_SIZE;
+            let vcpu = offset / REDISTRIBUTOR_SIZE;
             assert!(
                 vcpu < u64::from(vcpus),
                 "an access past the last redistributor"
             );
-            let in_frame = offset % GICR_FRAME_SIZE;
-            let priority = GICR_SGI_BASE + GICR_IPRIORITYR;
+            let in_frame = offset % REDISTRIBUTOR_SIZE;
+            let priority = SGI_FRAME_OFFSET + GICR_IPRIORITYR;
             let byte_wide = (priority..priority + 0x20).contains(&in_frame);
             (byte_wide, in_frame == GICR_TYPER)
         }
@@ -771,12 +775,12 @@ fn dist_offset(input: &mut Input<'_>) -> u64 {
 /// An offset from the first redistributor: a frame byte (vCPU, up to two
 /// past the last) and a kind byte as for [`dist_offset`].
 fn redist_offset(input: &mut Input<'_>, vcpus: u16) -> u64 {
-    let frame = u64::from(input.u8()) % (u64::from(vcpus) + 2) * GICR_FRAME_SIZE;
+    let frame = u64::from(input.u8()) % (u64::from(vcpus) + 2) * REDISTRIBUTOR_SIZE;
     let byte = input.u8();
     let register = REDIST_REGISTERS[usize::from(byte >> 3) % REDIST_REGISTERS.len()];
     match OffsetKind::from_byte(byte) {
         OffsetKind::Lane => frame + register + 1 + u64::from(byte >> 5) % 7,
-        OffsetKind::InFrame => frame + u64::from(input.u32()) % GICR_FRAME_SIZE,
+        OffsetKind::InFrame => frame + u64::from(input.u32()) % REDISTRIBUTOR_SIZE,
         OffsetKind::Raw => input.u64(),
         OffsetKind::Register | OffsetKind::Router => frame + register,
     }
@@ -824,14 +828,20 @@ fn sgi1r(input: &mut Input<'_>, vcpus: u16) -> u64 {
     if control & 2 != 0 {
         return input.u64();
     }
+    use ICC_SGI1R_EL1 as S;
     let targets = u64::from(input.u16());
     let clusters = u64::from(vcpus.div_ceil(16)) + 1;
     let aff1 = u64::from(input.u8()) % clusters;
     let rs = u64::from(input.u8() % 2);
-    let irm = if control & 1 != 0 { SGI1R_IRM } else { 0 };
-    targets
-        | aff1 << SGI1R_AFF1_SHIFT
-        | u64::from(control >> 4) << SGI1R_INTID_SHIFT
-        | rs << SGI1R_RS_SHIFT
-        | irm
+    let irm = if control & 1 != 0 {
+        S::IRM::SET
+    } else {
+        S::IRM::CLEAR
+    };
+    (S::TargetList.val(targets)
+        + S::Aff1.val(aff1)
+        + S::INTID.val(u64::from(control >> 4))
+        + S::RS.val(rs)
+        + irm)
+        .value
 }

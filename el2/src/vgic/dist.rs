@@ -3,9 +3,12 @@
 
 use super::regs::*;
 use super::{Access, Bank, BitReg, Decoded, PRIVATE_COUNT, Reg, VGic, VgicError, Width};
+use gic_regs::SPI_COUNT;
 
-/// Highest INTID with a `GICD_IROUTER<n>`.
-const LAST_ROUTED_INTID: u64 = 1019;
+/// Highest INTID with a `GICD_IROUTER<n>`: the last SPI.
+const LAST_ROUTED_INTID: u64 = (PRIVATE_COUNT + SPI_COUNT - 1) as u64;
+/// INTID bits the model implements (GICD_TYPER.IDbits + 1).
+const INTID_BITS: u32 = 16;
 
 impl VGic {
     /// A guest read of `size` bytes at `offset` in the distributor frame.
@@ -36,10 +39,13 @@ impl VGic {
     pub(super) fn gicd_typer(&self) -> u32 {
         // INTIDs up to 32 * (ITLinesNumber + 1) - 1 (988 SPIs: 31, whose
         // last four INTIDs 1020..=1023 are the special ones).
-        let itlines = self.spis.div_ceil(32) & GICD_TYPER_ITLINES_MASK;
+        let itlines = self.spis.div_ceil(32);
         // 16 INTID bits, A3V; SecurityExtn (DS = 1), MBIS, LPIS, No1N
         // (1-of-N is supported), RSS, ESPI and CPUNumber (ARE) are 0.
-        itlines | 15 << GICD_TYPER_IDBITS_SHIFT | GICD_TYPER_A3V
+        (GICD_TYPER::ITLinesNumber.val(itlines)
+            + GICD_TYPER::IDbits.val(INTID_BITS - 1)
+            + GICD_TYPER::A3V::SET)
+            .value
     }
 
     /// What is at `offset`; `None` for reserved space. Registers are found
@@ -63,28 +69,30 @@ impl VGic {
             GICD_STATUSR => fixed(Reg::RazWi),
             // The registers of INTIDs 0..=31 (register 0 of each family)
             // are RAZ/WI with affinity routing: Bank::Spi has no slots there.
-            0x0080..=0x00ff => bits(BitReg::Group, GICD_IGROUPR),
-            0x0100..=0x017f => bits(BitReg::SetEnable, GICD_ISENABLER),
-            0x0180..=0x01ff => bits(BitReg::ClearEnable, GICD_ICENABLER),
-            0x0200..=0x027f => bits(BitReg::SetPending, GICD_ISPENDR),
-            0x0280..=0x02ff => bits(BitReg::ClearPending, GICD_ICPENDR),
-            0x0300..=0x037f => bits(BitReg::SetActive, GICD_ISACTIVER),
-            0x0380..=0x03ff => bits(BitReg::ClearActive, GICD_ICACTIVER),
-            0x0400..=0x07ff => Decoded::new(
+            GICD_IGROUPR..GICD_ISENABLER => bits(BitReg::Group, GICD_IGROUPR),
+            GICD_ISENABLER..GICD_ICENABLER => bits(BitReg::SetEnable, GICD_ISENABLER),
+            GICD_ICENABLER..GICD_ISPENDR => bits(BitReg::ClearEnable, GICD_ICENABLER),
+            GICD_ISPENDR..GICD_ICPENDR => bits(BitReg::SetPending, GICD_ISPENDR),
+            GICD_ICPENDR..GICD_ISACTIVER => bits(BitReg::ClearPending, GICD_ICPENDR),
+            GICD_ISACTIVER..GICD_ICACTIVER => bits(BitReg::SetActive, GICD_ISACTIVER),
+            GICD_ICACTIVER..GICD_IPRIORITYR => bits(BitReg::ClearActive, GICD_ICACTIVER),
+            GICD_IPRIORITYR..GICD_ITARGETSR => Decoded::new(
                 Reg::Priority(Bank::Spi, (word - GICD_IPRIORITYR) as u32),
                 ByteOrWord,
                 word,
             ),
             // ITARGETSR, CPENDSGIR and SPENDSGIR: RAZ/WI with affinity
             // routing, byte-accessible.
-            0x0800..=0x0bff | 0x0f10..=0x0f2f => Decoded::new(Reg::RazWi, ByteOrWord, word),
-            0x0c00..=0x0cff => fixed(Reg::Config(
+            GICD_ITARGETSR..GICD_ICFGR | GICD_CPENDSGIR..GICD_SPENDSGIR_END => {
+                Decoded::new(Reg::RazWi, ByteOrWord, word)
+            }
+            GICD_ICFGR..GICD_IGRPMODR => fixed(Reg::Config(
                 Bank::Spi,
                 ((word - GICD_ICFGR) / 4 * 16) as u32,
             )),
             // IGRPMODR and NSACR: RAZ/WI with a single Security state.
-            0x0d00..=0x0d7f | 0x0e00..=0x0eff => fixed(Reg::RazWi),
-            GICD_IROUTER_BASE..=0x7fff => {
+            GICD_IGRPMODR..GICD_IGRPMODR_END | GICD_NSACR..GICD_SGIR => fixed(Reg::RazWi),
+            GICD_IROUTER_BASE..ID_REGISTERS => {
                 let intid = (word - GICD_IROUTER_BASE) / 8;
                 if !(u64::from(PRIVATE_COUNT)..=LAST_ROUTED_INTID).contains(&intid) {
                     return None;
@@ -92,7 +100,7 @@ impl VGic {
                 let base = GICD_IROUTER_BASE + intid * 8;
                 Decoded::new(Reg::Router(intid as u32), DoubleOrWord, base)
             }
-            ID_REGISTERS..=0xffff => {
+            ID_REGISTERS..DISTRIBUTOR_SIZE => {
                 let value = ID_VALUES.get(((word - ID_REGISTERS) / 4) as usize)?;
                 fixed(Reg::ReadOnly((*value).into()))
             }

@@ -3,10 +3,8 @@
 //! after it exits (Arm IHI 0069, "`ICH_LR<n>_EL2`, Interrupt Controller List
 //! Registers").
 
-use super::regs::{
-    ICH_LR_EOI, ICH_LR_GROUP, ICH_LR_HW, ICH_LR_PINTID_MASK, ICH_LR_PINTID_SHIFT,
-    ICH_LR_PRIORITY_SHIFT, ICH_LR_STATE_SHIFT, ICH_LR_VINTID_MASK,
-};
+// Every `ICH_LR<n>_EL2` has the layout aarch64-cpu gives ICH_LR0_EL2.
+use aarch64_cpu::registers::ICH_LR0_EL2 as LR;
 
 /// The most list registers a CPU interface has: ICH_VTR_EL2.ListRegs is a
 /// 5-bit field holding the count minus one, and the architecture defines
@@ -100,19 +98,19 @@ impl Lr {
     /// than 13 bits is truncated; with `physical`, `eoi_maintenance` is
     /// not encoded (bit 41 then belongs to pINTID).
     pub const fn encode(&self) -> u64 {
-        let mut value = self.intid as u64
-            | (self.priority as u64) << ICH_LR_PRIORITY_SHIFT
-            | self.state.bits() << ICH_LR_STATE_SHIFT;
+        let mut value = (self.intid as u64 & LR::vINTID.mask) << LR::vINTID.shift
+            | (self.priority as u64) << LR::Priority.shift
+            | self.state.bits() << LR::State.shift;
         if self.group1 {
-            value |= ICH_LR_GROUP;
+            value |= LR::Group::SET.value;
         }
         match self.physical {
             Some(pintid) => {
-                value |= ICH_LR_HW | (pintid as u64 & ICH_LR_PINTID_MASK) << ICH_LR_PINTID_SHIFT;
+                value |= LR::HW::SET.value | (pintid as u64 & LR::pINTID.mask) << LR::pINTID.shift;
             }
             None => {
                 if self.eoi_maintenance {
-                    value |= ICH_LR_EOI;
+                    value |= LR::EOI::SET.value;
                 }
             }
         }
@@ -121,18 +119,18 @@ impl Lr {
 
     /// Decodes an `ICH_LR<n>_EL2` value; RES0 bits are ignored.
     pub const fn decode(value: u64) -> Self {
-        let hw = value & ICH_LR_HW != 0;
+        let hw = value & LR::HW::SET.value != 0;
         Self {
-            intid: (value & ICH_LR_VINTID_MASK) as u32,
-            state: LrState::from_bits(value >> ICH_LR_STATE_SHIFT),
-            priority: (value >> ICH_LR_PRIORITY_SHIFT) as u8,
-            group1: value & ICH_LR_GROUP != 0,
+            intid: ((value >> LR::vINTID.shift) & LR::vINTID.mask) as u32,
+            state: LrState::from_bits(value >> LR::State.shift),
+            priority: ((value >> LR::Priority.shift) & LR::Priority.mask) as u8,
+            group1: value & LR::Group::SET.value != 0,
             physical: if hw {
-                Some(((value >> ICH_LR_PINTID_SHIFT) & ICH_LR_PINTID_MASK) as u16)
+                Some(((value >> LR::pINTID.shift) & LR::pINTID.mask) as u16)
             } else {
                 None
             },
-            eoi_maintenance: !hw && value & ICH_LR_EOI != 0,
+            eoi_maintenance: !hw && value & LR::EOI::SET.value != 0,
         }
     }
 }

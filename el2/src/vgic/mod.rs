@@ -131,21 +131,32 @@ use alloc::vec;
 use alloc::vec::Vec;
 use core::fmt;
 use core::ops::{BitOr, BitOrAssign};
+use platform::Mpidr;
 use regs::*;
+use tock_registers::LocalRegisterCopy;
 
-/// INTIDs 0..16 are SGIs.
-pub const SGI_COUNT: u32 = 16;
-/// INTIDs 0..32 (SGIs and PPIs) are private to each vCPU; SPIs start here.
-pub const PRIVATE_COUNT: u32 = 32;
+/// INTIDs 0..16 are SGIs; INTIDs 0..32 (SGIs and PPIs) are private to each
+/// vCPU, and the SPIs start there.
+pub use gic_regs::{PRIVATE_COUNT, SGI_COUNT};
 /// The most SPIs: INTIDs 32..=1019 (1020..=1023 are special INTIDs).
-pub const MAX_SPIS: u32 = 988;
+pub const MAX_SPIS: u32 = gic_regs::SPI_COUNT;
 /// The most vCPUs a `VGic` serves: the most a VM has
 /// ([`platform::vm::MAX_VCPUS`]), and what a [`VcpuMask`] holds.
 pub const MAX_VCPUS: usize = platform::vm::MAX_VCPUS as usize;
 
 const _: () = assert!(MAX_VCPUS <= u64::BITS as usize);
-const _: () = assert!(GICR_FRAME_SIZE == crate::guest::layout::GICR_FRAME_SIZE);
-const _: () = assert!(GICD_FRAME_SIZE == crate::guest::layout::GICD.size);
+const _: () = assert!(REDISTRIBUTOR_SIZE == crate::guest::layout::GICR_FRAME_SIZE);
+const _: () = assert!(DISTRIBUTOR_SIZE == crate::guest::layout::GICD.size);
+
+/// The writable bits of `GICD_IROUTER<n>`: Aff3, Interrupt_Routing_Mode and
+/// Aff2.Aff1.Aff0; the rest is RES0.
+const ROUTER_WRITABLE: u64 = GICD_IROUTER::Aff3::SET.value
+    | GICD_IROUTER::Interrupt_Routing_Mode::SET.value
+    | GICD_IROUTER::Aff2::SET.value
+    | GICD_IROUTER::Aff1::SET.value
+    | GICD_IROUTER::Aff0::SET.value;
+/// ICC_SGI1R_EL1.TargetList names one of 16 Aff0 values per bit.
+const TARGET_LIST_BITS: u8 = 16;
 
 /// A set of vCPU indices of one VM (`0..MAX_VCPUS`).
 #[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
@@ -653,7 +664,9 @@ impl VGic {
         if !(spis == MAX_SPIS || (spis.is_multiple_of(32) && spis < MAX_SPIS)) {
             return Err(VgicConfigError::Spis(spis));
         }
-        let mpidrs: Vec<u64> = (0..vcpus).map(|i| mpidr(i) & AFFINITY_MASK).collect();
+        let mpidrs: Vec<u64> = (0..vcpus)
+            .map(|i| mpidr(i) & Mpidr::AFFINITY_MASK)
+            .collect();
         for (second, &m) in mpidrs.iter().enumerate() {
             if let Some(first) = mpidrs[..second].iter().position(|&other| other == m) {
                 return Err(VgicConfigError::DuplicateMpidr {
@@ -774,18 +787,23 @@ impl VGic {
         if usize::from(from) >= self.mpidrs.len() {
             return Err(InjectError::NoSuchVcpu { vcpu: from });
         }
-        let intid = ((sgi1r >> SGI1R_INTID_SHIFT) & 0xf) as u32;
-        let targets = if sgi1r & SGI1R_IRM != 0 {
+        use ICC_SGI1R_EL1 as S;
+        let sgi1r = LocalRegisterCopy::<u64, S::Register>::new(sgi1r);
+        let intid = sgi1r.read(S::INTID) as u32;
+        let targets = if sgi1r.is_set(S::IRM) {
             VcpuMask::first_n(self.mpidrs.len()).without(from)
         } else {
-            let cluster = ((sgi1r >> SGI1R_AFF3_SHIFT) & 0xff) << 32
-                | ((sgi1r >> SGI1R_AFF2_SHIFT) & 0xff) << 16
-                | ((sgi1r >> SGI1R_AFF1_SHIFT) & 0xff) << 8;
-            let range = ((sgi1r >> SGI1R_RS_SHIFT) & 0xf) * 16;
+            let aff = |field| sgi1r.read(field) as u8;
+            let (aff3, aff2, aff1) = (aff(S::Aff3), aff(S::Aff2), aff(S::Aff1));
+            // TargetList bit `i` is Aff0 RS * 16 + i.
+            let first = sgi1r.read(S::RS) * u64::from(TARGET_LIST_BITS);
+            let list = sgi1r.read(S::TargetList);
             let mut targets = VcpuMask::EMPTY;
-            for bit in 0..16 {
-                if sgi1r & SGI1R_TARGET_LIST_MASK & (1 << bit) != 0
-                    && let Some(vcpu) = self.vcpu_by_affinity(cluster | (range + bit))
+            for bit in 0..TARGET_LIST_BITS {
+                let aff0 = (first + u64::from(bit)) as u8;
+                let mpidr = Mpidr::from_affinity(aff3, aff2, aff1, aff0).value();
+                if list & (1 << bit) != 0
+                    && let Some(vcpu) = self.vcpu_by_affinity(mpidr)
                 {
                     targets.insert(vcpu);
                 }
@@ -1051,7 +1069,7 @@ impl VGic {
     fn vcpu_by_affinity(&self, affinity: u64) -> Option<u16> {
         self.mpidrs
             .iter()
-            .position(|&m| m == affinity & AFFINITY_MASK)
+            .position(|&m| m == affinity & Mpidr::AFFINITY_MASK)
             .map(|i| i as u16)
     }
 
@@ -1074,7 +1092,7 @@ impl VGic {
             // 1-of-N: any participating PE (Arm IHI 0069, "GICD_IROUTER<n>,
             // Interrupt Routing Registers"); a PE whose redistributor is
             // asleep does not participate.
-            Some(route) if route.router & IROUTER_IRM != 0 => self.awake,
+            Some(route) if GICD_IROUTER::Interrupt_Routing_Mode.is_set(route.router) => self.awake,
             Some(route) => route.target.map_or(VcpuMask::EMPTY, VcpuMask::single),
             None => VcpuMask::EMPTY,
         }
@@ -1373,21 +1391,21 @@ impl VGic {
     }
 
     fn gicd_ctlr(&self) -> u32 {
-        let mut value = GICD_CTLR_ARE | GICD_CTLR_DS;
+        let mut value = GICD_CTLR::ARE::SET + GICD_CTLR::DS::SET;
         if self.enable_grp0 {
-            value |= GICD_CTLR_ENABLE_GRP0;
+            value += GICD_CTLR::EnableGrp0::SET;
         }
         if self.enable_grp1 {
-            value |= GICD_CTLR_ENABLE_GRP1;
+            value += GICD_CTLR::EnableGrp1::SET;
         }
-        value
+        value.value
     }
 
     /// Only the group enables are writable: ARE and DS are RAO/WI, E1NWF
     /// RAZ/WI, RWP read-only ("GICD_CTLR, Distributor Control Register").
     fn write_gicd_ctlr(&mut self, value: u32) {
-        let grp0 = value & GICD_CTLR_ENABLE_GRP0 != 0;
-        let grp1 = value & GICD_CTLR_ENABLE_GRP1 != 0;
+        let grp0 = GICD_CTLR::EnableGrp0.is_set(value);
+        let grp1 = GICD_CTLR::EnableGrp1.is_set(value);
         if (grp0, grp1) != (self.enable_grp0, self.enable_grp1) {
             let woken = self.change_all(|g| {
                 g.enable_grp0 = grp0;
@@ -1411,8 +1429,8 @@ impl VGic {
         let Some(index) = self.spi_index(slot) else {
             return;
         };
-        let router = value & IROUTER_MASK;
-        let target = if router & IROUTER_IRM != 0 {
+        let router = value & ROUTER_WRITABLE;
+        let target = if GICD_IROUTER::Interrupt_Routing_Mode.is_set(router) {
             None
         } else {
             self.vcpu_by_affinity(router)
@@ -1434,12 +1452,12 @@ impl VGic {
         if self.awake.contains(vcpu) {
             0
         } else {
-            GICR_WAKER_PROCESSOR_SLEEP | GICR_WAKER_CHILDREN_ASLEEP
+            (GICR_WAKER::ProcessorSleep::SET + GICR_WAKER::ChildrenAsleep::SET).value
         }
     }
 
     fn write_gicr_waker(&mut self, vcpu: u16, value: u32) {
-        let awake = value & GICR_WAKER_PROCESSOR_SLEEP == 0;
+        let awake = !GICR_WAKER::ProcessorSleep.is_set(value);
         if awake != self.awake.contains(vcpu) {
             // Participation in 1-of-N distribution changes.
             let woken = self.change_all(|g| {

@@ -5,10 +5,11 @@
 
 use super::regs::*;
 use super::{Access, Bank, BitReg, Decoded, Reg, VGic, VgicError, Width};
+use gic_regs::typer_affinity;
 
 impl VGic {
     /// A guest read of `size` bytes at `offset` from the first
-    /// redistributor: vCPU `offset / GICR_FRAME_SIZE`'s frame. On `Err`
+    /// redistributor: vCPU `offset / REDISTRIBUTOR_SIZE`'s frame. On `Err`
     /// the value is zero (see [`VgicError`]).
     pub fn redist_read(&self, offset: u64, size: u8) -> Result<u64, VgicError> {
         let access = Access {
@@ -41,13 +42,12 @@ impl VGic {
     /// are 0.
     pub(super) fn gicr_typer(&self, vcpu: u16) -> u64 {
         let mpidr = self.mpidr(vcpu).unwrap_or(0);
-        let affinity = ((mpidr >> 32) & 0xff) << 24 | (mpidr & 0xff_ffff);
-        let mut typer = affinity << GICR_TYPER_AFFINITY_SHIFT
-            | u64::from(vcpu) << GICR_TYPER_PROCESSOR_NUMBER_SHIFT;
+        let mut typer = GICR_TYPER::Affinity_Value.val(typer_affinity(mpidr).into())
+            + GICR_TYPER::Processor_Number.val(vcpu.into());
         if usize::from(vcpu) + 1 == self.mpidrs.len() {
-            typer |= GICR_TYPER_LAST;
+            typer += GICR_TYPER::Last::SET;
         }
-        typer
+        typer.value
     }
 
     /// What is at `offset` from the first redistributor; `None` for
@@ -56,12 +56,12 @@ impl VGic {
     /// `offset`.
     fn decode_redist(&self, offset: u64) -> Option<Decoded> {
         use Width::{ByteOrWord, DoubleOrWord, Word};
-        let frame = offset / GICR_FRAME_SIZE;
+        let frame = offset / REDISTRIBUTOR_SIZE;
         if frame >= self.mpidrs.len() as u64 {
             return None;
         }
         let vcpu = frame as u16;
-        let frame_base = frame * GICR_FRAME_SIZE;
+        let frame_base = frame * REDISTRIBUTOR_SIZE;
         let in_frame = offset - frame_base;
         let word = in_frame & !3;
         // Decoded registers carry offsets from the first redistributor,
@@ -69,20 +69,20 @@ impl VGic {
         let at = |reg, width, base: u64| Decoded::new(reg, width, frame_base + base);
         let fixed = |reg| at(reg, Word, word);
         let bank = Bank::Private(vcpu);
-        if word < GICR_SGI_BASE {
+        if word < SGI_FRAME_OFFSET {
             // RD_base.
             return Some(match word {
                 // No LPIs: EnableLPIs is RES0, and so is everything else
                 // writable; RWP and UWP read 0.
                 GICR_CTLR | GICR_STATUSR => fixed(Reg::RazWi),
                 GICR_IIDR => fixed(Reg::ReadOnly(IIDR.into())),
-                0x0008..=0x000f => at(
+                GICR_TYPER..GICR_STATUSR => at(
                     Reg::ReadOnly(self.gicr_typer(vcpu)),
                     DoubleOrWord,
                     GICR_TYPER,
                 ),
                 GICR_WAKER => fixed(Reg::Waker(vcpu)),
-                ID_REGISTERS..=0xffff => {
+                ID_REGISTERS..SGI_FRAME_OFFSET => {
                     let value = ID_VALUES.get(((word - ID_REGISTERS) / 4) as usize)?;
                     fixed(Reg::ReadOnly((*value).into()))
                 }
@@ -91,7 +91,7 @@ impl VGic {
                 _ => return None,
             });
         }
-        let sgi = word - GICR_SGI_BASE;
+        let sgi = word - SGI_FRAME_OFFSET;
         let bits = |kind| fixed(Reg::Bits(kind, bank, 0));
         Some(match sgi {
             GICR_IGROUPR0 => bits(BitReg::Group),
@@ -101,7 +101,7 @@ impl VGic {
             GICR_ICPENDR0 => bits(BitReg::ClearPending),
             GICR_ISACTIVER0 => bits(BitReg::SetActive),
             GICR_ICACTIVER0 => bits(BitReg::ClearActive),
-            0x0400..=0x041f => at(
+            GICR_IPRIORITYR..GICR_IPRIORITYR_END => at(
                 Reg::Priority(bank, (sgi - GICR_IPRIORITYR) as u32),
                 ByteOrWord,
                 word,

@@ -13,12 +13,12 @@ fn gic(vcpus: u16, spis: u32) -> VGic {
 
 /// vCPU `vcpu`'s RD_base, from the first redistributor.
 fn rd_base(vcpu: u16) -> u64 {
-    u64::from(vcpu) * GICR_FRAME_SIZE
+    u64::from(vcpu) * REDISTRIBUTOR_SIZE
 }
 
 /// vCPU `vcpu`'s SGI_base, from the first redistributor.
 fn sgi_base(vcpu: u16) -> u64 {
-    rd_base(vcpu) + GICR_SGI_BASE
+    rd_base(vcpu) + SGI_FRAME_OFFSET
 }
 
 fn dr(g: &VGic, offset: u64) -> u32 {
@@ -44,7 +44,11 @@ fn spi_bit(block: u64, intid: u32) -> (u64, u32) {
 
 /// Enables both groups in GICD_CTLR, then `intid` (of `vcpu` if private).
 fn enable(g: &mut VGic, intid: u32, vcpu: u16) {
-    dw(g, GICD_CTLR, GICD_CTLR_ENABLE_GRP0 | GICD_CTLR_ENABLE_GRP1);
+    dw(
+        g,
+        GICD_CTLR,
+        GICD_CTLR::EnableGrp0::SET.value | GICD_CTLR::EnableGrp1::SET.value,
+    );
     if intid < PRIVATE_COUNT {
         rw(g, sgi_base(vcpu) + GICR_ISENABLER0, 1 << intid);
     } else {
@@ -80,7 +84,10 @@ fn status(g: &VGic, intid: u32, vcpu: u16) -> IrqStatus {
 fn reset_values_and_identification() {
     let g = gic(4, 64);
     // DS and ARE read one, the group enables and RWP zero.
-    assert_eq!(dr(&g, GICD_CTLR), GICD_CTLR_ARE | GICD_CTLR_DS);
+    assert_eq!(
+        dr(&g, GICD_CTLR),
+        GICD_CTLR::ARE::SET.value | GICD_CTLR::DS::SET.value
+    );
     assert_eq!(dr(&g, GICD_CTLR), 0x50);
     assert_eq!(dr(&g, GICD_IIDR), IIDR);
     assert_eq!(dr(&g, GICD_TYPER2), 0);
@@ -183,7 +190,7 @@ fn gicd_ctlr_only_the_group_enables_are_writable() {
     dw(&mut g, GICD_CTLR, u32::MAX);
     // EnableGrp0, EnableGrp1; ARE and DS stay one; RWP, E1NWF stay zero.
     assert_eq!(dr(&g, GICD_CTLR), 0x53);
-    dw(&mut g, GICD_CTLR, GICD_CTLR_ENABLE_GRP1);
+    dw(&mut g, GICD_CTLR, GICD_CTLR::EnableGrp1::SET.value);
     assert_eq!(dr(&g, GICD_CTLR), 0x52);
     // What Linux writes (ARE_NS | ENABLE_G1A | ENABLE_G1): bit 0 is
     // EnableGrp0 with DS = 1, harmless.
@@ -191,7 +198,7 @@ fn gicd_ctlr_only_the_group_enables_are_writable() {
     assert_eq!(dr(&g, GICD_CTLR), 0x53);
     dw(&mut g, GICD_CTLR, 0);
     assert_eq!(dr(&g, GICD_CTLR), 0x50);
-    assert_eq!(dr(&g, GICD_CTLR) & GICD_CTLR_RWP, 0);
+    assert_eq!(dr(&g, GICD_CTLR) & GICD_CTLR::RWP::SET.value, 0);
 }
 
 #[test]
@@ -199,17 +206,21 @@ fn gicd_typer_itlinesnumber_follows_the_spi_count() {
     for (spis, itlines) in [(0, 0), (32, 1), (64, 2), (96, 3), (960, 30), (988, 31)] {
         let g = gic(1, spis);
         let typer = dr(&g, GICD_TYPER);
-        assert_eq!(typer & GICD_TYPER_ITLINES_MASK, itlines, "{spis} SPIs");
+        assert_eq!(
+            GICD_TYPER::ITLinesNumber.read(typer),
+            itlines,
+            "{spis} SPIs"
+        );
         // The last SPI INTID is within 32 * (ITLinesNumber + 1) - 1.
         assert!(31 + spis < 32 * (itlines + 1));
-        assert_eq!((typer >> GICD_TYPER_IDBITS_SHIFT) & 0x1f, 15);
-        assert_ne!(typer & GICD_TYPER_A3V, 0);
+        assert_eq!(GICD_TYPER::IDbits.read(typer), 15);
+        assert_ne!(typer & GICD_TYPER::A3V::SET.value, 0);
         for absent in [
-            GICD_TYPER_LPIS,
-            GICD_TYPER_MBIS,
-            GICD_TYPER_SECURITY_EXTN,
-            GICD_TYPER_NO1N,
-            GICD_TYPER_RSS,
+            GICD_TYPER::LPIS::SET.value,
+            GICD_TYPER::MBIS::SET.value,
+            GICD_TYPER::SecurityExtn::SET.value,
+            GICD_TYPER::No1N::SET.value,
+            GICD_TYPER::RSS::SET.value,
         ] {
             assert_eq!(typer & absent, 0);
         }
@@ -444,7 +455,7 @@ fn groups_are_stored_and_gated_by_the_group_enables() {
     enable(&mut g, 33, 0);
     enable(&mut g, 27, 0);
     enable(&mut g, 34, 0);
-    dw(&mut g, GICD_CTLR, GICD_CTLR_ENABLE_GRP1);
+    dw(&mut g, GICD_CTLR, GICD_CTLR::EnableGrp1::SET.value);
     g.raise_edge(33, 0).unwrap();
     g.raise_edge(34, 0).unwrap();
     g.set_level(27, 0, true).unwrap();
@@ -453,7 +464,7 @@ fn groups_are_stored_and_gated_by_the_group_enables() {
     dw(
         &mut g,
         GICD_CTLR,
-        GICD_CTLR_ENABLE_GRP0 | GICD_CTLR_ENABLE_GRP1,
+        GICD_CTLR::EnableGrp0::SET.value | GICD_CTLR::EnableGrp1::SET.value,
     );
     assert_eq!(g.take_wakeups(), VcpuMask::single(0));
     assert_eq!(pending_intids(&g, 0), [27, 33, 34]);
@@ -501,7 +512,12 @@ fn irouter_routes_spis_by_affinity() {
 fn irouter_irm_goes_to_one_of_the_awake_vcpus() {
     let mut g = gic(4, 32);
     let router = GICD_IROUTER_BASE + 8 * 45;
-    g.dist_write(router, 8, IROUTER_IRM | 0x3).unwrap();
+    g.dist_write(
+        router,
+        8,
+        GICD_IROUTER::Interrupt_Routing_Mode::SET.value | 0x3,
+    )
+    .unwrap();
     // Every redistributor is asleep at reset: nobody participates.
     assert_eq!(g.spi_targets(45), Some(VcpuMask::EMPTY));
     enable(&mut g, 45, 0);
@@ -537,7 +553,7 @@ fn gicr_typer_affinity_processor_number_and_last() {
             | u64::from(mpidr.aff(0));
         assert_eq!(typer >> 32, affinity);
         assert_eq!((typer >> 8) & 0xffff, u64::from(vcpu));
-        assert_eq!(typer & GICR_TYPER_LAST != 0, vcpu == 17);
+        assert_eq!(typer & GICR_TYPER::Last::SET.value != 0, vcpu == 17);
         // No PLPIS, VLPIS, Dirty, DirectLPI, DPGS, MPAM, RVPEID; no
         // CommonLPIAff, VSGI, PPInum (bits 31:24).
         assert_eq!(typer & 0xef, 0);
@@ -571,21 +587,25 @@ fn gicr_waker_handshake() {
     let waker = rd_base(1) + GICR_WAKER;
     assert_eq!(
         rr(&g, waker),
-        GICR_WAKER_PROCESSOR_SLEEP | GICR_WAKER_CHILDREN_ASLEEP
+        GICR_WAKER::ProcessorSleep::SET.value | GICR_WAKER::ChildrenAsleep::SET.value
     );
     // Linux's gic_enable_redist: clear ProcessorSleep, poll until
     // ChildrenAsleep reads 0.
-    let value = rr(&g, waker) & !GICR_WAKER_PROCESSOR_SLEEP;
+    let value = rr(&g, waker) & !GICR_WAKER::ProcessorSleep::SET.value;
     rw(&mut g, waker, value);
-    assert_eq!(rr(&g, waker) & GICR_WAKER_CHILDREN_ASLEEP, 0);
+    assert_eq!(rr(&g, waker) & GICR_WAKER::ChildrenAsleep::SET.value, 0);
     assert_eq!(rr(&g, waker), 0);
     // vCPU 0's redistributor is separate.
     assert_eq!(rr(&g, rd_base(0) + GICR_WAKER), 0b110);
     // Going to sleep: ProcessorSleep set, ChildrenAsleep follows.
-    rw(&mut g, waker, GICR_WAKER_PROCESSOR_SLEEP);
+    rw(&mut g, waker, GICR_WAKER::ProcessorSleep::SET.value);
     assert_eq!(rr(&g, waker), 0b110);
     // ChildrenAsleep is read-only and the IMPLEMENTATION DEFINED bits RAZ/WI.
-    rw(&mut g, waker, GICR_WAKER_CHILDREN_ASLEEP | 1 | 1 << 31);
+    rw(
+        &mut g,
+        waker,
+        GICR_WAKER::ChildrenAsleep::SET.value | 1 | 1 << 31,
+    );
     assert_eq!(rr(&g, waker), 0);
 }
 
@@ -600,15 +620,15 @@ fn redistributor_frames_are_found_by_offset() {
     // Past the last vCPU's frame: no redistributor, RAZ/WI.
     let before = g.clone();
     assert_eq!(
-        g.redist_read(3 * GICR_FRAME_SIZE + GICR_PIDR2, 4),
+        g.redist_read(3 * REDISTRIBUTOR_SIZE + GICR_PIDR2, 4),
         Err(VgicError::Ignored {
-            offset: 3 * GICR_FRAME_SIZE + GICR_PIDR2,
+            offset: 3 * REDISTRIBUTOR_SIZE + GICR_PIDR2,
             size: 4,
             write: false
         })
     );
     assert!(matches!(
-        g.redist_write(3 * GICR_FRAME_SIZE + GICR_SGI_BASE + 0x100, 4, 1),
+        g.redist_write(3 * REDISTRIBUTOR_SIZE + SGI_FRAME_OFFSET + 0x100, 4, 1),
         Err(VgicError::Ignored { .. })
     ));
     assert!(g.redist_read(!7, 8).is_err());
@@ -648,13 +668,16 @@ fn sgi1r_irm_targets_everyone_but_the_sender() {
     }
     // IRM = 1: the target list and affinity fields are ignored.
     let woken = g
-        .send_sgi(2, SGI1R_IRM | 1 << 24 | 0xffff | 0xff << 16)
+        .send_sgi(
+            2,
+            ICC_SGI1R_EL1::IRM::SET.value | 1 << 24 | 0xffff | 0xff << 16,
+        )
         .unwrap();
     assert_eq!(woken, VcpuMask::from_bits(0b1011));
     assert!(!status(&g, 1, 2).pending);
     assert!([0, 1, 3].iter().all(|&v| status(&g, 1, v).pending));
     assert_eq!(
-        g.send_sgi(4, SGI1R_IRM),
+        g.send_sgi(4, ICC_SGI1R_EL1::IRM::SET.value),
         Err(InjectError::NoSuchVcpu { vcpu: 4 })
     );
 }
@@ -1203,15 +1226,15 @@ fn misaligned_and_odd_sized_accesses_are_reported_for_an_abort() {
         (GICR_TYPER + 2, 2, unsupported(GICR_TYPER + 2, 2, false)),
         (GICR_TYPER + 4, 8, misaligned(GICR_TYPER + 4, 8, false)),
         (
-            GICR_SGI_BASE + GICR_ISENABLER0,
+            SGI_FRAME_OFFSET + GICR_ISENABLER0,
             2,
-            unsupported(GICR_SGI_BASE + GICR_ISENABLER0, 2, false),
+            unsupported(SGI_FRAME_OFFSET + GICR_ISENABLER0, 2, false),
         ),
         (
-            GICR_FRAME_SIZE + GICR_SGI_BASE + GICR_IPRIORITYR + 1,
+            REDISTRIBUTOR_SIZE + SGI_FRAME_OFFSET + GICR_IPRIORITYR + 1,
             2,
             misaligned(
-                GICR_FRAME_SIZE + GICR_SGI_BASE + GICR_IPRIORITYR + 1,
+                REDISTRIBUTOR_SIZE + SGI_FRAME_OFFSET + GICR_IPRIORITYR + 1,
                 2,
                 false,
             ),
@@ -1236,7 +1259,7 @@ fn misaligned_and_odd_sized_accesses_are_reported_for_an_abort() {
 #[test]
 fn wakeups_from_register_writes() {
     let mut g = gic(4, 32);
-    dw(&mut g, GICD_CTLR, GICD_CTLR_ENABLE_GRP1);
+    dw(&mut g, GICD_CTLR, GICD_CTLR::EnableGrp1::SET.value);
     // SPI 50 routed to vCPU 2, pending but disabled: nobody to wake yet.
     g.dist_write(GICD_IROUTER_BASE + 8 * 50, 8, 2).unwrap();
     let (ispendr, bit) = spi_bit(GICD_ISPENDR, 50);
@@ -1253,7 +1276,7 @@ fn wakeups_from_register_writes() {
     dw(&mut g, GICD_CTLR, 0);
     assert!(!g.has_pending(2));
     assert_eq!(g.take_wakeups(), VcpuMask::EMPTY);
-    dw(&mut g, GICD_CTLR, GICD_CTLR_ENABLE_GRP1);
+    dw(&mut g, GICD_CTLR, GICD_CTLR::EnableGrp1::SET.value);
     assert_eq!(g.take_wakeups(), VcpuMask::single(2));
     // An SGI made pending through vCPU 3's redistributor.
     rw(&mut g, sgi_base(3) + GICR_ISENABLER0, 1 << 4);
@@ -1334,7 +1357,7 @@ fn linux_probe_and_first_interrupt() {
     assert_eq!(lines, 96);
     // gic_dist_init.
     dw(&mut g, GICD_CTLR, 0);
-    assert_eq!(dr(&g, GICD_CTLR) & GICD_CTLR_RWP, 0);
+    assert_eq!(dr(&g, GICD_CTLR) & GICD_CTLR::RWP::SET.value, 0);
     for i in (32..lines).step_by(32) {
         dw(&mut g, GICD_IGROUPR + u64::from(i / 8), u32::MAX);
     }
@@ -1363,8 +1386,12 @@ fn linux_probe_and_first_interrupt() {
             if typer >> 32 == vcpu_mpidr(vcpu).value() {
                 break;
             }
-            assert_eq!(typer & GICR_TYPER_LAST, 0, "scanned past the last frame");
-            frame += GICR_FRAME_SIZE;
+            assert_eq!(
+                typer & GICR_TYPER::Last::SET.value,
+                0,
+                "scanned past the last frame"
+            );
+            frame += REDISTRIBUTOR_SIZE;
         }
         assert_eq!(frame, rd_base(vcpu));
         // gic_enable_redist.
@@ -1372,11 +1399,14 @@ fn linux_probe_and_first_interrupt() {
         rw(
             &mut g,
             frame + GICR_WAKER,
-            waker & !GICR_WAKER_PROCESSOR_SLEEP,
+            waker & !GICR_WAKER::ProcessorSleep::SET.value,
         );
-        assert_eq!(rr(&g, frame + GICR_WAKER) & GICR_WAKER_CHILDREN_ASLEEP, 0);
+        assert_eq!(
+            rr(&g, frame + GICR_WAKER) & GICR_WAKER::ChildrenAsleep::SET.value,
+            0
+        );
         // gic_cpu_init.
-        let sgi = frame + GICR_SGI_BASE;
+        let sgi = frame + SGI_FRAME_OFFSET;
         rw(&mut g, sgi + GICR_IGROUPR0, u32::MAX);
         rw(&mut g, sgi + GICR_ICACTIVER0, u32::MAX);
         rw(&mut g, sgi + GICR_ICENABLER0, u32::MAX);
@@ -1454,11 +1484,11 @@ fn random_accesses_never_panic_and_keep_the_model_consistent() {
             3 => ID_REGISTERS + rng.below(0x30),
             _ => rng.below(0x1000),
         };
-        let frame = rng.below(u64::from(vcpus) + 1) * GICR_FRAME_SIZE;
+        let frame = rng.below(u64::from(vcpus) + 1) * REDISTRIBUTOR_SIZE;
         let redist_offset = match (r >> 3) & 3 {
             0 => rng.next_u64(),
             1 => frame + rng.below(0x20),
-            _ => frame + GICR_SGI_BASE + rng.below(0x1000),
+            _ => frame + SGI_FRAME_OFFSET + rng.below(0x1000),
         };
         let size = [1, 2, 4, 8, 4, 4, 0, 3, 16, 255][rng.below(10) as usize];
         let value = if r & (1 << 20) != 0 {
@@ -1534,11 +1564,11 @@ fn random_accesses_never_panic_and_keep_the_model_consistent() {
         let _ = g.take_wakeups();
         let ctlr = dr(&g, GICD_CTLR);
         assert_eq!(
-            ctlr & (GICD_CTLR_ARE | GICD_CTLR_DS),
-            GICD_CTLR_ARE | GICD_CTLR_DS
+            ctlr & (GICD_CTLR::ARE::SET.value | GICD_CTLR::DS::SET.value),
+            GICD_CTLR::ARE::SET.value | GICD_CTLR::DS::SET.value
         );
-        assert_eq!(ctlr & GICD_CTLR_RWP, 0);
-        assert_eq!(rr(&g, GICR_SGI_BASE + GICR_ICFGR0), 0xaaaa_aaaa);
+        assert_eq!(ctlr & GICD_CTLR::RWP::SET.value, 0);
+        assert_eq!(rr(&g, SGI_FRAME_OFFSET + GICR_ICFGR0), 0xaaaa_aaaa);
         let v = (r >> 32) as u16 % vcpus;
         let pending = g.pending_for(v);
         assert!(

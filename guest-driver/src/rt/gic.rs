@@ -1,6 +1,6 @@
-//! The runtime's GICv3 driver: [`crate::gicv3`]'s register blocks on the
+//! The runtime's GICv3 driver: [`crate::gicv3`]'s operations on the
 //! frames the device tree names, mapped as device memory, and the CPU
-//! interface's system registers.
+//! interface's system registers, typed with `gic_regs::icc`'s fields.
 //!
 //! It polls: PSTATE.I stays masked and the runtime has no IRQ vector, so a
 //! guest waits with WFI (which wakes for a pending interrupt whatever
@@ -23,12 +23,13 @@ use tock_registers::interfaces::{ReadWriteable, Readable, Writeable};
 
 use super::{machine, mmu};
 use crate::devicetree::GicV3;
-use crate::gicv3::{
-    self, Distributor, GicError, ICC_CTLR_EL1, ICC_EOIR1_EL1, ICC_IAR1_EL1, ICC_IGRPEN1_EL1,
-    ICC_PMR_EL1, ICC_SGI1R_EL1, ICC_SRE_EL1, IntId, PRIORITY_MASK_OPEN, RdFrame, Redistributor,
-    SGI_FRAME_OFFSET, SgiFrame,
-};
+use crate::gicv3::{self, Distributor, GicError, IntId, PRIORITY_MASK_OPEN, Redistributor};
 use crate::mpidr::Mpidr;
+use gic_regs::icc::{
+    ICC_CTLR_EL1, ICC_EOIR1_EL1, ICC_IAR1_EL1, ICC_IGRPEN1_EL1, ICC_PMR_EL1, ICC_SGI1R_EL1,
+    ICC_SRE_EL1,
+};
+use gic_regs::{RdFrame, SGI_FRAME_OFFSET, SgiFrame};
 
 // ---- The CPU interface's system registers ------------------------------------
 
@@ -39,9 +40,7 @@ use crate::mpidr::Mpidr;
 /// of them touches memory, but the accesses are not marked `nomem`, so the
 /// compiler keeps them in program order with the guest's memory accesses.
 macro_rules! icc_register {
-    ($(#[$doc:meta])* $handle:ident, $fields:ident, $name:literal, read) => {
-        $(#[$doc])*
-        struct $handle;
+    (@read $handle:ident, $fields:ident, $name:literal) => {
         impl Readable for $handle {
             type T = u64;
             type R = $fields::Register;
@@ -59,9 +58,7 @@ macro_rules! icc_register {
             }
         }
     };
-    ($(#[$doc:meta])* $handle:ident, $fields:ident, $name:literal, write) => {
-        $(#[$doc])*
-        struct $handle;
+    (@write $handle:ident, $fields:ident, $name:literal) => {
         impl Writeable for $handle {
             type T = u64;
             type R = $fields::Register;
@@ -77,21 +74,10 @@ macro_rules! icc_register {
             }
         }
     };
-    ($(#[$doc:meta])* $handle:ident, $fields:ident, $name:literal, read_write) => {
-        icc_register!($(#[$doc])* $handle, $fields, $name, read);
-        impl Writeable for $handle {
-            type T = u64;
-            type R = $fields::Register;
-            #[inline]
-            fn set(&self, value: u64) {
-                // SAFETY: as for the read: MSR of a GIC CPU interface
-                // register, accessible at EL1; no memory is written.
-                unsafe {
-                    asm!(concat!("msr ", $name, ", {}"), in(reg) value,
-                         options(nostack, preserves_flags))
-                };
-            }
-        }
+    ($(#[$doc:meta])* $handle:ident, $fields:ident, $name:literal, $($access:ident)+) => {
+        $(#[$doc])*
+        struct $handle;
+        $(icc_register!(@$access $handle, $fields, $name);)+
     };
 }
 
@@ -106,19 +92,19 @@ icc_register!(
 );
 icc_register!(
     /// ICC_PMR_EL1: the priority mask.
-    IccPmr, ICC_PMR_EL1, "icc_pmr_el1", read_write
+    IccPmr, ICC_PMR_EL1, "icc_pmr_el1", read write
 );
 icc_register!(
     /// ICC_IGRPEN1_EL1: the Group 1 enable.
-    IccIgrpen1, ICC_IGRPEN1_EL1, "icc_igrpen1_el1", read_write
+    IccIgrpen1, ICC_IGRPEN1_EL1, "icc_igrpen1_el1", read write
 );
 icc_register!(
     /// ICC_SRE_EL1: the system-register interface enable.
-    IccSre, ICC_SRE_EL1, "icc_sre_el1", read_write
+    IccSre, ICC_SRE_EL1, "icc_sre_el1", read write
 );
 icc_register!(
     /// ICC_CTLR_EL1: EOImode and the implemented priority bits.
-    IccCtlr, ICC_CTLR_EL1, "icc_ctlr_el1", read_write
+    IccCtlr, ICC_CTLR_EL1, "icc_ctlr_el1", read write
 );
 icc_register!(
     /// ICC_SGI1R_EL1: a write sends a Group 1 SGI (under a hypervisor it
@@ -206,10 +192,10 @@ pub fn init_cpu() -> Result<CpuInterface, GicError> {
         .redistributor_regions()
         .iter()
         .find_map(|region| {
-            let offset = gicv3::find_redistributor(region.size, mpidr, |offset| {
+            let offset = gic_regs::find_redistributor(region.size, None, mpidr.raw(), |offset| {
                 // SAFETY: init mapped every redistributor region, and the
                 // scan stays inside this one.
-                unsafe { rd_frame_at(region.start + offset) }.typer()
+                unsafe { rd_frame_at(region.start + offset) }.typer.get()
             })?;
             Some(region.start + offset)
         })

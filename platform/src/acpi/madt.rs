@@ -6,6 +6,8 @@ use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
 
+use gic_regs::{DISTRIBUTOR_SIZE, REDISTRIBUTOR_SIZE, REDISTRIBUTOR_SIZE_VLPIS};
+
 use super::table::{Fields, Kind, Table, error};
 use super::{EDGE_RISING, LEVEL_HIGH, checked_range};
 use crate::{
@@ -61,13 +63,6 @@ mod its {
     pub const LEN: usize = 20;
 }
 
-/// The distributor's register frame: 64 KiB (Arm IHI 0069 §12.1 "The GIC
-/// register map", GICD_* in one 64 KiB frame).
-pub(crate) const GICD_SIZE: u64 = 0x1_0000;
-/// A GICv3 redistributor: RD_base and SGI_base, two 64 KiB frames.
-pub(crate) const GICR_FRAME_V3: u64 = 0x2_0000;
-/// A GICv4 redistributor adds VLPI_base and a reserved frame: four.
-pub(crate) const GICR_FRAME_V4: u64 = 0x4_0000;
 /// An ITS: its control frame and its translation frame (GITS_TRANSLATER),
 /// two 64 KiB frames; Linux maps the same 128 KiB for an ACPI ITS.
 pub(crate) const ITS_SIZE: u64 = 0x2_0000;
@@ -273,7 +268,7 @@ fn distributor(
     };
     let base = gicd.u64(gicd::BASE, "Physical Base Address")?;
     Ok((
-        checked_range(gicd, "Physical Base Address", base, GICD_SIZE)?,
+        checked_range(gicd, "Physical Base Address", base, DISTRIBUTOR_SIZE)?,
         version,
     ))
 }
@@ -387,8 +382,9 @@ fn per_cpu_redistributors(
     version: Version,
 ) -> Result<Vec<(String, RedistributorRegion)>, PlatformError> {
     let frame = match version {
-        Version::V4 => GICR_FRAME_V4,
-        Version::V3 | Version::Unspecified => GICR_FRAME_V3,
+        // A GICv4 redistributor adds VLPI_base and a reserved frame.
+        Version::V4 => REDISTRIBUTOR_SIZE_VLPIS,
+        Version::V3 | Version::Unspecified => REDISTRIBUTOR_SIZE,
     };
     usable
         .iter()
