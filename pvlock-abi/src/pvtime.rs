@@ -78,7 +78,7 @@ impl StolenTime {
         }
     }
 
-    /// Host: (re)initialise the record before handing out its IPA.
+    /// Host: (re)initialise the record (its RAM is zeroed at VM load too).
     pub fn reset(&self) {
         for b in &self.reserved {
             b.store(0, Ordering::Relaxed);

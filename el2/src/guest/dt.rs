@@ -11,7 +11,8 @@
 //!     compatible = "linux,dummy-virt"; model = "pvlock VM <name>";
 //!     #address-cells = <2>; #size-cells = <2>; interrupt-parent = <&gic>;
 //!     chosen { bootargs; stdout-path = "/pl011@9000000";
-//!              linux,initrd-start; linux,initrd-end; };
+//!              linux,initrd-start; linux,initrd-end;
+//!              pvlock,reset-count = <N>; };
 //!     memory@40000000 { device_type = "memory"; reg; };
 //!     reserved-memory { #address-cells = <2>; #size-cells = <2>; ranges;
 //!         pvlock@<IPA> { compatible = "pvlock,pv-area"; reg; no-map; };

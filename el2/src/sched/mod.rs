@@ -105,8 +105,11 @@
 //! All state is in one [`Scheduler`] and every method takes `&mut self` or
 //! `&self`: the arch layer wraps it in one spin lock, taken with interrupts
 //! masked (the slice timer and IPI handlers call in too), held only for the
-//! call, never across a guest entry. It acts on the answers — loading a
-//! vCPU, writing PV flags, sending IPIs — after releasing the lock.
+//! call, never across a guest entry. It acts on most answers — loading a
+//! vCPU, sending IPIs — after releasing the lock; the PV "preempted" flag
+//! is the exception, written while the lock is held so that a late 1 from
+//! the pCPU that put a vCPU cannot overtake the 0 of the pCPU that loads
+//! it next (docs/abi.md §3, "The update rule").
 //!
 //! # Cost
 //!

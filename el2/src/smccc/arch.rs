@@ -26,10 +26,10 @@ pub enum Exposure {
 /// The host's exposure to the issues the SMCCC workaround calls address;
 /// decides the SMCCC_ARCH_FEATURES answers for them.
 ///
-/// The arch layer derives it from the physical CPUs (as Linux does:
-/// ID_AA64PFR0_EL1.CSV2 / CSV3, ID_AA64PFR1_EL1.SSBS, ID_AA64MMFR1_EL1.ECBHB
-/// and MIDR lists), or uses [`Self::UNAFFECTED`] under QEMU TCG, which
-/// does not speculate.
+/// The arch layer derives it from the physical CPUs' ID registers:
+/// ID_AA64PFR0_EL1.CSV2 >= 1 clears Spectre v2, >= 3 Spectre-BHB, and
+/// Spectre v4 is always reported vulnerable (docs/abi.md §1). Host tests
+/// use [`Self::UNAFFECTED`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CpuVulnerabilities {
     /// Spectre v2 (CVE-2017-5715): SMCCC_ARCH_WORKAROUND_1.

@@ -11,9 +11,11 @@
 //! | [`openeuler`] (pvsched) | `0xC5000090..=0xC5000093` | [`VcpuState32`] | guest passes IPA |
 //! | [`anolis`] | `0xC60000B0..=0xC60000B2`, `0xC50000B3` | [`VcpuState32`] | guest passes IPA |
 //!
-//! Update rule (every host implementation; docs/abi.md §3): write
-//! [`VcpuState64::RUNNING`] (0) in vcpu_load before the vCPU runs and
-//! [`VcpuState64::PREEMPTED`] (1) in vcpu_put. Writes are single-copy
+//! Update rule (docs/abi.md §3): [`VcpuState64::RUNNING`] (0) is written
+//! in vcpu_load before the vCPU runs and [`VcpuState64::PREEMPTED`] (1)
+//! when it is put while still runnable (the published seed-v3 and
+//! openEuler hosts write 1 at every put; el2 follows x86 KVM and leaves a
+//! vCPU that blocked itself at 0). Writes are single-copy
 //! atomic, little-endian, and release-ordered against the guest's plain
 //! load; the structures therefore hold atomics (same size and alignment as
 //! the plain integers) and expose only LE-converting accessors.
@@ -56,8 +58,10 @@
 //!   must not fail, and must not let one VM affect another, whatever it
 //!   reads, and it ignores implausible values (el2's directed-yield policy
 //!   ignores counts above Linux's `MAX_LOCK_DEPTH`, 48).
-//! - The hypervisor never writes it (it writes only `preempted`, and zeroes
-//!   the whole record when it hands it out or reloads the VM).
+//! - The hypervisor never writes it: it writes only `preempted`, and a
+//!   hypervisor-placed record is zero because the VM's RAM is zeroed each
+//!   time the VM is loaded (el2 does not zero it again when it hands the
+//!   IPA out).
 //! - Only the owning vCPU writes it, so the guest needs no atomic
 //!   read-modify-write against other CPUs; the accessors use one anyway
 //!   (an interrupt on the same CPU may take a lock in between).
@@ -135,11 +139,12 @@ const _: () = assert!(core::mem::offset_of!(VcpuState64, reserved) == 12);
 impl VcpuState64 {
     /// Value of `preempted` while the vCPU runs. docs/abi.md §3.
     pub const RUNNING: u64 = 0;
-    /// Value of `preempted` the host writes at vcpu_put. docs/abi.md §3.
+    /// Value of `preempted` while the vCPU is runnable but not running
+    /// (written at vcpu_put). docs/abi.md §3.
     pub const PREEMPTED: u64 = 1;
 
     /// A zeroed structure (`preempted` = [`Self::RUNNING`], reserved = 0),
-    /// what the host writes when it hands out the IPA.
+    /// the record's state before the vCPU first runs.
     pub const fn new() -> Self {
         Self {
             preempted: AtomicU64::new(Self::RUNNING),
@@ -256,7 +261,8 @@ const _: () = assert!(core::mem::offset_of!(VcpuState32, reserved) == 12);
 impl VcpuState32 {
     /// Value of `preempted` while the vCPU runs. docs/abi.md §3.
     pub const RUNNING: u32 = 0;
-    /// Value of `preempted` the host writes at vcpu_put. docs/abi.md §3.
+    /// Value of `preempted` while the vCPU is runnable but not running
+    /// (written at vcpu_put). docs/abi.md §3.
     pub const PREEMPTED: u32 = 1;
 
     /// A zeroed structure (`preempted` = [`Self::RUNNING`], reserved = 0),

@@ -17,7 +17,8 @@ use crate::smccc::{FunctionId, Owner};
 pub const PV_LOCK_FEATURES: FunctionId = FunctionId::fast64(Owner::VendorHypervisor, 0x20);
 
 /// PV_LOCK_PREEMPTED, `0xC6000021`: returns the IPA of the calling vCPU's
-/// [`VcpuState`] in X0 (hypervisor-allocated, zeroed), or -1. docs/abi.md §3.
+/// [`VcpuState`] in X0 (hypervisor-allocated, zero from VM load), or -1.
+/// docs/abi.md §3.
 pub const PV_LOCK_PREEMPTED: FunctionId = FunctionId::fast64(Owner::VendorHypervisor, 0x21);
 
 /// The per-vCPU structure: `le64 preempted; u8 pad[56]`. docs/abi.md §3.
