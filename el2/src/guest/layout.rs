@@ -59,7 +59,7 @@ pub const IPA_BITS: u32 = 39;
 pub const RAM_BASE: u64 = 0x4000_0000;
 
 /// The GICv3 distributor frame (`VIRT_GIC_DIST`): 64 KiB.
-pub const GICD: MemRange = MemRange::new(0x0800_0000, 0x1_0000);
+pub const GICD: MemRange = MemRange::new(0x0800_0000, gic_regs::DISTRIBUTOR_SIZE);
 
 /// The first redistributor (`VIRT_GIC_REDIST`).
 pub const GICR_BASE: u64 = 0x080a_0000;
@@ -68,7 +68,7 @@ pub const GICR_BASE: u64 = 0x080a_0000;
 /// the VLPI frames (Arm IHI 0069, 12.10 "The GIC Redistributor register
 /// map"), so a guest reads the frames in order without a
 /// `redistributor-stride`.
-pub const GICR_FRAME_SIZE: u64 = 0x2_0000;
+pub const GICR_FRAME_SIZE: u64 = gic_regs::REDISTRIBUTOR_SIZE;
 
 /// The whole window QEMU `virt` sets aside for redistributors (up to the
 /// UART): 123 frames, enough for [`MAX_VCPUS`].

@@ -145,8 +145,6 @@ pub const MAX_SPIS: u32 = gic_regs::SPI_COUNT;
 pub const MAX_VCPUS: usize = platform::vm::MAX_VCPUS as usize;
 
 const _: () = assert!(MAX_VCPUS <= u64::BITS as usize);
-const _: () = assert!(REDISTRIBUTOR_SIZE == crate::guest::layout::GICR_FRAME_SIZE);
-const _: () = assert!(DISTRIBUTOR_SIZE == crate::guest::layout::GICD.size);
 
 /// The writable bits of `GICD_IROUTER<n>`: Aff3, Interrupt_Routing_Mode and
 /// Aff2.Aff1.Aff0; the rest is RES0.
