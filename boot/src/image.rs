@@ -182,6 +182,8 @@ mod tests {
 
     #[test]
     fn magic_is_arm_d() {
+        // The constant is built from the bytes "ARM\x64"; booting.rst gives
+        // the number: `magic = 0x644d5241`.
         assert_eq!(MAGIC, 0x644d_5241);
     }
 }

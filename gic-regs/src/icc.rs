@@ -72,7 +72,8 @@ register_bitfields! {u64,
         SRE OFFSET(0) NUMBITS(1) [],
     ],
     /// ICC_CTLR_EL1 ("ICC_CTLR_EL1, Interrupt Controller Control Register
-    /// (EL1)"), the fields the project uses.
+    /// (EL1)"), the fields the project uses. aarch64-cpu 11 defines the
+    /// register read-only and without EOImode, which both sides write.
     pub ICC_CTLR_EL1 [
         /// Implemented priority bits minus one (read-only).
         PRIbits OFFSET(8) NUMBITS(3) [],

@@ -1529,6 +1529,32 @@ fn inject(ctx: &mut VcpuContext, what: GuestFault) {
     ctx.regs.pstate = entry.pstate;
 }
 
+/// Injects a synchronous external abort for a data access at guest VA
+/// `far` that cannot complete, logging `why` while the VM's faults are
+/// still worth logging (`el2::fault::worth_logging`).
+fn abort_data_access(
+    vm: &Vm,
+    vcpu: VcpuId,
+    ctx: &mut VcpuContext,
+    far: u64,
+    write: bool,
+    why: core::fmt::Arguments<'_>,
+) {
+    if let Some(nth) = vm.fault_to_log() {
+        log::warn!(
+            "{vcpu} ({}): {why} injected (fault {nth} of this VM)",
+            vm.name
+        );
+    }
+    inject(
+        ctx,
+        GuestFault::DataAbort {
+            address: far,
+            write,
+        },
+    );
+}
+
 fn data_abort(
     pcpu: usize,
     vm: &Vm,
@@ -1541,19 +1567,13 @@ fn data_abort(
     let access = match abort.access {
         Ok(access) => access,
         Err(why) => {
-            if let Some(nth) = vm.fault_to_log() {
-                log::warn!(
-                    "{vcpu} ({}): undecodable access at VA {far:#x}: {why}; abort injected \
-                     (fault {nth} of this VM)",
-                    vm.name
-                );
-            }
-            inject(
+            abort_data_access(
+                vm,
+                vcpu,
                 ctx,
-                GuestFault::DataAbort {
-                    address: far,
-                    write: abort.write,
-                },
+                far,
+                abort.write,
+                format_args!("undecodable access at VA {far:#x}: {why}; abort"),
             );
             return Next::Resume;
         }
@@ -1566,31 +1586,25 @@ fn data_abort(
                 offset,
                 far,
             };
-            match device {
+            match routed.device {
                 EmulatedDevice::Uart => uart_access(pcpu, vm, vcpu, ctx, &routed, sched),
                 EmulatedDevice::Distributor | EmulatedDevice::Redistributors => {
                     gic_access(pcpu, vm, vcpu, ctx, &routed, sched)
                 }
             }
         }
-        None => {
-            if let Some(nth) = vm.fault_to_log() {
-                log::warn!(
-                    "{vcpu} ({}): {} at IPA {:#x} outside its memory; synchronous external \
-                     abort injected (fault {nth} of this VM)",
-                    vm.name,
-                    if access.write { "write" } else { "read" },
-                    access.ipa
-                );
-            }
-            inject(
-                ctx,
-                GuestFault::DataAbort {
-                    address: far,
-                    write: access.write,
-                },
-            );
-        }
+        None => abort_data_access(
+            vm,
+            vcpu,
+            ctx,
+            far,
+            access.write,
+            format_args!(
+                "{} at IPA {:#x} outside its memory; synchronous external abort",
+                if access.write { "write" } else { "read" },
+                access.ipa
+            ),
+        ),
     }
     Next::Resume
 }
@@ -1614,13 +1628,7 @@ fn uart_access(
     routed: &Routed,
     sched: &Mutex<Scheduler>,
 ) {
-    let Routed {
-        access,
-        offset,
-        far,
-        ..
-    } = routed;
-    let (offset, far) = (*offset, *far);
+    let (access, offset) = (&routed.access, routed.offset);
     let mut uart = vm.console.lock();
     let result = if access.write {
         let value = el2::mmio::write_value(&ctx.regs, access);
@@ -1634,21 +1642,14 @@ fn uart_access(
     deliver(pcpu, vm, Some(vcpu.index), targets, sched);
     match result {
         Ok(()) => el2::mmio::skip_instruction(&mut ctx.regs, access),
-        Err(e) => {
-            if let Some(nth) = vm.fault_to_log() {
-                log::warn!(
-                    "{vcpu} ({}): UART {e}; abort injected (fault {nth} of this VM)",
-                    vm.name
-                );
-            }
-            inject(
-                ctx,
-                GuestFault::DataAbort {
-                    address: far,
-                    write: access.write,
-                },
-            );
-        }
+        Err(e) => abort_data_access(
+            vm,
+            vcpu,
+            ctx,
+            routed.far,
+            access.write,
+            format_args!("UART {e}; abort"),
+        ),
     }
 }
 
@@ -1697,18 +1698,12 @@ fn gic_access(
     routed: &Routed,
     sched: &Mutex<Scheduler>,
 ) {
-    let Routed {
-        access,
-        device,
-        offset,
-        far,
-    } = routed;
-    let (offset, far) = (*offset, *far);
+    let (access, offset) = (&routed.access, routed.offset);
     let ipa = access.ipa;
     let value = el2::mmio::write_value(&ctx.regs, access);
     let (result, woken) = {
         let mut gic = vm.vgic.lock();
-        let distributor = *device == EmulatedDevice::Distributor;
+        let distributor = routed.device == EmulatedDevice::Distributor;
         let result = match (distributor, access.write) {
             (true, false) => gic.dist_read(offset, access.size),
             (true, true) => gic.dist_write(offset, access.size, value).map(|()| 0),
@@ -1739,22 +1734,14 @@ fn gic_access(
             }
             el2::mmio::skip_instruction(&mut ctx.regs, access);
         }
-        Err(e) => {
-            if let Some(nth) = vm.fault_to_log() {
-                log::warn!(
-                    "{vcpu} ({}): GIC access at IPA {ipa:#x}: {e}; abort injected (fault {nth} \
-                     of this VM)",
-                    vm.name
-                );
-            }
-            inject(
-                ctx,
-                GuestFault::DataAbort {
-                    address: far,
-                    write: access.write,
-                },
-            );
-        }
+        Err(e) => abort_data_access(
+            vm,
+            vcpu,
+            ctx,
+            routed.far,
+            access.write,
+            format_args!("GIC access at IPA {ipa:#x}: {e}; abort"),
+        ),
     }
 }
 
