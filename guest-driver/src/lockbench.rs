@@ -95,7 +95,8 @@ impl LockKind {
 /// | `private-work=N` | mixing rounds between acquisitions (0..=1000000) | [`DEFAULT_PRIVATE_WORK`] |
 /// | `spin-limit=N` | PV locks: spins between two looks at the awaited vCPU's flag (1..=1000000000) | [`crate::lock::DEFAULT_SPIN_LIMIT`] |
 /// | `halt-after=N` | PV queued lock: looks after which a waiter sleeps until kicked although the awaited vCPU runs (1..=4294967295) | [`crate::lock::DEFAULT_HALT_AFTER`] |
-/// | `first-hold-ms=N` | each vCPU's first critical section lasts at least N ms of counter time (0..=1000): longer than a time slice, its holder is preempted inside it for sure (with more vCPUs than pCPUs) | 0 |
+/// | `first-hold-ms=N` | each vCPU's first critical sections (see `long-holds`) last at least N ms of counter time (0..=1000): longer than a time slice, their holder is preempted inside them for sure (with more vCPUs than pCPUs) | 0 |
+/// | `long-holds=N` | how many of each vCPU's first critical sections `first-hold-ms` lengthens (1..=1000) | 1 |
 /// | `costs=N` | first measure N null hypercalls and N directed-yield round trips between vCPUs 0 and 1 (0..=10000000; 0: skip) | 0 |
 /// | `timeout=S` | seconds to wait for a vCPU to come online, and for all to finish (1..=3600) | 60 |
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -108,6 +109,7 @@ pub struct Settings {
     pub spin_limit: u32,
     pub halt_after: u32,
     pub first_hold_ms: u64,
+    pub long_holds: u64,
     pub costs: u64,
     pub timeout_secs: u64,
 }
@@ -123,6 +125,7 @@ impl Default for Settings {
             spin_limit: crate::lock::DEFAULT_SPIN_LIMIT,
             halt_after: crate::lock::DEFAULT_HALT_AFTER,
             first_hold_ms: 0,
+            long_holds: 1,
             costs: 0,
             timeout_secs: 60,
         }
@@ -157,6 +160,7 @@ impl Settings {
             spin_limit: u32::try_from(spin_limit).unwrap_or(u32::MAX),
             halt_after: u32::try_from(halt_after).unwrap_or(u32::MAX),
             first_hold_ms: args.number("first-hold-ms", d.first_hold_ms, 0, 1000)?,
+            long_holds: args.number("long-holds", d.long_holds, 1, 1000)?,
             costs: args.number("costs", d.costs, 0, MAX_COST_ROUNDS)?,
             timeout_secs: args.number("timeout", d.timeout_secs, 1, 3600)?,
         })
@@ -169,7 +173,7 @@ impl fmt::Display for Settings {
         write!(
             f,
             "lock={} iterations={} duration-ms={} cs-work={} private-work={} spin-limit={} \
-             halt-after={} first-hold-ms={} costs={} timeout={}",
+             halt-after={} first-hold-ms={} long-holds={} costs={} timeout={}",
             self.lock.name(),
             self.iterations,
             self.duration_ms,
@@ -178,6 +182,7 @@ impl fmt::Display for Settings {
             self.spin_limit,
             self.halt_after,
             self.first_hold_ms,
+            self.long_holds,
             self.costs,
             self.timeout_secs
         )
@@ -558,7 +563,8 @@ mod tests {
     fn settings_have_defaults_and_bounds() {
         assert_eq!(settings("").unwrap(), Settings::default());
         let s = settings(
-            "lock=ticket iterations=10 cs-work=5 private-work=0 spin-limit=7 first-hold-ms=9",
+            "lock=ticket iterations=10 cs-work=5 private-work=0 spin-limit=7 first-hold-ms=9 \
+             long-holds=3",
         )
         .unwrap();
         assert_eq!(s.lock, LockKind::Ticket);
@@ -568,9 +574,10 @@ mod tests {
                 s.cs_work,
                 s.private_work,
                 s.spin_limit,
-                s.first_hold_ms
+                s.first_hold_ms,
+                s.long_holds
             ),
-            (10, 5, 0, 7, 9)
+            (10, 5, 0, 7, 9, 3)
         );
         assert_eq!(
             settings("lock=mcs").unwrap_err().to_string(),
@@ -586,13 +593,15 @@ mod tests {
         assert!(settings("cs-work=0").is_err());
         assert!(settings("spin-limit=0").is_err());
         assert!(settings("first-hold-ms=1001").is_err());
+        assert!(settings("long-holds=0").is_err());
+        assert!(settings("long-holds=1001").is_err());
         // The words round-trip.
         let s = settings("lock=ticket iterations=3 timeout=9").unwrap();
         assert_eq!(settings(&s.to_string()).unwrap(), s);
         assert_eq!(
             Settings::default().to_string(),
             "lock=pv iterations=10000 duration-ms=0 cs-work=40 private-work=40 spin-limit=128 \
-             halt-after=16 first-hold-ms=0 costs=0 timeout=60"
+             halt-after=16 first-hold-ms=0 long-holds=1 costs=0 timeout=60"
         );
     }
 

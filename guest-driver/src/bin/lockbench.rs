@@ -17,6 +17,7 @@
 //! | `spin-limit=N` | PV locks: spins between two looks at the awaited vCPU | 128 |
 //! | `halt-after=N` | PV queued lock: looks before a waiter sleeps anyway | 16 |
 //! | `first-hold-ms=N` | each vCPU's first critical section lasts at least N ms: with more vCPUs than pCPUs and N above the hypervisor's time slice (el2: 4 ms), its holder is surely preempted inside it | 0 |
+//! | `long-holds=N` | how many of each vCPU's first critical sections last `first-hold-ms` | 1 |
 //! | `costs=N` | first time N null hypercalls (vCPU 0 alone) and N directed-yield round trips between vCPUs 0 and 1 | 0 (off) |
 //! | `timeout=S` | seconds to wait for a vCPU to come online, and for the others once vCPU 0 is done | 60 |
 //!
@@ -186,7 +187,7 @@ mod guest {
         };
         println!(
             "{PREFIX} lock {}, {}, cs-work {}, private-work {}, spin-limit {}, halt-after {}, \
-             first-hold-ms {} (bootargs \"{}\")",
+             first-hold-ms {}, long-holds {} (bootargs \"{}\")",
             s.lock.name(),
             RunLength(s),
             s.cs_work,
@@ -194,6 +195,7 @@ mod guest {
             s.spin_limit,
             s.halt_after,
             s.first_hold_ms,
+            s.long_holds,
             args.as_str()
         );
         let info = pv::init();
@@ -438,6 +440,8 @@ mod guest {
             worst_wait = worst_wait.max(got.wrapping_sub(asked));
             if i == 0 {
                 count_inside = lock_count(cpu).unwrap_or(0);
+            }
+            if i < s.long_holds {
                 // Hold the lock across a slice expiry: the holder is then
                 // preempted inside its critical section, and its waiters
                 // on other pCPUs find it so.
