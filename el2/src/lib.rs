@@ -25,6 +25,7 @@ pub mod onspin;
 pub mod ownership;
 pub mod percpu;
 pub mod pv;
+pub mod run;
 pub mod sched;
 pub mod smccc;
 pub mod smp;

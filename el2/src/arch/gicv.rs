@@ -10,7 +10,7 @@
 
 use aarch64_cpu::registers::*;
 use core::sync::atomic::{AtomicUsize, Ordering};
-use el2::vgic::{Lr, MAX_LIST_REGISTERS};
+use el2::vgic::MAX_LIST_REGISTERS;
 use tock_registers::interfaces::{Readable, Writeable};
 
 /// How many list registers this machine's CPUs have (ICH_VTR_EL2.ListRegs
@@ -88,8 +88,8 @@ pub fn read_lr(index: usize) -> u64 {
     }
 }
 
-/// A vCPU's virtual CPU interface while it is off the CPU, and what its
-/// list registers hold while it is on.
+/// A vCPU's virtual CPU interface registers while it is off the CPU
+/// (which list registers it uses is the runner's: `el2::run`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CpuInterfaceState {
     /// ICH_VMCR_EL2: the guest's priority mask, binary points, group
@@ -100,74 +100,39 @@ pub struct CpuInterfaceState {
     /// interrupts the guest has acknowledged and not yet completed.
     pub ap0r: [u64; 4],
     pub ap1r: [u64; 4],
-    /// How many list registers the last fill used (entries 0..this).
-    pub lrs_used: usize,
-    /// ICH_HCR_EL2.UIE: the guest's list registers hold all the pending
-    /// interrupts they can; ask for a maintenance interrupt when they are
-    /// nearly empty, to refill them.
-    pub underflow: bool,
 }
 
 impl CpuInterfaceState {
-    /// Loads the interface state and enables the virtual interface; the
-    /// list registers are written by [`Self::load_lrs`].
+    /// Loads the interface state and enables the virtual interface with
+    /// no underflow request; the runner writes the list registers.
     pub fn restore(&self) {
         ICH_VMCR_EL2.set(self.vmcr);
         let aprs = ACTIVE_PRIORITY_REGISTERS.load(Ordering::Relaxed);
         write_aprs(aprs, &self.ap0r, &self.ap1r);
-        self.enable();
+        set_control(false);
     }
 
-    /// Saves the interface state, empties the list registers (the caller
-    /// has read them back) and disables the virtual interface, so nothing
-    /// of this vCPU is signalled on this pCPU while it runs another.
+    /// Saves the interface state and disables the virtual interface, so
+    /// nothing of this vCPU is signalled on this pCPU while it runs
+    /// another. The runner has read back and emptied the list registers.
     pub fn save(&mut self) {
         self.vmcr = ICH_VMCR_EL2.get();
         let aprs = ACTIVE_PRIORITY_REGISTERS.load(Ordering::Relaxed);
         read_aprs(aprs, &mut self.ap0r, &mut self.ap1r);
-        for index in 0..self.lrs_used {
-            write_lr(index, 0);
-        }
-        self.lrs_used = 0;
-        self.underflow = false;
         ICH_HCR_EL2.set(0);
     }
+}
 
-    /// The list registers in use, read back and decoded.
-    pub fn read_lrs(&self) -> ([Lr; MAX_LIST_REGISTERS], usize) {
-        let mut lrs = [Lr::default(); MAX_LIST_REGISTERS];
-        for (index, lr) in lrs.iter_mut().enumerate().take(self.lrs_used) {
-            *lr = Lr::decode(read_lr(index));
-        }
-        (lrs, self.lrs_used)
+/// ICH_HCR_EL2: the virtual CPU interface on, with the underflow
+/// maintenance interrupt when asked for. (EOI maintenance interrupts need
+/// no enable: an EOI list register entry raises one when ICH_HCR_EL2.En is
+/// set.)
+pub fn set_control(underflow: bool) {
+    let mut hcr = ICH_HCR_EL2::En::SET.value;
+    if underflow {
+        hcr |= ICH_HCR_EL2::UIE::SET.value;
     }
-
-    /// Writes a fresh set of list registers (`values[..used]`), clears the
-    /// ones the previous set used beyond that, and sets the underflow
-    /// request.
-    pub fn load_lrs(&mut self, values: &[u64; MAX_LIST_REGISTERS], used: usize, underflow: bool) {
-        let end = used.max(self.lrs_used).min(list_registers());
-        for (index, &value) in values.iter().enumerate().take(end) {
-            write_lr(index, if index < used { value } else { 0 });
-        }
-        self.lrs_used = used;
-        if underflow != self.underflow {
-            self.underflow = underflow;
-            self.enable();
-        }
-    }
-
-    /// ICH_HCR_EL2: the virtual CPU interface on, with the underflow
-    /// maintenance interrupt when asked for. (EOI maintenance interrupts
-    /// need no enable: an EOI list register entry raises one when
-    /// ICH_HCR_EL2.En is set.)
-    fn enable(&self) {
-        let mut hcr = ICH_HCR_EL2::En::SET.value;
-        if self.underflow {
-            hcr |= ICH_HCR_EL2::UIE::SET.value;
-        }
-        ICH_HCR_EL2.set(hcr);
-    }
+    ICH_HCR_EL2.set(hcr);
 }
 
 fn write_aprs(count: usize, ap0r: &[u64; 4], ap1r: &[u64; 4]) {

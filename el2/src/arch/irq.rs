@@ -35,21 +35,7 @@ pub fn set_maintenance_intid(intid: u32) {
     MAINTENANCE_INTID.store(intid, Ordering::Relaxed);
 }
 
-/// What an interrupt taken at EL2 means for the vCPU that was running.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Taken {
-    /// Nothing for the guest (the hypervisor's tick, a reschedule SGI, a
-    /// spurious interrupt): the run loop re-reads the scheduler.
-    Hypervisor,
-    /// The running guest's virtual timer condition was met. The timer is
-    /// masked (CNTV_CTL_EL0.IMASK) so that its level-sensitive line drops;
-    /// the caller injects the virtual timer interrupt. The guest's handler
-    /// reprograms the timer, which unmasks it.
-    VirtualTimer,
-    /// The virtual CPU interface wants its list registers looked at (an
-    /// EOI of a level-sensitive interrupt, or an underflow).
-    Maintenance,
-}
+pub use el2::run::Taken;
 
 /// Acknowledges, handles and ends one interrupt.
 pub fn handle() -> Taken {

@@ -13,6 +13,7 @@ pub mod gicv;
 pub mod head;
 pub mod heap;
 pub mod irq;
+pub mod machine;
 pub mod mmu;
 pub mod psci;
 pub mod regs;

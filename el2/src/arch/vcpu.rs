@@ -8,7 +8,7 @@
 //! return from `enter_guest` with the vector number, on the thread stack.
 
 use super::cpu::CpuLocal;
-use super::regs::{CPTR_EL2, CPTR_EL2_NVHE};
+use super::regs::{CPACR_EL1_RESET, CPTR_EL2, CPTR_EL2_NVHE, SCTLR_EL1_RESET};
 use aarch64_cpu::registers::*;
 use core::arch::{asm, global_asm};
 use core::mem::offset_of;
@@ -150,89 +150,77 @@ impl FpContext {
 
 const _: () = assert!(offset_of!(FpContext, fpcr) == 512);
 
-/// The guest's virtual timer. While the vCPU is off the CPU its timer is
-/// disabled in hardware (so it cannot fire for the wrong guest) and the
-/// deadline is tracked by the scheduler instead.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct VtimerContext {
-    pub ctl: u64,
-    pub cval: u64,
-    /// The timer fired while the guest ran and the hypervisor masked it
-    /// (CNTV_CTL_EL0.IMASK) to inject its interrupt; the guest's handler
-    /// reprograms it. Consumed by the next wait's deadline.
-    pub fired: bool,
-}
-
-impl VtimerContext {
-    pub fn save(&mut self) {
-        self.ctl = CNTV_CTL_EL0.get();
-        self.cval = CNTV_CVAL_EL0.get();
-        CNTV_CTL_EL0.set(0);
-    }
-
-    pub fn restore(&self) {
-        CNTV_CVAL_EL0.set(self.cval);
-        CNTV_CTL_EL0.set(self.ctl);
-    }
-}
-
-/// Everything of a vCPU that lives in CPU registers while it runs.
-#[derive(Clone, Debug, Default)]
-pub struct VcpuContext {
-    pub regs: GuestRegs,
+/// What only this layer knows of a vCPU: its EL1 system registers, its
+/// FP/SIMD registers and its virtual CPU interface registers
+/// (`el2::run::Machine::Saved`). The default is the state at reset.
+#[derive(Clone, Debug)]
+pub struct SavedRegisters {
     pub el1: El1Context,
     pub fp: FpContext,
-    pub vtimer: VtimerContext,
-    /// The MPIDR the guest reads (VMPIDR_EL2).
-    pub vmpidr: u64,
     /// `fp` is in this CPU's FP/SIMD registers (the vCPU used FP/SIMD since
     /// it was loaded), and must be saved when it is put.
     pub fp_live: bool,
-    /// The emulated debug registers (`el2::sysreg`).
-    pub debug: el2::sysreg::DebugState,
-    /// The virtual GIC CPU interface: ICH_VMCR_EL2, the active
-    /// priorities, and which list registers hold this vCPU's interrupts.
+    /// ICH_VMCR_EL2 and the active priorities.
     pub gic: super::gicv::CpuInterfaceState,
 }
 
-impl VcpuContext {
-    /// Loads the vCPU's system state into this CPU (its general registers
-    /// go in at `enter_guest`). The FP/SIMD state is not loaded: its first
-    /// use traps ([`Self::load_fp`]), so a vCPU that runs without touching
-    /// FP/SIMD (a spinner, a kernel between two switches) costs neither the
-    /// load nor the save of 32 128-bit registers — KVM's lazy FP switch.
-    pub fn load(&mut self) {
-        self.el1.restore();
-        self.vtimer.restore();
-        self.gic.restore();
-        VMPIDR_EL2.set(self.vmpidr);
-        self.fp_live = false;
-        CPTR_EL2.modify(CPTR_EL2_NVHE::TFP::SET);
-    }
-
-    /// The vCPU's first FP/SIMD instruction since it was loaded trapped
-    /// (Arm ARM D24.2.41, EC 0x07): load its FP/SIMD state and stop
-    /// trapping. The instruction runs again when the vCPU resumes.
-    pub fn load_fp(&mut self) {
-        CPTR_EL2.modify(CPTR_EL2_NVHE::TFP::CLEAR);
-        // The FP/SIMD instructions of `restore` must see TFP clear.
-        aarch64_cpu::asm::barrier::isb(aarch64_cpu::asm::barrier::SY);
-        self.fp.restore();
-        self.fp_live = true;
-    }
-
-    /// Saves the vCPU's system state from this CPU (FP/SIMD only if it was
-    /// loaded). Its list registers must have been read back into the VM's
-    /// virtual GIC first: this empties them.
-    pub fn save(&mut self) {
-        self.el1.save();
-        self.gic.save();
-        if self.fp_live {
-            self.fp.save();
-            self.fp_live = false;
+impl Default for SavedRegisters {
+    fn default() -> Self {
+        Self {
+            el1: El1Context {
+                sctlr: SCTLR_EL1_RESET,
+                cpacr: CPACR_EL1_RESET,
+                ..El1Context::default()
+            },
+            fp: FpContext::default(),
+            fp_live: false,
+            gic: super::gicv::CpuInterfaceState::default(),
         }
-        self.vtimer.save();
     }
+}
+
+/// A vCPU's context as the runner keeps it.
+pub type VcpuContext = el2::run::VcpuContext<SavedRegisters>;
+
+/// Loads the vCPU's system state into this CPU (its general registers go
+/// in at `enter_guest`). The FP/SIMD state is not loaded: its first use
+/// traps ([`load_fp`]), so a vCPU that runs without touching FP/SIMD (a
+/// spinner, a kernel between two switches) costs neither the load nor the
+/// save of 32 128-bit registers — KVM's lazy FP switch.
+pub fn load(ctx: &mut VcpuContext) {
+    ctx.saved.el1.restore();
+    CNTV_CVAL_EL0.set(ctx.vtimer.cval);
+    CNTV_CTL_EL0.set(ctx.vtimer.ctl);
+    ctx.saved.gic.restore();
+    VMPIDR_EL2.set(ctx.vmpidr);
+    ctx.saved.fp_live = false;
+    CPTR_EL2.modify(CPTR_EL2_NVHE::TFP::SET);
+}
+
+/// The vCPU's first FP/SIMD instruction since it was loaded trapped (Arm
+/// ARM D24.2.41, EC 0x07): load its FP/SIMD state and stop trapping. The
+/// instruction runs again when the vCPU resumes.
+pub fn load_fp(ctx: &mut VcpuContext) {
+    CPTR_EL2.modify(CPTR_EL2_NVHE::TFP::CLEAR);
+    // The FP/SIMD instructions of `restore` must see TFP clear.
+    aarch64_cpu::asm::barrier::isb(aarch64_cpu::asm::barrier::SY);
+    ctx.saved.fp.restore();
+    ctx.saved.fp_live = true;
+}
+
+/// Saves the vCPU's system state from this CPU (FP/SIMD only if it was
+/// loaded) and disables its virtual timer, so that it cannot fire for the
+/// next guest (the scheduler tracks its deadline meanwhile).
+pub fn save(ctx: &mut VcpuContext) {
+    ctx.saved.el1.save();
+    ctx.saved.gic.save();
+    if ctx.saved.fp_live {
+        ctx.saved.fp.save();
+        ctx.saved.fp_live = false;
+    }
+    ctx.vtimer.ctl = CNTV_CTL_EL0.get();
+    ctx.vtimer.cval = CNTV_CVAL_EL0.get();
+    CNTV_CTL_EL0.set(0);
 }
 
 global_asm!(
@@ -296,7 +284,7 @@ unsafe extern "C" {
     /// 12-15 the same from AArch32).
     ///
     /// # Safety
-    /// The vCPU's system state must be loaded (`VcpuContext::load`), its
+    /// The vCPU's system state must be loaded ([`load`]), its
     /// stage 2 active, and `regs` must stay valid until it returns.
     pub fn enter_guest(regs: *mut GuestRegs) -> u64;
 }

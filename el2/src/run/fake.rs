@@ -1,0 +1,366 @@
+//! A fake [`Machine`] for the runner's host tests: a shared virtual clock,
+//! per-pCPU EL2 timers, pending reschedule SGIs and list registers, a
+//! memory that keeps what the PV-record stores wrote, and scripted guests
+//! that exit with hypercalls, WFI, WFE, UART writes and SGIs chosen by a
+//! seeded generator.
+
+use super::machine::{Machine, Taken, VcpuContext, VmRegisters};
+use crate::exit::Syndrome;
+use crate::fault::Injection;
+use crate::guest::layout;
+use crate::heap::OutOfMemory;
+use crate::vgic::MAX_LIST_REGISTERS;
+use aarch64_cpu::registers::ESR_EL2;
+use alloc::collections::BTreeMap;
+use alloc::string::String;
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use boot::sync::SpinMutex as Mutex;
+use core::fmt;
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use platform::MemRange;
+use pvlock_abi::{directed_yield, psci, pvlock};
+
+/// Counter ticks per second of the fake clock.
+pub const HZ: u64 = 1_000_000;
+
+/// The lower-EL synchronous and IRQ vectors (`el2::exit`'s numbering).
+const VECTOR_SYNC: u64 = 8;
+const VECTOR_IRQ: u64 = 9;
+
+/// ESR_EL2.IL: a 32-bit instruction.
+const IL: u64 = 1 << 25;
+/// Data-abort ISS (Arm ARM D24.2.40 "ISS encoding for an exception from a
+/// Data Abort"): ISV, SAS (bits 23:22), SRT (20:16), WnR (6), and DFSC
+/// "translation fault, level 3".
+const ABORT_ISV: u64 = 1 << 24;
+const ABORT_SRT_SHIFT: u64 = 16;
+const ABORT_WNR: u64 = 1 << 6;
+const ABORT_DFSC_TRANSLATION_L3: u64 = 0b00_0111;
+/// WFx ISS: TI = 0b01 is WFE (Arm ARM D24.2.40 "ISS encoding for an
+/// exception from a WF* instruction").
+const WFX_TI_WFE: u64 = 1;
+/// MSR/MRS ISS fields (Arm ARM D24.2.40 "ISS encoding for an exception
+/// from MSR, MRS, or System instruction execution"), and ICC_SGI1R_EL1:
+/// op0 3, op1 0, CRn 12, CRm 11, op2 5.
+const SYSREG_ICC_SGI1R_WRITE: u64 = (3 << 20) | (5 << 17) | (12 << 10) | (11 << 1);
+const SYSREG_RT_SHIFT: u64 = 5;
+
+/// What every fake pCPU shares.
+pub struct World {
+    pub clock: AtomicU64,
+    /// Per pCPU: a reschedule SGI is pending.
+    ipi: Vec<AtomicBool>,
+    /// Per pCPU: the EL2 timer's deadline.
+    timer: Vec<AtomicU64>,
+    /// What the PV stores wrote, by host address.
+    pub memory: Mutex<BTreeMap<u64, u64>>,
+    /// Lines printed on the console.
+    pub console: Mutex<Vec<String>>,
+    /// Guests' choices.
+    rng: Mutex<prng::Rng>,
+    /// Per VM: after this time its vCPU 0 asks for SYSTEM_OFF.
+    pub stop_after: u64,
+    /// Per VM, whether a SYSTEM_RESET was made already (one per VM).
+    pub resets: Mutex<Vec<bool>>,
+}
+
+impl World {
+    pub fn new(pcpus: usize, vms: usize, seed: u64, stop_after: u64) -> Arc<Self> {
+        Arc::new(Self {
+            clock: AtomicU64::new(1),
+            ipi: (0..pcpus).map(|_| AtomicBool::new(false)).collect(),
+            timer: (0..pcpus).map(|_| AtomicU64::new(u64::MAX)).collect(),
+            memory: Mutex::new(BTreeMap::new()),
+            console: Mutex::new(Vec::new()),
+            rng: Mutex::new(prng::Rng::new(seed)),
+            stop_after,
+            resets: Mutex::new(alloc::vec![false; vms]),
+        })
+    }
+
+    pub fn below(&self, n: u64) -> u64 {
+        self.rng.lock().below(n.max(1))
+    }
+
+    fn now(&self) -> u64 {
+        self.clock.load(Ordering::Relaxed)
+    }
+
+    fn advance(&self, ticks: u64) -> u64 {
+        self.clock.fetch_add(ticks, Ordering::Relaxed) + ticks
+    }
+}
+
+/// The registers only the fake knows of a vCPU.
+#[derive(Clone, Debug, Default)]
+pub struct FakeSaved {
+    /// Entries so far (the first issues the PV-record hypercall).
+    pub entries: u64,
+}
+
+/// One fake pCPU.
+pub struct Fake {
+    pub pcpu: usize,
+    pub world: Arc<World>,
+    /// The VM loaded (VTTBR = VM id + 1), if any.
+    loaded_vm: Option<usize>,
+    lrs: [u64; MAX_LIST_REGISTERS],
+    /// Why the last exit was an IRQ.
+    pending_irq: Option<Taken>,
+}
+
+impl Fake {
+    pub fn new(pcpu: usize, world: Arc<World>) -> Self {
+        Self {
+            pcpu,
+            world,
+            loaded_vm: None,
+            lrs: [0; MAX_LIST_REGISTERS],
+            pending_irq: None,
+        }
+    }
+
+    /// A hypercall exit with `function` in X0 and `args` in X1...
+    fn hvc(ctx: &mut VcpuContext<FakeSaved>, function: u32, args: &[u64]) -> Syndrome {
+        ctx.regs.x[0] = u64::from(function);
+        for (i, &arg) in args.iter().enumerate() {
+            ctx.regs.x[1 + i] = arg;
+        }
+        Syndrome::synchronous(IL | (ESR_EL2::EC::HVC64.value))
+    }
+
+    /// What the guest on this pCPU does next.
+    fn guest_exit(&mut self, ctx: &mut VcpuContext<FakeSaved>) -> Syndrome {
+        let world = self.world.clone();
+        let vm = self.loaded_vm.unwrap_or(0);
+        let index =
+            layout::vcpu_index(platform::Mpidr::from_raw(ctx.vmpidr & !(1 << 31))).unwrap_or(0);
+        ctx.saved.entries += 1;
+        if ctx.saved.entries == 1 {
+            return Self::hvc(ctx, pvlock::seed_v2::PV_LOCK_PREEMPTED.raw(), &[]);
+        }
+        let now = world.now();
+        if index == 0 && now > world.stop_after * (vm as u64 + 1) {
+            let mut resets = world.resets.lock();
+            let function = if resets[vm] {
+                psci::SYSTEM_OFF
+            } else {
+                resets[vm] = true;
+                psci::SYSTEM_RESET
+            };
+            return Self::hvc(ctx, function.raw(), &[]);
+        }
+        let sibling = world.below(8);
+        match world.below(100) {
+            0..=29 => Self::hvc(ctx, pvlock_abi::arch::SMCCC_VERSION.raw(), &[]),
+            30..=44 => Syndrome::synchronous(IL | ESR_EL2::EC::TrappedWFIorWFE.value),
+            45..=54 => Syndrome::synchronous(IL | ESR_EL2::EC::TrappedWFIorWFE.value | WFX_TI_WFE),
+            55..=64 => Self::hvc(ctx, directed_yield::PV_SCHED_YIELD_TO.raw(), &[sibling]),
+            65..=72 => Self::hvc(
+                ctx,
+                psci::CPU_ON64.raw(),
+                &[layout::vcpu_mpidr(sibling as u16).value(), 0x4008_0000, 7],
+            ),
+            73..=74 if index != 0 => Self::hvc(ctx, psci::CPU_OFF.raw(), &[]),
+            75..=84 => {
+                // STR W3, [UART DR]
+                ctx.regs.x[3] = u64::from(b'a' + (index as u8 % 26));
+                let ipa = layout::UART.base;
+                Syndrome {
+                    vector: VECTOR_SYNC,
+                    esr: IL
+                        | ESR_EL2::EC::DataAbortLowerEL.value
+                        | ABORT_ISV
+                        | (2 << 22)
+                        | (3 << ABORT_SRT_SHIFT)
+                        | ABORT_WNR
+                        | ABORT_DFSC_TRANSLATION_L3,
+                    far: 0xffff_0000_0900_0000 | (ipa & 0xfff),
+                    hpfar: (ipa >> 12) << 4,
+                }
+            }
+            85..=94 => {
+                // MSR ICC_SGI1R_EL1, X4: SGI 3 to the sibling (Aff0 list).
+                ctx.regs.x[4] = (3 << 24) | (1 << (sibling % 16));
+                Syndrome::synchronous(
+                    IL | ESR_EL2::EC::TrappedMsrMrs.value
+                        | SYSREG_ICC_SGI1R_WRITE
+                        | (4 << SYSREG_RT_SHIFT),
+                )
+            }
+            _ => Self::hvc(ctx, pvlock::openeuler::PV_SCHED_KICK_CPU.raw(), &[sibling]),
+        }
+    }
+}
+
+impl Machine for Fake {
+    type Saved = FakeSaved;
+    type Stage2 = ();
+
+    fn counter(&self) -> u64 {
+        self.world.now()
+    }
+
+    fn counter_frequency(&self) -> u64 {
+        HZ
+    }
+
+    fn load_vcpu(&mut self, vm: VmRegisters, _hcr: u64, _ctx: &mut VcpuContext<FakeSaved>) {
+        assert!(
+            self.loaded_vm.is_none(),
+            "pCPU {}: load over a loaded vCPU",
+            self.pcpu
+        );
+        self.loaded_vm = Some(vm.vttbr as usize - 1);
+        assert!(
+            self.lrs.iter().all(|&lr| lr == 0),
+            "list registers left full"
+        );
+    }
+
+    fn save_vcpu(&mut self, _ctx: &mut VcpuContext<FakeSaved>) {
+        assert!(
+            self.loaded_vm.take().is_some(),
+            "pCPU {}: save with nothing loaded",
+            self.pcpu
+        );
+        assert!(
+            self.lrs.iter().all(|&lr| lr == 0),
+            "list registers left full at save"
+        );
+    }
+
+    fn load_fp(&mut self, _ctx: &mut VcpuContext<FakeSaved>) {}
+
+    fn set_traps(&mut self, _hcr: u64) {}
+
+    fn enter_guest(&mut self, ctx: &mut VcpuContext<FakeSaved>) -> Syndrome {
+        assert!(
+            self.loaded_vm.is_some(),
+            "pCPU {}: entry with nothing loaded",
+            self.pcpu
+        );
+        // The guest runs for a while.
+        let step = 20 + self.world.below(400);
+        let now = self.world.advance(step);
+        if self.world.ipi[self.pcpu].swap(false, Ordering::AcqRel) {
+            self.pending_irq = Some(Taken::Hypervisor);
+            return Syndrome::asynchronous(VECTOR_IRQ);
+        }
+        if now >= self.world.timer[self.pcpu].load(Ordering::Relaxed) {
+            self.world.timer[self.pcpu].store(u64::MAX, Ordering::Relaxed);
+            self.pending_irq = Some(Taken::Hypervisor);
+            return Syndrome::asynchronous(VECTOR_IRQ);
+        }
+        if self.world.below(50) == 0 {
+            self.pending_irq = Some(Taken::VirtualTimer);
+            return Syndrome::asynchronous(VECTOR_IRQ);
+        }
+        self.guest_exit(ctx)
+    }
+
+    fn take_interrupt(&mut self) -> Taken {
+        self.pending_irq.take().unwrap_or(Taken::Hypervisor)
+    }
+
+    fn arm_timer(&mut self, deadline: u64) {
+        self.world.timer[self.pcpu].store(deadline, Ordering::Relaxed);
+    }
+
+    fn wait_for_interrupt(&mut self, deadline: u64) {
+        if self.world.ipi[self.pcpu].swap(false, Ordering::AcqRel) {
+            return;
+        }
+        // Sleep part of the way: other pCPUs still run meanwhile.
+        let now = self.world.now();
+        if deadline > now {
+            self.world.advance((deadline - now).min(200));
+        }
+    }
+
+    fn send_reschedule(&self, pcpu: usize) {
+        assert!(
+            pcpu < self.world.ipi.len(),
+            "SGI to pCPU {pcpu}, which does not exist"
+        );
+        self.world.ipi[pcpu].store(true, Ordering::Release);
+    }
+
+    fn vtimer_live(&self) -> (u64, u64) {
+        // Enabled, unmasked, due within a millisecond.
+        let enable = aarch64_cpu::registers::CNTV_CTL_EL0::ENABLE::SET.value;
+        (enable, self.world.now() + self.world.below(HZ / 1000))
+    }
+
+    fn vbar_el1(&self) -> u64 {
+        0x4000_0000
+    }
+
+    fn write_exception(&mut self, _entry: &Injection) {}
+
+    fn read_id_register(&self, _crm: u8, _op2: u8) -> u64 {
+        0
+    }
+
+    fn list_registers(&self) -> usize {
+        4
+    }
+
+    fn read_lr(&self, index: usize) -> u64 {
+        self.lrs[index]
+    }
+
+    fn write_lr(&mut self, index: usize, value: u64) {
+        assert!(
+            index < self.list_registers(),
+            "ICH_LR{index}_EL2 does not exist"
+        );
+        self.lrs[index] = value;
+    }
+
+    fn set_interface_control(&mut self, _underflow: bool) {}
+
+    fn store_preempted(&self, pa: u64, width: usize, value: u64) {
+        assert!(
+            pa.is_multiple_of(64) && (width == 4 || width == 8),
+            "record {pa:#x}/{width}"
+        );
+        self.world.memory.lock().insert(pa, value);
+    }
+
+    fn lock_count_hint(&self, _pa: u64, _width: usize) -> u32 {
+        0
+    }
+
+    fn store_stolen_time(&self, pa: u64, ns: u64) {
+        let mut memory = self.world.memory.lock();
+        let old = memory.insert(pa, ns).unwrap_or(0);
+        assert!(ns >= old, "stolen time went back at {pa:#x}: {old} -> {ns}");
+    }
+
+    fn zero(&self, range: MemRange) {
+        self.world
+            .memory
+            .lock()
+            .retain(|&pa, _| !(range.base..range.end()).contains(&pa));
+    }
+
+    fn copy(&self, _to: u64, _from: MemRange) {}
+
+    fn write(&self, _to: u64, _bytes: &[u8]) {}
+
+    fn sync_for_guest(&self, _range: MemRange) {}
+
+    fn allocations_checked<T>(&self, build: impl FnOnce() -> T) -> Result<T, OutOfMemory> {
+        Ok(build())
+    }
+
+    fn console_read_byte(&mut self) -> Option<u8> {
+        None
+    }
+
+    fn console_line(&self, line: fmt::Arguments<'_>) {
+        self.world.console.lock().push(alloc::format!("{line}"));
+    }
+}

@@ -1,0 +1,184 @@
+//! What the runner needs of the CPU it runs on: the [`Machine`] trait,
+//! which `el2/src/arch/` implements for the hardware and the host tests
+//! implement as a fake, and the part of a vCPU's context the runner itself
+//! reads and writes ([`VcpuContext`]).
+//!
+//! The trait is deliberately narrow: entering the guest (with the
+//! syndrome captured once), saving and loading the registers only the
+//! hardware layer knows, lazy FP/SIMD, the GIC virtual interface's list
+//! registers and ICH_HCR_EL2, the EL2 timer, SGIs to other pCPUs, the
+//! stores into guest memory that the PV records need, and the console.
+//! Every decision about what those operations mean is the runner's.
+
+use crate::exit::Syndrome;
+use crate::fault::Injection;
+use crate::heap::OutOfMemory;
+use crate::sysreg::DebugState;
+use crate::vcpu::GuestRegs;
+use core::fmt;
+use platform::MemRange;
+
+/// Why the hypervisor took a physical interrupt while a guest ran
+/// (`Machine::take_interrupt` acknowledges and completes it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Taken {
+    /// Nothing for the guest (the hypervisor's tick, a reschedule SGI, a
+    /// spurious interrupt): the run loop re-reads the scheduler.
+    Hypervisor,
+    /// The running guest's virtual timer condition was met. The timer is
+    /// masked (CNTV_CTL_EL0.IMASK) so that its level-sensitive line drops;
+    /// the runner injects the virtual timer interrupt. The guest's handler
+    /// reprograms the timer, which unmasks it.
+    VirtualTimer,
+    /// The virtual CPU interface wants its list registers looked at (an
+    /// EOI of a level-sensitive interrupt, or an underflow).
+    Maintenance,
+}
+
+/// The per-VM registers a vCPU load switches (Arm ARM D8 "The AArch64
+/// Virtual Memory System Architecture": VTTBR_EL2; D11 "The Generic
+/// Timer": CNTVOFF_EL2).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VmRegisters {
+    /// VTTBR_EL2: the VM's stage-2 tables and VMID.
+    pub vttbr: u64,
+    /// CNTVOFF_EL2: virtual time = physical time - this.
+    pub cntvoff: u64,
+}
+
+/// The guest's virtual timer while the vCPU is off the CPU. While it is
+/// off, the hardware timer is disabled (so it cannot fire for the wrong
+/// guest) and the deadline is tracked by the scheduler instead.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VtimerContext {
+    /// CNTV_CTL_EL0 as saved.
+    pub ctl: u64,
+    /// CNTV_CVAL_EL0 as saved (virtual counter ticks).
+    pub cval: u64,
+    /// The timer fired while the guest ran and the hypervisor masked it
+    /// (CNTV_CTL_EL0.IMASK) to inject its interrupt; the guest's handler
+    /// reprograms it. Consumed by the next wait's deadline.
+    pub fired: bool,
+}
+
+/// Which of the pCPU's list registers hold this vCPU's interrupts while it
+/// runs, and whether it asked for the underflow maintenance interrupt
+/// (ICH_HCR_EL2.UIE).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ListRegisterUse {
+    /// Entries 0..this hold what the last fill wrote.
+    pub used: usize,
+    /// ICH_HCR_EL2.UIE is set.
+    pub underflow: bool,
+}
+
+/// One vCPU's state while it is off the CPU, and the part the runner
+/// works on while it runs. `saved` is the hardware layer's own: EL1 system
+/// registers, FP/SIMD, the virtual CPU interface's VMCR and active
+/// priorities.
+#[derive(Clone, Debug, Default)]
+pub struct VcpuContext<S> {
+    pub regs: GuestRegs,
+    pub vtimer: VtimerContext,
+    /// The MPIDR the guest reads (VMPIDR_EL2).
+    pub vmpidr: u64,
+    /// The emulated debug registers (`el2::sysreg`).
+    pub debug: DebugState,
+    pub lrs: ListRegisterUse,
+    pub saved: S,
+}
+
+/// The hardware under the runner, one value per pCPU.
+///
+/// Calls that change what the guest sees take `&mut self`; the runner
+/// makes them only on the pCPU that owns the vCPU concerned. Guest memory
+/// is addressed by host physical address (the VM's placement translates
+/// IPAs); the runner only passes addresses inside the VM's RAM, aligned as
+/// the record needs (`el2::pv` checks both at registration).
+pub trait Machine {
+    /// The vCPU state only the hardware layer knows.
+    type Saved: Default + Send;
+    /// A VM's stage-2 tables, kept alive as long as the VM.
+    type Stage2: Send + Sync;
+
+    /// The physical counter (CNTPCT_EL0).
+    fn counter(&self) -> u64;
+    /// Its frequency in Hz (CNTFRQ_EL0).
+    fn counter_frequency(&self) -> u64;
+
+    /// Loads a vCPU onto this pCPU: `vm`'s stage 2 and virtual counter
+    /// offset, HCR_EL2 = `hcr`, the vCPU's system registers, virtual
+    /// timer, MPIDR and virtual CPU interface (enabled, with empty list
+    /// registers). FP/SIMD is left trapped: its first use reaches
+    /// [`Self::load_fp`].
+    fn load_vcpu(&mut self, vm: VmRegisters, hcr: u64, ctx: &mut VcpuContext<Self::Saved>);
+    /// Saves the running vCPU's system registers and virtual timer (and
+    /// FP/SIMD if it was loaded) and disables its virtual CPU interface.
+    /// The runner has read back and emptied its list registers.
+    fn save_vcpu(&mut self, ctx: &mut VcpuContext<Self::Saved>);
+    /// The vCPU's first FP/SIMD instruction since its load trapped: load
+    /// its FP/SIMD state and stop trapping.
+    fn load_fp(&mut self, ctx: &mut VcpuContext<Self::Saved>);
+    /// Sets HCR_EL2 for the next entry (the WFx trap policy changes it).
+    fn set_traps(&mut self, hcr: u64);
+    /// Runs the loaded vCPU until it exits; returns what the exit's
+    /// syndrome registers said, each read once.
+    fn enter_guest(&mut self, ctx: &mut VcpuContext<Self::Saved>) -> Syndrome;
+    /// Acknowledges, handles and completes the physical interrupt that
+    /// made the guest exit.
+    fn take_interrupt(&mut self) -> Taken;
+    /// Arms this pCPU's EL2 timer for counter value `deadline`.
+    fn arm_timer(&mut self, deadline: u64);
+    /// Waits, with no vCPU loaded, until an interrupt or `deadline`.
+    fn wait_for_interrupt(&mut self, deadline: u64);
+    /// Sends the reschedule SGI to `pcpu`.
+    fn send_reschedule(&self, pcpu: usize);
+
+    /// The running vCPU's live virtual timer: (CNTV_CTL_EL0, CNTV_CVAL_EL0).
+    fn vtimer_live(&self) -> (u64, u64);
+    /// The running vCPU's VBAR_EL1.
+    fn vbar_el1(&self) -> u64;
+    /// Writes an injected exception's EL1 registers (ESR, FAR if given,
+    /// ELR, SPSR) for the running vCPU.
+    fn write_exception(&mut self, entry: &Injection);
+    /// The CPU's value of the ID register `op0 = 3, op1 = 0, CRn = 0`,
+    /// `crm`, `op2` (the runner sanitises it).
+    fn read_id_register(&self, crm: u8, op2: u8) -> u64;
+
+    /// How many list registers the virtual CPU interface has.
+    fn list_registers(&self) -> usize;
+    /// Reads ICH_LR<index>_EL2.
+    fn read_lr(&self, index: usize) -> u64;
+    /// Writes ICH_LR<index>_EL2.
+    fn write_lr(&mut self, index: usize, value: u64);
+    /// ICH_HCR_EL2: the interface enabled, with the underflow maintenance
+    /// interrupt when `underflow`.
+    fn set_interface_control(&mut self, underflow: bool);
+
+    /// Stores the PV-lock "preempted" field of the `width`-byte record at
+    /// `pa` (docs/abi.md §3), release-ordered, single-copy atomic.
+    fn store_preempted(&self, pa: u64, width: usize, value: u64);
+    /// The `lock_count` hint of the `width`-byte PV-lock record at `pa`.
+    fn lock_count_hint(&self, pa: u64, width: usize) -> u32;
+    /// Stores the stolen time (ns) of the PV-time record at `pa`
+    /// (docs/abi.md §4), release-ordered.
+    fn store_stolen_time(&self, pa: u64, ns: u64);
+    /// Zeroes host memory `range` (a VM's RAM, none of whose vCPUs runs).
+    fn zero(&self, range: MemRange);
+    /// Copies host memory `from` (a boot module) to `to`.
+    fn copy(&self, to: u64, from: MemRange);
+    /// Writes `bytes` to host memory at `to`.
+    fn write(&self, to: u64, bytes: &[u8]);
+    /// Makes what was written to `range` visible to a guest that starts
+    /// with its MMU and caches off (clean to PoC, invalidate the I-cache).
+    fn sync_for_guest(&self, range: MemRange);
+    /// Runs `build` in an allocation transaction: an error if the heap
+    /// refused any of its allocations (a VM's reset then stops that VM
+    /// instead of the machine).
+    fn allocations_checked<T>(&self, build: impl FnOnce() -> T) -> Result<T, OutOfMemory>;
+
+    /// Reads a byte typed on the hypervisor's console, if any.
+    fn console_read_byte(&mut self) -> Option<u8>;
+    /// Prints one line on the hypervisor's console.
+    fn console_line(&self, line: fmt::Arguments<'_>);
+}

@@ -1,0 +1,691 @@
+//! The VM runner: what each pCPU does, as portable code over a
+//! [`Machine`]. One [`Runner`] per pCPU owns that pCPU's loop — pick a
+//! vCPU, load it, enter it, decode the exit, handle it, decide, put it —
+//! and [`Runner::step`] runs one pass of it, so that the host tests can
+//! interleave several pCPUs over one [`Host`] with a fake machine.
+//!
+//! Decisions: an exit handler (`exits`, `hypercall`, `devices`) returns a
+//! [`Decision`]; [`Runner::run_slice`] applies it in one place: resume in
+//! place, or put the vCPU with a [`PutReason`] (the scheduler's input),
+//! or leave it to the scheduler, which already took the vCPU off this
+//! pCPU (a directed yield).
+//!
+//! Lock order (each lock only while holding the ones before it):
+//! the scheduler, then a VM's directed-yield state (`spin`), then its
+//! virtual GIC (a leaf). A VM's console is taken before its virtual GIC
+//! (`devices::uart_line_follow`). A vCPU's context slot is a leaf, held
+//! only to move the context in or out: the context of a running vCPU is
+//! in its pCPU's runner, so no two pCPUs can hold it. The PV "preempted"
+//! flag of a put vCPU is written under the scheduler lock, with the
+//! scheduler's decision: once the lock is released another pCPU may pick
+//! the vCPU and write 0, which must not be overtaken.
+
+mod devices;
+mod exits;
+mod hypercall;
+mod lifecycle;
+pub mod machine;
+pub mod vm;
+
+#[cfg(test)]
+mod fake;
+#[cfg(test)]
+mod tests;
+
+pub use lifecycle::register_vcpus;
+pub use machine::{Machine, Taken, VcpuContext, VmRegisters};
+pub use vm::{Vm, VmParts, VmState, guest_hcr};
+
+use crate::exit::Exit;
+use crate::ownership::OwnershipMap;
+use crate::pv;
+use crate::sched::{PutOutcome, PutReason, Scheduler, Wakeup};
+use crate::vcpu::VcpuId;
+use crate::vgic::{Lr, LrState, MAX_LIST_REGISTERS, VcpuMask};
+use crate::wallclock::WallClock;
+use alloc::boxed::Box;
+use alloc::vec::Vec;
+use boot::sync::SpinMutex as Mutex;
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// An idle pCPU looks at the scheduler at least this often even if nobody
+/// sends it an IPI (a safety net, not the mechanism).
+const IDLE_RECHECK_MS: u64 = 50;
+
+/// Everything the pCPUs share: the VMs, the scheduler, page ownership and
+/// the clock of day. One value for the machine's lifetime.
+pub struct Host<M: Machine> {
+    pub vms: Vec<Vm<M>>,
+    pub sched: Mutex<Scheduler>,
+    pub ownership: Mutex<OwnershipMap>,
+    /// The time of day, when the board has an RTC (for KVM PTP).
+    pub wall_clock: Option<WallClock>,
+    /// When the boot CPU next looks for console input (counter ticks).
+    next_input_poll: AtomicU64,
+    /// Set when the last VM has powered off.
+    all_off: AtomicBool,
+    /// How many pCPUs run the loop (reschedule SGIs go to 0..this).
+    pcpus: usize,
+}
+
+impl<M: Machine> Host<M> {
+    pub fn new(
+        vms: Vec<Vm<M>>,
+        sched: Scheduler,
+        ownership: OwnershipMap,
+        wall_clock: Option<WallClock>,
+        pcpus: usize,
+    ) -> Self {
+        Self {
+            vms,
+            sched: Mutex::new(sched),
+            ownership: Mutex::new(ownership),
+            wall_clock,
+            next_input_poll: AtomicU64::new(0),
+            all_off: AtomicBool::new(false),
+            pcpus,
+        }
+    }
+
+    /// Whether every VM has powered off.
+    pub fn all_off(&self) -> bool {
+        self.all_off.load(Ordering::Acquire)
+    }
+}
+
+/// What happens after one exit; [`Runner::run_slice`] applies it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Decision {
+    /// Enter the guest again.
+    Resume,
+    /// Leave the pCPU for this reason.
+    Put(PutReason),
+    /// The scheduler has already taken the vCPU off this pCPU (a directed
+    /// yield handed the rest of its slice to a sibling): save it and go.
+    Yielded,
+}
+
+/// What one [`Runner::step`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Loaded a vCPU, or ran the loaded one until its next full pass.
+    Ran,
+    /// Nothing to run: waited for an interrupt.
+    Idle,
+    /// Every VM has powered off: the loop is over.
+    AllOff,
+}
+
+/// What the scheduler says about a vCPU it just picked, read under the
+/// same lock as the pick: one lock round trip less on every switch.
+#[derive(Clone, Copy, Debug)]
+struct Picked {
+    /// The end of the slice it was given.
+    slice_end: Option<u64>,
+    /// vCPUs that want this pCPU (the `auto` WFE trap policy).
+    runnable: usize,
+    /// The earliest WFI deadline of a vCPU blocked on this pCPU.
+    next_deadline: Option<u64>,
+}
+
+impl Picked {
+    fn read(s: &Scheduler, vcpu: VcpuId, pcpu: usize) -> Self {
+        Self {
+            slice_end: s.slice_end(vcpu),
+            runnable: s.runnable_on(pcpu),
+            next_deadline: s.next_deadline_on(pcpu),
+        }
+    }
+}
+
+/// The vCPU this pCPU runs, with its context.
+struct Loaded<S> {
+    vcpu: VcpuId,
+    ctx: Box<VcpuContext<S>>,
+    /// What the pick said, for the first pass (then re-read each pass).
+    picked: Option<Picked>,
+}
+
+/// One pCPU's loop.
+pub struct Runner<'h, M: Machine> {
+    pcpu: usize,
+    host: &'h Host<M>,
+    machine: M,
+    loaded: Option<Loaded<M::Saved>>,
+}
+
+impl<'h, M: Machine> Runner<'h, M> {
+    pub fn new(pcpu: usize, host: &'h Host<M>, machine: M) -> Self {
+        Self {
+            pcpu,
+            host,
+            machine,
+            loaded: None,
+        }
+    }
+
+    pub fn machine(&self) -> &M {
+        &self.machine
+    }
+
+    pub fn machine_mut(&mut self) -> &mut M {
+        &mut self.machine
+    }
+
+    /// The vCPU this pCPU has loaded, if any.
+    pub fn running(&self) -> Option<VcpuId> {
+        self.loaded.as_ref().map(|l| l.vcpu)
+    }
+
+    /// One pass of the loop: with no vCPU loaded, pick one and load it (or
+    /// wait for an interrupt); with one, run it until it must pass
+    /// through the scheduler again.
+    pub fn step(&mut self) -> Step {
+        match self.loaded.take() {
+            Some(loaded) => {
+                self.run_slice(loaded);
+                Step::Ran
+            }
+            None if self.host.all_off() => Step::AllOff,
+            None => self.schedule(),
+        }
+    }
+
+    fn ms_to_ticks(&self, ms: u64) -> u64 {
+        self.machine.counter_frequency() * ms / 1000
+    }
+
+    fn vm(&self, vcpu: VcpuId) -> &'h Vm<M> {
+        &self.host.vms[usize::from(vcpu.vm.0)]
+    }
+
+    /// Picks the next vCPU and loads it, or idles.
+    fn schedule(&mut self) -> Step {
+        let host = self.host;
+        let now = self.machine.counter();
+        let next = {
+            let mut s = host.sched.lock();
+            s.expire_timers_on(self.pcpu, now, |vcpu, wakeup| {
+                self.woken(vcpu, wakeup);
+            });
+            s.pick_next(self.pcpu, now).map(|vcpu| {
+                let steal = s.steal_ticks(vcpu, now).unwrap_or(0);
+                (vcpu, steal, Picked::read(&s, vcpu, self.pcpu))
+            })
+        };
+        let Some((vcpu, steal_ticks, picked)) = next else {
+            self.idle();
+            self.forward_console_input(None);
+            return Step::Idle;
+        };
+        let vm = self.vm(vcpu);
+        let Some(mut ctx) = vm.vcpus[usize::from(vcpu.index)].lock().take() else {
+            // The scheduler gave this pCPU a vCPU another pCPU holds: a
+            // bug, caught here rather than by running it twice.
+            log::error!(
+                "{vcpu}: picked on pCPU {} while loaded elsewhere",
+                self.pcpu
+            );
+            let mut s = host.sched.lock();
+            let _ = s.put(vcpu, self.pcpu, now, PutReason::Yield);
+            return Step::Ran;
+        };
+        self.vcpu_load(vm, vcpu, &mut ctx, steal_ticks);
+        vm.spin.lock().resumed(vcpu.index);
+        self.loaded = Some(Loaded {
+            vcpu,
+            ctx,
+            picked: Some(picked),
+        });
+        Step::Ran
+    }
+
+    /// Runs the loaded vCPU through one full pass: the VM's state, the
+    /// slice, the trap configuration and the slice timer; then the guest
+    /// until an exit that needs the scheduler; then applies the decision.
+    fn run_slice(&mut self, mut loaded: Loaded<M::Saved>) {
+        let host = self.host;
+        let vcpu = loaded.vcpu;
+        let vm = self.vm(vcpu);
+        if vm.state() != VmState::Running {
+            self.power_off(vm, loaded);
+            return;
+        }
+        let picked = loaded.picked.take().unwrap_or_else(|| {
+            // The WFI deadlines of vCPUs blocked on this pCPU fall due while
+            // it runs this one, not only when it passes through the
+            // scheduler: wake them now (they queue for a pCPU), or a vCPU
+            // that never yields would keep them asleep past their timers.
+            let now = self.machine.counter();
+            let mut s = host.sched.lock();
+            s.expire_timers_on(self.pcpu, now, |v, wakeup| self.woken(v, wakeup));
+            Picked::read(&s, vcpu, self.pcpu)
+        });
+        let Some(slice_end) = picked.slice_end else {
+            self.put(vm, loaded, PutReason::Yield);
+            return;
+        };
+        let hcr = vm
+            .wfx
+            .lock()
+            .hcr_for(guest_hcr(), vcpu.index, picked.runnable);
+        self.machine.set_traps(hcr);
+        // The slice's end, or the next blocked vCPU's wake-up if earlier:
+        // its interrupt exits the guest to the expiry above.
+        self.machine
+            .arm_timer(picked.next_deadline.map_or(slice_end, |d| d.min(slice_end)));
+        let decision = self.run_guest(vm, vcpu, &mut loaded.ctx);
+        let reason = match decision {
+            Decision::Resume => {
+                if self.machine.counter() < slice_end || self.extend_slice(vm, vcpu, &loaded.ctx) {
+                    self.loaded = Some(loaded);
+                    return;
+                }
+                PutReason::SliceExpired
+            }
+            Decision::Put(PutReason::PowerOff) => {
+                self.power_off(vm, loaded);
+                return;
+            }
+            Decision::Put(reason) => reason,
+            Decision::Yielded => {
+                self.vcpu_put(vm, vcpu, loaded);
+                return;
+            }
+        };
+        self.put(vm, loaded, reason);
+    }
+
+    /// Enters the guest until an exit whose decision needs more than
+    /// re-entering (or that re-entering in place would not see: an
+    /// interrupt, a slice end).
+    fn run_guest(
+        &mut self,
+        vm: &'h Vm<M>,
+        vcpu: VcpuId,
+        ctx: &mut VcpuContext<M::Saved>,
+    ) -> Decision {
+        let attention = 1u64 << vcpu.index;
+        loop {
+            // New interrupts for this vCPU (or a maintenance request) since
+            // its list registers were last written: one load when there
+            // are none.
+            if vm.irq_attention.load(Ordering::Acquire) & attention != 0 {
+                self.refresh_and_deliver(vm, vcpu, ctx);
+            }
+            let syndrome = self.machine.enter_guest(ctx);
+            // The shortest path: a call whose reply is fixed for the VM
+            // (SMCCC_VERSION, PSCI_VERSION, the vendor UID, KVM_FEATURES)
+            // is answered from the dispatcher's precomputed replies.
+            if crate::exit::is_hvc_call(syndrome.vector, syndrome.esr)
+                && let Some(reply) = vm.dispatcher.constant_reply(ctx.regs.x[0])
+            {
+                ctx.regs.x[..reply.len()].copy_from_slice(reply);
+                vm.count_exit(&Exit::Hvc { imm: 0 });
+                // No look at the clock: the slice timer is armed, so a
+                // slice that ended meanwhile exits again at once as an
+                // interrupt, which takes the full path.
+                continue;
+            }
+            let exit = Exit::decode(syndrome);
+            vm.count_exit(&exit);
+            let decision = self.handle_exit(vm, vcpu, ctx, exit);
+            // The fast path: a hypercall or an emulated access that leaves
+            // the vCPU running inside its slice changes nothing the checks
+            // of the full pass read, so the guest goes straight back in.
+            // Interrupts (a slice tick, a reschedule IPI, a VM stopping)
+            // always take the full pass, and the armed slice timer ends
+            // the slice.
+            if decision == Decision::Resume && resumes_in_place(&exit) {
+                continue;
+            }
+            return decision;
+        }
+    }
+
+    /// Puts the loaded vCPU with `reason` (not a power-off): the scheduler
+    /// decides; the vCPU's PV "preempted" flag follows under its lock.
+    fn put(&mut self, vm: &'h Vm<M>, loaded: Loaded<M::Saved>, reason: PutReason) {
+        let vcpu = loaded.vcpu;
+        let now = self.machine.counter();
+        let mut s = self.host.sched.lock();
+        let outcome = s.put(vcpu, self.pcpu, now, reason);
+        // Written under the scheduler lock: once it is released another
+        // pCPU may pick the vCPU and write 0, which must not be overtaken.
+        if let Some(value) = outcome.ok().and_then(pv::preempted_on_put) {
+            vm.write_preempted(&self.machine, vcpu.index, value);
+        }
+        if let Ok(outcome) = outcome {
+            vm.spin
+                .lock()
+                .record_put(vcpu.index, loaded.ctx.regs.pstate, outcome);
+        }
+        drop(s);
+        match outcome {
+            Ok(PutOutcome::KeepRunning) => self.loaded = Some(loaded),
+            Ok(_) => self.vcpu_put(vm, vcpu, loaded),
+            Err(e) => {
+                log::error!("{vcpu}: scheduler refused put: {e}");
+                self.vcpu_put(vm, vcpu, loaded);
+            }
+        }
+    }
+
+    /// The loaded vCPU powers off (CPU_OFF, or its VM stops): save and
+    /// release the context before the scheduler marks it Off (a CPU_ON
+    /// then finds it in its slot), then see whether its VM stopped.
+    fn power_off(&mut self, vm: &'h Vm<M>, loaded: Loaded<M::Saved>) {
+        let vcpu = loaded.vcpu;
+        self.vcpu_put(vm, vcpu, loaded);
+        let now = self.machine.counter();
+        let mut s = self.host.sched.lock();
+        match s.put(vcpu, self.pcpu, now, PutReason::PowerOff) {
+            Ok(outcome) => {
+                if let Some(value) = pv::preempted_on_put(outcome) {
+                    vm.write_preempted(&self.machine, vcpu.index, value);
+                }
+            }
+            Err(e) => log::error!("{vcpu}: scheduler refused power-off: {e}"),
+        }
+        let all_off = s
+            .vcpus(vm.id)
+            .all(|v| s.power_state(v) == Some(crate::vcpu::PowerState::Off));
+        drop(s);
+        if all_off {
+            self.vm_stopped(vm);
+        }
+    }
+
+    /// Whether the running vCPU, whose slice has ended, may run on: it is
+    /// inside a critical section (boosts on, its guest declares a lock or
+    /// it runs with IRQs masked) and only its own VM's vCPUs wait; it
+    /// then runs `onspin::SLICE_EXTENSION_US` longer.
+    fn extend_slice(&mut self, vm: &'h Vm<M>, vcpu: VcpuId, ctx: &VcpuContext<M::Saved>) -> bool {
+        // The spin state is a leaf lock: never held while taking the
+        // scheduler's.
+        let reason = vm.spin.lock().extension_reason(
+            vm.lock_count_hint(&self.machine, vcpu.index),
+            ctx.regs.pstate,
+        );
+        if reason.is_none() {
+            return false;
+        }
+        let now = self.machine.counter();
+        let ticks =
+            self.machine.counter_frequency() * crate::onspin::SLICE_EXTENSION_US / 1_000_000;
+        let extended = self
+            .host
+            .sched
+            .lock()
+            .extend_slice(vcpu, self.pcpu, now, ticks)
+            .is_some();
+        if extended {
+            vm.spin.lock().record_extension();
+        }
+        extended
+    }
+
+    /// Loads a vCPU onto this pCPU: its VM's stage 2, the vCPU's system
+    /// registers and virtual CPU interface, and its PV records: "not
+    /// preempted" and the stolen time it has accumulated (`steal_ticks`),
+    /// both before it runs.
+    fn vcpu_load(
+        &mut self,
+        vm: &Vm<M>,
+        vcpu: VcpuId,
+        ctx: &mut VcpuContext<M::Saved>,
+        steal_ticks: u64,
+    ) {
+        vm.write_preempted(&self.machine, vcpu.index, pv::preempted_on_load());
+        vm.write_stolen_time(&self.machine, vcpu.index, steal_ticks);
+        self.machine.load_vcpu(vm.registers, guest_hcr(), ctx);
+        // The list registers are empty now; whatever waits for this vCPU
+        // has its `irq_attention` bit set (see `vcpu_put`), so the first
+        // entry's check fills them.
+        ctx.lrs = machine::ListRegisterUse::default();
+    }
+
+    /// Saves the vCPU and gives its context back to its slot: what the
+    /// guest did with its list registers goes back into the virtual GIC
+    /// (an interrupt it left pending may now go to another vCPU), then
+    /// its system registers. (Its PV "preempted" flag was written with the
+    /// scheduler's decision, under the scheduler lock.) Takes the
+    /// scheduler lock: call it without.
+    fn vcpu_put(&mut self, vm: &'h Vm<M>, vcpu: VcpuId, loaded: Loaded<M::Saved>) {
+        let mut ctx = loaded.ctx;
+        let mut woken = VcpuMask::EMPTY;
+        if ctx.lrs.used != 0 || ctx.lrs.underflow {
+            let (read_back, used) = self.read_lrs(&ctx);
+            woken = vm.vgic.lock().sync_back(vcpu.index, &read_back[..used]);
+            // Anything the guest had not finished with (pending or active),
+            // or that did not fit, is back in the model: the vCPU's next
+            // load must fill its list registers again. Without it, the
+            // empty list registers it will be loaded with are all it is
+            // owed — the cheap vCPU switch.
+            let unfinished = read_back[..used]
+                .iter()
+                .any(|lr| lr.state != LrState::Invalid);
+            if unfinished || ctx.lrs.underflow {
+                // Marked, not woken: a wake-up is owed only for a new
+                // interrupt, and WFI has already looked at these.
+                vm.irq_attention
+                    .fetch_or(1u64 << vcpu.index, Ordering::AcqRel);
+            }
+            for index in 0..ctx.lrs.used {
+                self.machine.write_lr(index, 0);
+            }
+            ctx.lrs = machine::ListRegisterUse::default();
+        }
+        self.machine.save_vcpu(&mut ctx);
+        vm.note_vtimer(vcpu.index, &ctx);
+        *vm.vcpus[usize::from(vcpu.index)].lock() = Some(ctx);
+        self.deliver(vm, None, woken.without(vcpu.index));
+    }
+
+    /// The list registers `ctx` uses, read back and decoded.
+    fn read_lrs(&self, ctx: &VcpuContext<M::Saved>) -> ([Lr; MAX_LIST_REGISTERS], usize) {
+        let mut lrs = [Lr::default(); MAX_LIST_REGISTERS];
+        let used = ctx.lrs.used.min(MAX_LIST_REGISTERS);
+        for (index, lr) in lrs.iter_mut().enumerate().take(used) {
+            *lr = Lr::decode(self.machine.read_lr(index));
+        }
+        (lrs, used)
+    }
+
+    /// Brings the running `vcpu`'s list registers up to date: what the
+    /// guest did with the current ones goes back into the virtual GIC, and
+    /// its most urgent deliverable interrupts go in (with the underflow
+    /// maintenance interrupt if more wait than fit). Returns the other
+    /// vCPUs the change made something deliverable to, and whether `vcpu`
+    /// itself has an interrupt to take (what ends a WFI).
+    fn vgic_refresh(
+        &mut self,
+        vm: &Vm<M>,
+        vcpu: u16,
+        ctx: &mut VcpuContext<M::Saved>,
+    ) -> (VcpuMask, bool) {
+        // Cleared before the virtual GIC is read: an injection after this
+        // point sets it again and is picked up at the next entry.
+        vm.irq_attention
+            .fetch_and(!(1u64 << vcpu), Ordering::AcqRel);
+        let (read_back, used) = self.read_lrs(ctx);
+        let mut gic = vm.vgic.lock();
+        let mut woken = gic.sync_back(vcpu, &read_back[..used]);
+        let lrs = gic.fill(vcpu, self.machine.list_registers());
+        let underflow = gic.underflow_needed(vcpu);
+        // `VGic::has_pending`, walking the interrupts a third time only
+        // when some did not fit: otherwise whatever is deliverable is in
+        // the list registers just filled.
+        let pending =
+            lrs.iter().any(|lr| lr.state.is_pending()) || (underflow && gic.has_pending(vcpu));
+        woken |= gic.take_wakeups();
+        drop(gic);
+        // A fresh set of list registers; the ones the previous set used
+        // beyond it are cleared.
+        let values = lrs.values();
+        let fresh = lrs.len();
+        let end = fresh.max(ctx.lrs.used).min(self.machine.list_registers());
+        for (index, &value) in values.iter().enumerate().take(end) {
+            self.machine
+                .write_lr(index, if index < fresh { value } else { 0 });
+        }
+        ctx.lrs.used = fresh;
+        if underflow != ctx.lrs.underflow {
+            ctx.lrs.underflow = underflow;
+            self.machine.set_interface_control(underflow);
+        }
+        (woken.without(vcpu), pending)
+    }
+
+    /// [`Self::vgic_refresh`], then wakes whom it names. Returns whether
+    /// `vcpu` has an interrupt to take.
+    fn refresh_and_deliver(
+        &mut self,
+        vm: &'h Vm<M>,
+        vcpu: VcpuId,
+        ctx: &mut VcpuContext<M::Saved>,
+    ) -> bool {
+        let (woken, pending) = self.vgic_refresh(vm, vcpu.index, ctx);
+        self.deliver(vm, Some(vcpu.index), woken);
+        pending
+    }
+
+    /// After a virtual GIC change made an interrupt deliverable to
+    /// `targets`: marks their list registers out of date and gets each to
+    /// look — a blocked one is woken, one running on another pCPU gets the
+    /// reschedule SGI, which exits it to refill. `running` is the vCPU this
+    /// pCPU runs, which needs no more than the mark. Call without the
+    /// scheduler lock.
+    fn deliver(&self, vm: &Vm<M>, running: Option<u16>, targets: VcpuMask) {
+        if targets.is_empty() {
+            return;
+        }
+        // After the vGIC change (the caller has released its lock), before
+        // the wake-up: the target's next entry sees the mark.
+        vm.irq_attention.fetch_or(targets.bits(), Ordering::AcqRel);
+        let others = match running {
+            Some(index) => targets.without(index),
+            None => targets,
+        };
+        if others.is_empty() {
+            return;
+        }
+        let now = self.machine.counter();
+        let mut s = self.host.sched.lock();
+        for index in others.iter() {
+            let target = VcpuId { vm: vm.id, index };
+            match s.wake(target, now) {
+                Ok(Wakeup::Kicked {
+                    running_on: Some(other),
+                }) => {
+                    if other != self.pcpu {
+                        self.machine.send_reschedule(other);
+                    }
+                }
+                Ok(wakeup) => {
+                    if let Some(value) = pv::preempted_on_wake(wakeup) {
+                        vm.write_preempted(&self.machine, index, value);
+                    }
+                    self.poke(wakeup);
+                }
+                Err(_) => {}
+            }
+        }
+    }
+
+    /// After the scheduler woke `vcpu` (caller holds the scheduler lock):
+    /// updates its PV "preempted" flag and pokes the pCPU it was queued on.
+    fn woken(&self, vcpu: VcpuId, wakeup: Wakeup) {
+        if let (Some(vm), Some(value)) = (
+            self.host.vms.get(usize::from(vcpu.vm.0)),
+            pv::preempted_on_wake(wakeup),
+        ) {
+            vm.write_preempted(&self.machine, vcpu.index, value);
+        }
+        self.poke(wakeup);
+    }
+
+    /// Sends the reschedule SGI where a wake-up needs it.
+    fn poke(&self, wakeup: Wakeup) {
+        if let Wakeup::Queued { pcpu, ipi: true } = wakeup
+            && pcpu != self.pcpu
+        {
+            self.machine.send_reschedule(pcpu);
+        }
+    }
+
+    /// Waits until a timer deadline of this pCPU, an IPI, or the
+    /// safety-net recheck.
+    fn idle(&mut self) {
+        let now = self.machine.counter();
+        let recheck = now + self.ms_to_ticks(IDLE_RECHECK_MS);
+        let deadline = self
+            .host
+            .sched
+            .lock()
+            .next_deadline_on(self.pcpu)
+            .map_or(recheck, |d| d.min(recheck));
+        self.machine.wait_for_interrupt(deadline);
+    }
+
+    /// Interactive input: when a single VM runs, it owns the console, and
+    /// the bytes typed on it go to that VM's UART (raising its receive
+    /// interrupt). The boot CPU polls the console at its hypervisor
+    /// interrupts (the slice tick, at least once a slice, while it runs a
+    /// vCPU) and whenever it wakes from idle (at least every
+    /// `IDLE_RECHECK_MS`), at most once a millisecond; bytes the guest's
+    /// FIFO has no room for wait in the console's own FIFO. With several
+    /// VMs, input is ignored (their output shares the console, prefixed
+    /// with each VM's name). `running` is the vCPU this pCPU runs, if any.
+    fn forward_console_input(&mut self, running: Option<VcpuId>) {
+        let host = self.host;
+        let [vm] = host.vms.as_slice() else {
+            return;
+        };
+        if self.pcpu != 0 || vm.state() != VmState::Running {
+            return;
+        }
+        // At most once per millisecond: faster than anyone types (and than
+        // a 115200-baud line fills a 16-byte FIFO), and off the
+        // vCPU-switch path.
+        let now = self.machine.counter();
+        if now < host.next_input_poll.load(Ordering::Relaxed) {
+            return;
+        }
+        host.next_input_poll
+            .store(now + self.ms_to_ticks(1), Ordering::Relaxed);
+        let targets = {
+            let mut uart = vm.console.lock();
+            while uart.rx_space() > 0 {
+                let Some(byte) = self.machine.console_read_byte() else {
+                    break;
+                };
+                uart.push_input(byte);
+            }
+            devices::uart_line_follow(vm, &uart)
+        };
+        let running = running.filter(|v| v.vm == vm.id).map(|v| v.index);
+        self.deliver(vm, running, targets);
+    }
+}
+
+/// Whether the guest may be re-entered at once after `exit` was handled
+/// with [`Decision::Resume`]: the exits a guest makes on its own
+/// (hypercalls, emulated MMIO and system registers, aborts injected back)
+/// change neither the VM's state nor this vCPU's slice, so the VM state,
+/// the slice end, the trap configuration and the slice timer stay as the
+/// last full pass set them. A policy change (PVLOCK_SET_WFX_POLICY) or a
+/// vCPU queued here by a kick reaches HCR_EL2 at the next interrupt exit
+/// (the slice tick at the latest), as KVM applies its WFx traps at
+/// vcpu_load.
+fn resumes_in_place(exit: &Exit) -> bool {
+    matches!(
+        exit,
+        Exit::Hvc { .. }
+            | Exit::Smc { .. }
+            | Exit::DataAbort(_)
+            | Exit::InstructionAbort { .. }
+            | Exit::SystemRegister(_)
+            | Exit::FpAccess
+    )
+}

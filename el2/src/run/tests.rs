@@ -1,0 +1,218 @@
+//! The runner on the fake machine: several VMs on several pCPUs, the
+//! pCPUs' steps interleaved in a seeded random order, with guests that
+//! yield, kick, send SGIs, write their UART, power vCPUs on and off, reset
+//! their VM once and finally power it off. After every step the runner's
+//! invariants must hold; in the end every VM must have powered off.
+
+use super::fake::{Fake, HZ, World};
+use super::{Host, Runner, Step, Vm, VmParts, VmState, register_vcpus};
+use crate::guest::layout;
+use crate::guest::placement::VmPlacement;
+use crate::ownership::OwnershipMap;
+use crate::sched::{CpuSet, Scheduler};
+use crate::smccc::CpuVulnerabilities;
+use crate::vcpu::{VcpuId, VmId};
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use platform::{MemRange, VmConfig};
+use pvlock_abi::pvlock::Variant;
+
+const MIB: u64 = 1 << 20;
+
+/// One VM of the test: vCPUs, PV-lock variant, CPU affinity.
+struct Spec {
+    vcpus: u32,
+    pv_lock: Option<Variant>,
+    affinity: Option<Vec<u32>>,
+}
+
+fn host(world: &Arc<World>, pcpus: usize, specs: &[Spec]) -> Host<Fake> {
+    let machine = Fake::new(0, world.clone());
+    let mut online = CpuSet::default();
+    for pcpu in 0..pcpus {
+        online.insert(pcpu);
+    }
+    let mut sched = Scheduler::new(online, HZ * 4 / 1000);
+    let mut vms = Vec::new();
+    for (i, spec) in specs.iter().enumerate() {
+        let node = alloc::format!("/chosen/vm@{i}");
+        let name = alloc::format!("vm{i}");
+        let mut config = VmConfig::new(
+            &node,
+            &name,
+            spec.vcpus,
+            64 * MIB,
+            MemRange::new(0x4800_0000 + i as u64 * 0x10_0000, 0x10_0000),
+        );
+        config.pv_lock = spec.pv_lock;
+        config.cpu_affinity = spec.affinity.clone();
+        let layout = layout::plan(&config, &[]).expect("layout");
+        let parts = VmParts {
+            id: VmId(i as u16),
+            config,
+            placement: VmPlacement {
+                ram: MemRange::new(0x1_0000_0000 * (i as u64 + 1), 64 * MIB),
+            },
+            layout,
+            stage2: (),
+            vttbr: i as u64 + 1,
+            several: specs.len() > 1,
+            vulnerabilities: CpuVulnerabilities::UNAFFECTED,
+        };
+        let vm = Vm::build(&machine, parts, &|_| Ok(())).expect("VM");
+        sched
+            .reserve_vm(usize::from(vm.vcpu_count()))
+            .expect("room");
+        vms.push(vm);
+    }
+    for vm in &vms {
+        register_vcpus(&mut sched, vm, 0).expect("registered");
+    }
+    Host::new(vms, sched, OwnershipMap::new(&[], &[]), None, pcpus)
+}
+
+/// What must hold between any two steps of any pCPUs.
+fn check_invariants(host: &Host<Fake>, runners: &[Runner<'_, Fake>], world: &World, step: usize) {
+    let s = host.sched.lock();
+    let mut running: Vec<VcpuId> = Vec::new();
+    for (pcpu, runner) in runners.iter().enumerate() {
+        if let Some(v) = runner.running() {
+            assert!(
+                !running.contains(&v),
+                "step {step}: {v} loaded on two pCPUs"
+            );
+            running.push(v);
+            assert_eq!(
+                s.current(pcpu),
+                Some(v),
+                "step {step}: pCPU {pcpu} runs {v}, the scheduler says otherwise"
+            );
+        }
+    }
+    for vm in &host.vms {
+        for index in 0..vm.vcpu_count() {
+            let v = VcpuId { vm: vm.id, index };
+            let loaded = running.contains(&v);
+            let in_slot = vm.vcpus[usize::from(index)].lock().is_some();
+            assert_eq!(
+                loaded, !in_slot,
+                "step {step}: {v} loaded {loaded}, context in its slot {in_slot}"
+            );
+            // A running vCPU's record says "not preempted".
+            if loaded
+                && vm.state() == VmState::Running
+                && let Some(record) = vm.pv.lock_record(index)
+                && let Some(pa) = vm.placement.host_pa(record.ipa)
+                && let Some(&value) = world.memory.lock().get(&pa)
+            {
+                assert_eq!(value, 0, "step {step}: running {v} reads preempted {value}");
+            }
+        }
+    }
+}
+
+/// Runs `specs` on `pcpus` fake pCPUs until every VM is off; returns the
+/// console.
+fn run(seed: u64, pcpus: usize, specs: &[Spec]) -> Vec<alloc::string::String> {
+    let world = World::new(pcpus, specs.len(), seed, HZ / 20);
+    let host = host(&world, pcpus, specs);
+    let mut runners: Vec<Runner<'_, Fake>> = (0..pcpus)
+        .map(|pcpu| Runner::new(pcpu, &host, Fake::new(pcpu, world.clone())))
+        .collect();
+    let mut done = alloc::vec![false; pcpus];
+    for step in 0..200_000 {
+        let pcpu = world.below(pcpus as u64) as usize;
+        if runners[pcpu].step() == Step::AllOff {
+            done[pcpu] = true;
+        }
+        check_invariants(&host, &runners, &world, step);
+        if done.iter().all(|&d| d) {
+            break;
+        }
+    }
+    assert!(
+        done.iter().all(|&d| d),
+        "seed {seed}: not every VM powered off at {} ticks: {:?}\n{:#?}",
+        world.clock.load(core::sync::atomic::Ordering::Relaxed),
+        host.vms.iter().map(Vm::state).collect::<Vec<_>>(),
+        host.vms
+            .iter()
+            .flat_map(|vm| {
+                let s = host.sched.lock();
+                (0..vm.vcpu_count())
+                    .map(|index| s.state(VcpuId { vm: vm.id, index }))
+                    .collect::<Vec<_>>()
+            })
+            .collect::<Vec<_>>()
+    );
+    runners[0].step();
+    host.print_summary(runners[0].machine());
+    for vm in &host.vms {
+        assert_eq!(
+            vm.resets.load(core::sync::atomic::Ordering::Relaxed),
+            1,
+            "{}",
+            vm.name
+        );
+    }
+    world.console.lock().clone()
+}
+
+#[test]
+fn several_vms_on_several_pcpus_keep_the_runner_invariants() {
+    for seed in 0..24 {
+        let pcpus = 1 + (seed as usize % 4);
+        let specs = [
+            Spec {
+                vcpus: 4,
+                pv_lock: Some(Variant::SeedV2),
+                affinity: None,
+            },
+            Spec {
+                vcpus: 3,
+                pv_lock: Some(Variant::OpenEuler),
+                affinity: None,
+            },
+            Spec {
+                vcpus: 2,
+                pv_lock: Some(Variant::SeedV2),
+                affinity: Some(alloc::vec![0]),
+            },
+        ];
+        let console = run(seed, pcpus, &specs);
+        for vm in ["vm0", "vm1", "vm2"] {
+            let line = alloc::format!("el2: vm {vm} powered off");
+            assert!(
+                console.contains(&line),
+                "seed {seed}: no {line:?} in {console:#?}"
+            );
+        }
+        assert!(console.iter().any(|l| l == "el2: all VMs powered off"));
+        assert!(
+            console
+                .iter()
+                .any(|l| l.starts_with("summary: vm vm2: 2 vCPUs, resets 1"))
+        );
+        // The guests' UART output reached the console, each VM's prefixed.
+        assert!(
+            console.iter().any(|l| l.starts_with("[vm0] ")),
+            "seed {seed}"
+        );
+    }
+}
+
+#[test]
+fn one_vm_alone_owns_the_pcpus() {
+    for seed in 100..108 {
+        let console = run(
+            seed,
+            2,
+            &[Spec {
+                vcpus: 4,
+                pv_lock: Some(Variant::SeedV2),
+                affinity: None,
+            }],
+        );
+        assert!(console.contains(&"el2: vm vm0 powered off".into()));
+    }
+}
