@@ -82,12 +82,12 @@
 //! ([`pvlock_abi::directed_yield`]); WFI traps normally, so `wfi-trap` has
 //! a visible effect there.
 //!
-//! # What the arch layer does
+//! # What the runner (`el2::run`) does
 //!
 //! Per VM it keeps one [`VmSpin`] (`last_boosted`, each vCPU's [`SpinState`]
 //! and [`Descheduled`] snapshot, the VM's [`SpinStats`]) behind its own
-//! lock, a leaf (lock order: vCPU context, scheduler, `VmSpin`; nothing is
-//! locked while holding it). Decisions and snapshots are made with the
+//! lock (lock order: scheduler, `VmSpin`, and under it only the virtual
+//! GIC, a leaf; `el2/src/run/mod.rs` has the whole order). Decisions and snapshots are made with the
 //! scheduler lock held too, so that they describe the scheduler state they
 //! were made on. Then:
 //! - **Every guest entry**: HCR_EL2 = the VM's
@@ -625,7 +625,7 @@ pub fn hcr_traps(hcr: u64, wfe_trap: bool, wfi_trap: bool) -> u64 {
 /// setting is fixed for the VM's life. Nothing resets the table, not even
 /// the VM's SYSTEM_RESET: the settings are the host's, not the guest's.
 ///
-/// The arch layer keeps one per VM behind a leaf lock and reads it at every
+/// The runner (`el2::run`) keeps one per VM behind a leaf lock and reads it at every
 /// guest entry ([`Self::hcr_for`]), so a change takes effect at each
 /// affected vCPU's next entry into the guest.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -834,7 +834,7 @@ impl fmt::Display for SpinStats {
 /// The directed-yield state of one VM: what KVM keeps in `struct kvm`
 /// (`last_boosted_vcpu`) and in each `struct kvm_vcpu` (`spin_loop`, the
 /// "preempted in kernel" / "IRQs disabled" snapshots), plus the VM's
-/// [`SpinStats`]. The arch layer keeps one per VM behind a leaf lock
+/// [`SpinStats`]. The runner (`el2::run`) keeps one per VM behind a leaf lock
 /// (module documentation).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct VmSpin {
@@ -1770,7 +1770,7 @@ mod tests {
         assert_eq!(vm.stats().spins, 4, "counters survive a reset");
     }
 
-    /// The arch layer's WFE path, end to end on a real scheduler: one pCPU,
+    /// The runner's (`el2::run`) WFE path, end to end on a real scheduler: one pCPU,
     /// four vCPUs of one VM; vCPU 0 spins while 2 holds a lock.
     #[test]
     fn a_spinner_yields_to_the_preempted_lock_holder() {

@@ -52,7 +52,7 @@
 //! So a vCPU that blocked itself reads 0 until it becomes runnable while
 //! not running, then 1, then 0 again once it is loaded.
 //!
-//! # What the arch layer does
+//! # What the runner (`el2::run`) does
 //!
 //! - **vcpu_load**: after `pick_next` named the vCPU and before entering
 //!   it, if [`PvRegistry::lock_record`] is `Some`, store
@@ -81,7 +81,7 @@
 //!   ticks, so the new guest's stolen time starts from 0.
 //! - **KICK** (`Action::Kick`): see [`crate::smccc::Action::Kick`].
 //!
-//! Guest memory at these IPAs is the VM's own RAM: the arch layer must
+//! Guest memory at these IPAs is the VM's own RAM: the runner (`el2::run`) must
 //! write it through a mapping of that RAM, never through anything the
 //! guest controls.
 
@@ -274,7 +274,7 @@ pub enum LockRegisterError {
 }
 
 /// The per-VM table of PV record addresses, shared (through an `Arc`)
-/// between the VM's SMCCC services and the arch layer. Lock-free: every
+/// between the VM's SMCCC services and the runner (`el2::run`). Lock-free: every
 /// mutable slot is an atomic, so any pCPU may read it at any time.
 ///
 /// Indices are vCPU indices within the VM; an index the registry does not
@@ -975,7 +975,7 @@ mod tests {
         assert_eq!(preempted_on_wake(Wakeup::Ignored), None);
     }
 
-    /// The arch layer's side of the state machine over a real scheduler:
+    /// The runner's (`el2::run`) side of the state machine over a real scheduler:
     /// every transition writes what this module says into a fake record
     /// per vCPU, as the guest would read it.
     struct Host {

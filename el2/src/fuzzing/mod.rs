@@ -29,7 +29,7 @@
 //! short whatever its length.
 //!
 //! The module is `no_std` like the rest of the library and uses only its
-//! public interfaces, so it exercises exactly what the arch layer calls.
+//! public interfaces, so it exercises exactly what the runner (`el2::run`) calls.
 
 mod acpi;
 mod device_tree;

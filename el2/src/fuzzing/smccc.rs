@@ -423,7 +423,7 @@ impl Harness {
     }
 
     /// Checks `action` against what its service promises, then carries it
-    /// out on the fake VM as the arch layer would.
+    /// out on the fake VM as the runner (`el2::run`) would.
     fn check_action(&mut self, caller: VcpuId, fid: FunctionId, reply: &[u64; 4], action: Action) {
         let vcpus = self.vcpus();
         let own = |target: VcpuId| target.vm == caller.vm && target.index < vcpus;

@@ -1,7 +1,7 @@
 //! The vCPU scheduler: which vCPU each physical CPU runs, for how long, and
 //! what each vCPU's time went to.
 //!
-//! This is pure bookkeeping. The arch layer keeps one [`Scheduler`] behind
+//! This is pure bookkeeping. The runner (`el2::run`) keeps one [`Scheduler`] behind
 //! one spin lock, calls it on every scheduling event (slice timer, WFI trap,
 //! hypercall, wake-up) with the current counter value `now` (CNTPCT ticks),
 //! and acts on its answers after dropping the lock: it loads the vCPU that
@@ -70,7 +70,7 @@
 //! # Time slice
 //!
 //! A vCPU picked from a queue gets a fresh slice of [`Scheduler::slice`]
-//! ticks; the arch layer arms the pCPU's timer for
+//! ticks; the runner (`el2::run`) arms the pCPU's timer for
 //! [`Scheduler::slice_end`] and calls `put(SliceExpired)` when it fires.
 //! If nobody is waiting for the pCPU (its queue is empty and no other queue
 //! has a head that `pick_next` would pull), the slice is renewed in place
@@ -95,7 +95,7 @@
 //! Each vCPU accumulates run, steal (Runnable but not running, DEN0057A
 //! stolen time) and blocked ticks, plus event counts ([`VcpuStats`]);
 //! [`Scheduler::stats`] and [`Scheduler::vm_stats`] include the interval in
-//! progress. The arch layer reads the steal total at every load to update
+//! progress. The runner (`el2::run`) reads the steal total at every load to update
 //! the guest's PV stolen-time record, and writes the PV "preempted" flag at
 //! every put/load; [`Scheduler::is_preempted`] answers the same question
 //! for the hypervisor's own policies.
@@ -103,7 +103,7 @@
 //! # Locking
 //!
 //! All state is in one [`Scheduler`] and every method takes `&mut self` or
-//! `&self`: the arch layer wraps it in one spin lock, taken with interrupts
+//! `&self`: the runner (`el2::run`) wraps it in one spin lock, taken with interrupts
 //! masked (the slice timer and IPI handlers call in too), held only for the
 //! call, never across a guest entry. It acts on most answers — loading a
 //! vCPU, sending IPIs — after releasing the lock; the PV "preempted" flag
@@ -756,7 +756,7 @@ impl Scheduler {
         Ok(self.wake_slot(slot, now))
     }
 
-    /// Starts an Off `vcpu` (PSCI CPU_ON, after the arch layer has set up
+    /// Starts an Off `vcpu` (PSCI CPU_ON, after the runner (`el2::run`) has set up
     /// its entry registers): Runnable and queued on the least loaded pCPU
     /// it may use (an idle one first). It reports
     /// [`PowerState::OnPending`] until first scheduled in. Errors with

@@ -30,7 +30,7 @@ pub struct ControlService;
 
 impl ControlService {
     /// The service (it has no per-VM state: the policies live with the
-    /// arch layer's VMs).
+    /// runner's VMs).
     pub const fn new() -> Self {
         Self
     }

@@ -3,7 +3,7 @@
 //!
 //! # Flow
 //!
-//! The arch layer decodes the trap, then calls [`Dispatcher::dispatch`]
+//! The runner (`el2::run`) decodes the trap, then calls [`Dispatcher::dispatch`]
 //! with the caller, its saved registers and a [`VmView`] of its VM. The
 //! dispatcher
 //! 1. decodes the function id from W0 only (bits 63:32 of X0 and the SMCCC
@@ -61,7 +61,7 @@
 //! `pvlock_abi::directed_yield`), and [`PvTimeService`] (DEN0057A;
 //! docs/abi.md §4) — and, for a control VM only, [`ControlService`]
 //! (PVLOCK_SET_WFX_POLICY, `pvlock_abi::control`). The PV services share
-//! the VM's [`PvRegistry`] of record addresses with the arch layer, which
+//! the VM's [`PvRegistry`] of record addresses with the runner (`el2::run`), which
 //! keeps the records up to date ([`crate::pv`]).
 //!
 //! | VM enables | ids answered | KVM_FEATURES bits | SMCCC_ARCH_FEATURES = 0 for |
@@ -117,7 +117,7 @@ use crate::pv::{ConfigError, PvConfig, PvRegistry};
 pub use crate::vcpu::PowerState;
 use crate::vcpu::{GuestRegs, VcpuId, VmId};
 
-/// What the dispatcher may know about the caller's VM. The arch layer
+/// What the dispatcher may know about the caller's VM. The runner (`el2::run`)
 /// implements it over its VM table, the scheduler
 /// ([`crate::sched::Scheduler::power_state`]) and the guest memory map.
 pub trait VmView {
@@ -166,7 +166,7 @@ pub trait VmView {
     /// The number of vCPUs of VM `vm` of the hypervisor's VM table (any
     /// VM, the caller's own included), `None` if there is no such VM. Used
     /// by calls that name another VM (a control VM's
-    /// PVLOCK_SET_WFX_POLICY, [`ControlService`]). The arch layer answers
+    /// PVLOCK_SET_WFX_POLICY, [`ControlService`]). The runner (`el2::run`) answers
     /// from its VM table, which never changes once the VMs are created.
     /// The default, `None` for every VM, makes those calls answer
     /// INVALID_PARAMETER.
@@ -325,7 +325,7 @@ pub enum Action {
     ///    queue, as for a requeue), records its deschedule snapshot
     ///    ([`crate::onspin::VmSpin::descheduled`] with its saved SPSR_EL2)
     ///    and leaves the pCPU without a `put` (the scheduler has already
-    ///    requeued it; the arch layer's `Next::Yielded`);
+    ///    requeued it; the runner's `Decision::Yielded`, `el2::run`);
     /// 3. on refusal resumes the caller with X0 = 1 as written.
     ///
     /// Either way it counts the call

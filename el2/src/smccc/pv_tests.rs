@@ -776,7 +776,7 @@ fn no_register_contents_make_a_pv_service_panic() {
 }
 
 /// PV_SCHED_YIELD_TO: on every VM with a PV-lock variant, X0 = 1 ("not
-/// yielded" until the arch layer has yielded) and `Action::YieldTo` for a
+/// yielded" until the runner (`el2::run`) has yielded) and `Action::YieldTo` for a
 /// sibling; -3 for the caller itself; -1 for no such vCPU; nothing on VMs
 /// without PV-lock.
 #[test]

@@ -1,7 +1,7 @@
 //! The PV-lock ("vCPU preempted") services: the four published ABI
 //! variants in one service type. docs/abi.md §3.
 //!
-//! The records themselves, and when the arch layer writes them, are in
+//! The records themselves, and when the runner (`el2::run`) writes them, are in
 //! [`crate::pv`].
 
 use alloc::sync::Arc;

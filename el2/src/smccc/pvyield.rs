@@ -16,7 +16,7 @@ use crate::vcpu::VcpuId;
 ///
 /// | call | answer |
 /// |---|---|
-/// | `0xC6000022` PV_SCHED_YIELD_TO(X1 = target vCPU index) | X0 = 1 ([`NOT_YIELDED`]) and [`Action::YieldTo`]; the arch layer rewrites X0 to 0 ([`pvlock_abi::directed_yield::YIELDED`]) if the yield happens |
+/// | `0xC6000022` PV_SCHED_YIELD_TO(X1 = target vCPU index) | X0 = 1 ([`NOT_YIELDED`]) and [`Action::YieldTo`]; the runner (`el2::run`) rewrites X0 to 0 ([`pvlock_abi::directed_yield::YIELDED`]) if the yield happens |
 /// | ... X1 = the caller's own index | -3 ([`TO_SELF`], INVALID_PARAMETER), no action |
 /// | ... X1 not a vCPU of the VM (all 64 bits count: SMC64) | -1 ([`UNKNOWN_VCPU`], NOT_SUPPORTED), no action |
 ///
@@ -24,7 +24,7 @@ use crate::vcpu::VcpuId;
 /// service sets KVM_FEATURES bit 34 ([`KVM_FEATURES_BIT`]).
 ///
 /// X0 is "not yielded" until the yield has really happened, so whatever
-/// the arch layer does not get to do, the guest is never told it yielded
+/// the runner (`el2::run`) does not get to do, the guest is never told it yielded
 /// when it did not.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct PvYieldService;
