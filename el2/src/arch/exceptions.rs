@@ -154,7 +154,7 @@ pub fn begin_fatal() {
     if FATAL_IN_PROGRESS.swap(true, Ordering::AcqRel) {
         psci::park();
     }
-    super::stop_other_cpus();
+    super::bringup::stop_other_cpus();
 }
 
 /// Whether a fatal error is being reported (the stop SGI then parks).

@@ -311,7 +311,7 @@ global_asm!(
     efi_handover = sym efi_handover,
     efi_main = sym super::efi::efi_main,
     primary_main = sym super::primary_main,
-    secondary_main = sym super::secondary_main,
+    secondary_main = sym super::bringup::secondary_main,
     mmu_params = sym mmu::SECONDARY_MMU_PARAMS,
     sctlr_mmu_off = const mmu::SCTLR_EL2_MMU_OFF,
     current_el_el2 = const CURRENT_EL_EL2,

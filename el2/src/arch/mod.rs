@@ -3,6 +3,7 @@
 //! together. Decisions (memory layout, CPU order, command line) are made by
 //! the portable `el2` library.
 
+pub mod bringup;
 pub mod cache;
 pub mod console;
 pub mod cpu;
@@ -10,6 +11,7 @@ pub mod efi;
 pub mod exceptions;
 pub mod gic;
 pub mod gicv;
+pub mod handover;
 pub mod head;
 pub mod heap;
 pub mod irq;
@@ -28,27 +30,30 @@ pub mod vm;
 use crate::println;
 use alloc::string::String;
 use alloc::vec::Vec;
+use bringup::{PsciStarter, init_cpu_interrupts, maintenance_intid, node_of, tick_check};
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use el2::BANNER;
 use el2::bootargs::{self, BootArgs, SelfTest};
-use el2::efi::handoff::{self, Handoff};
 use el2::guest::placement::OwnedRange;
 use el2::layout::{self, ImageLayout};
 use el2::percpu::PerCpu;
-use el2::smp::{self, CpuStarter, MAX_CPUS};
-use el2::{BANNER, FATAL_MARKER};
-use platform::{Conduit, Cpu, MemRange, Platform, Uart};
+use el2::smp::{self, MAX_CPUS};
+use handover::{
+    BootBlob, acquire_platform, boot_blob, fail_early, print_platform, start_console, stop,
+};
+use platform::{Conduit, MemRange, Platform};
 use spin::Once;
 
-/// How long a secondary CPU has to report in after CPU_ON.
-const CPU_ON_TIMEOUT_MS: u32 = 2000;
-
 static PLATFORM: Once<Platform> = Once::new();
+
 static BOOT_ARGS: Once<BootArgs> = Once::new();
+
 static CPUS: Once<&'static [PerCpu]> = Once::new();
 
 /// The boot-time tick check: every online CPU counts its own ticks over the
 /// same window once the boot CPU says go.
 static TICK_CHECK_GO: AtomicBool = AtomicBool::new(false);
+
 static TICK_CHECK_DONE: AtomicUsize = AtomicUsize::new(0);
 
 /// Set by the boot CPU once VMs exist: every online CPU enters the run loop.
@@ -74,68 +79,6 @@ fn image_layout() -> ImageLayout {
     }
 }
 
-/// FDT header magic (Devicetree Specification 5.2, "Header").
-const FDT_MAGIC: u32 = 0xd00d_feed;
-/// The most device tree the hypervisor accepts; real boards need < 1 MiB.
-const FDT_MAX_SIZE: u32 = 64 << 20;
-
-/// What the boot loader handed over in x0: a device tree (arm64 Image
-/// protocol), or the handoff block of the image's own EFI entry
-/// (`arch::efi`, `el2::efi::handoff`), told apart by their magic.
-struct BootBlob {
-    /// All of it: mapped read-only and kept from the VMs.
-    range: MemRange,
-    handoff: bool,
-}
-
-impl BootBlob {
-    /// What it is, in the hypervisor's owned ranges and messages.
-    fn what(&self) -> &'static str {
-        if self.handoff {
-            "UEFI handoff block"
-        } else {
-            "host device tree"
-        }
-    }
-}
-
-/// The blob at `x0`, from its header: the device tree's `totalsize`, or
-/// the handoff block's allocated size.
-///
-/// Runs with the MMU off and no heap: it reads the header and nothing
-/// more; `Platform::parse` or `Handoff::parse` validates the rest once the
-/// heap works.
-fn boot_blob(x0: u64) -> Option<BootBlob> {
-    if x0 == 0 || !x0.is_multiple_of(8) {
-        return None;
-    }
-    let words = x0 as *const u64;
-    let word = |i: usize| {
-        // SAFETY: the boot protocol hands us the physical address of a DTB
-        // (at least its 40-byte header) or of a handoff block (at least its
-        // 64-byte header, read only once the DTB magic is ruled out) in
-        // RAM; aligned 8-byte reads suit memory with the MMU off.
-        unsafe { words.add(i).read_volatile() }.to_le_bytes()
-    };
-    let first = word(0);
-    let magic = u32::from_be_bytes([first[0], first[1], first[2], first[3]]);
-    let size = u32::from_be_bytes([first[4], first[5], first[6], first[7]]);
-    if magic == FDT_MAGIC {
-        return (40..=FDT_MAX_SIZE).contains(&size).then(|| BootBlob {
-            range: MemRange::new(x0, u64::from(size)),
-            handoff: false,
-        });
-    }
-    let mut header = [0u8; handoff::HEADER_LEN];
-    for (i, chunk) in header.chunks_exact_mut(8).enumerate() {
-        chunk.copy_from_slice(&word(i));
-    }
-    handoff::probe(&header).map(|probe| BootBlob {
-        range: MemRange::new(x0, probe.block_size),
-        handoff: true,
-    })
-}
-
 /// The boot CPU's Rust entry, from `head.rs`, with the MMU off and SP_EL0 set.
 pub extern "C" fn primary_main(x0: u64) -> ! {
     cpu::clear_current();
@@ -145,69 +88,11 @@ pub extern "C" fn primary_main(x0: u64) -> ! {
     let Some(boot) = boot_blob(x0) else {
         psci::park()
     };
-    let boot_params = mmu::boot_map(&[
-        (image.image.base, image.image.size),
-        (boot.range.base, boot.range.size),
-    ]);
-    // SAFETY: the boot map identity-maps the whole image (code, stacks,
-    // heap) and the DTB or handoff block, so everything in use stays where
-    // it is.
-    unsafe { boot::mmu::enable_el2(&boot_params) };
-    heap::init();
-
-    let (platform, source, mut notes) = acquire_platform(&image, &boot);
-    if platform.psci.conduit == Conduit::Hvc {
-        // An HVC from EL2 is taken at EL2: el2 would be calling itself.
-        // (Not boot-tested: QEMU rewrites /psci's method to its own conduit
-        // when it loads the kernel itself.)
-        let described_by = if source.starts_with("ACPI") {
-            "ACPI table FADT, field \"ARM_BOOT_ARCH\" (PSCI_USE_HVC)"
-        } else {
-            "device tree node /psci, property \"method\" (\"hvc\")"
-        };
-        fail_early(
-            &image,
-            boot.range,
-            platform.uart.as_ref(),
-            None,
-            format_args!(
-                "{described_by}: PSCI through HVC is for a kernel under a hypervisor; \
-                 el2 runs at EL2 and needs PSCI from EL3 firmware through SMC"
-            ),
-        )
-    }
-    let platform = PLATFORM.call_once(|| platform);
-    psci::set_conduit(platform.psci.conduit);
-    let (args, warnings) = bootargs::parse(&platform.bootargs);
-    notes.extend(warnings);
-    let warnings = notes;
-    let args = BOOT_ARGS.call_once(|| args);
-
+    let (platform, args, source, warnings) = read_platform(&image, &boot);
     let boot_mpidr = cpu::current_mpidr();
     let order = smp::logical_order(&platform.cpus, boot_mpidr);
     let cpu_count = order.as_ref().map_or(1, |o| o.len().min(MAX_CPUS));
-    let dtb_range = boot.range;
-    let built = layout::el2_map_plan(&image, platform, dtb_range, cpu_count)
-        .map_err(|e| alloc::format!("EL2 memory map: {e}"))
-        .and_then(|plan| {
-            let params =
-                mmu::final_map(&plan).map_err(|e| alloc::format!("EL2 page tables: {e}"))?;
-            Ok((plan, params))
-        });
-    let (plan, params) = match built {
-        Ok(built) => built,
-        Err(why) => fail_early(
-            &image,
-            dtb_range,
-            platform.uart.as_ref(),
-            Some(platform.psci.conduit),
-            format_args!("{why}"),
-        ),
-    };
-    // SAFETY: the final map keeps text, data, stacks, heap and DTB at the
-    // same addresses, now with their own permissions.
-    unsafe { boot::mmu::enable_el2(&params) };
-    mmu::publish_for_secondaries(params);
+    let plan = enter_final_map(&image, &boot, platform, cpu_count);
     start_console(platform, args);
 
     println!("{BANNER} at EL2 on {}", platform.model);
@@ -235,6 +120,108 @@ pub extern "C" fn primary_main(x0: u64) -> ! {
             "device tree node /cpus: no cpu has this CPU's MPIDR {boot_mpidr}"
         ))
     };
+    let (cpus, online) = start_cpus(platform, args, &order);
+    run_selftest(args);
+
+    // Secondaries wait for this before counting ticks (or skipping that).
+    TICK_CHECK_GO.store(true, Ordering::Release);
+    aarch64_cpu::asm::sev();
+    if args.tick_check_ms > 0 {
+        tick_check(cpus, &online, args);
+    }
+    if args.selftest == Some(SelfTest::PanicAll) {
+        panic_with_the_others();
+    }
+    start_vms(platform, args, &image, &boot, cpus, &online)
+}
+
+/// With the boot map on and the heap up: the platform from the boot blob
+/// (stopping if its PSCI conduit cannot serve EL2), the firmware conduit,
+/// and the command line; with where the description came from and the
+/// warnings to log once the console works.
+fn read_platform(
+    image: &ImageLayout,
+    boot: &BootBlob,
+) -> (&'static Platform, &'static BootArgs, String, Vec<String>) {
+    let boot_params = mmu::boot_map(&[
+        (image.image.base, image.image.size),
+        (boot.range.base, boot.range.size),
+    ]);
+    // SAFETY: the boot map identity-maps the whole image (code, stacks,
+    // heap) and the DTB or handoff block, so everything in use stays where
+    // it is.
+    unsafe { boot::mmu::enable_el2(&boot_params) };
+    heap::init();
+
+    let (platform, source, mut notes) = acquire_platform(image, boot);
+    if platform.psci.conduit == Conduit::Hvc {
+        // An HVC from EL2 is taken at EL2: el2 would be calling itself.
+        // (Not boot-tested: QEMU rewrites /psci's method to its own conduit
+        // when it loads the kernel itself.)
+        let described_by = if source.starts_with("ACPI") {
+            "ACPI table FADT, field \"ARM_BOOT_ARCH\" (PSCI_USE_HVC)"
+        } else {
+            "device tree node /psci, property \"method\" (\"hvc\")"
+        };
+        fail_early(
+            image,
+            boot.range,
+            platform.uart.as_ref(),
+            None,
+            format_args!(
+                "{described_by}: PSCI through HVC is for a kernel under a hypervisor; \
+                 el2 runs at EL2 and needs PSCI from EL3 firmware through SMC"
+            ),
+        )
+    }
+    let platform = PLATFORM.call_once(|| platform);
+    psci::set_conduit(platform.psci.conduit);
+    let (args, warnings) = bootargs::parse(&platform.bootargs);
+    notes.extend(warnings);
+    let args = BOOT_ARGS.call_once(|| args);
+    (platform, args, source, notes)
+}
+
+/// Plans the EL2 memory map for `cpu_count` CPUs, builds its tables and
+/// switches to it (stopping with a report if that cannot be done);
+/// returns the plan, for the log.
+fn enter_final_map(
+    image: &ImageLayout,
+    boot: &BootBlob,
+    platform: &Platform,
+    cpu_count: usize,
+) -> Vec<layout::MapEntry> {
+    let built = layout::el2_map_plan(image, platform, boot.range, cpu_count)
+        .map_err(|e| alloc::format!("EL2 memory map: {e}"))
+        .and_then(|plan| {
+            let params =
+                mmu::final_map(&plan).map_err(|e| alloc::format!("EL2 page tables: {e}"))?;
+            Ok((plan, params))
+        });
+    let (plan, params) = match built {
+        Ok(built) => built,
+        Err(why) => fail_early(
+            image,
+            boot.range,
+            platform.uart.as_ref(),
+            Some(platform.psci.conduit),
+            format_args!("{why}"),
+        ),
+    };
+    // SAFETY: the final map keeps text, data, stacks, heap and DTB at the
+    // same addresses, now with their own permissions.
+    unsafe { boot::mmu::enable_el2(&params) };
+    mmu::publish_for_secondaries(params);
+    plan
+}
+
+/// The per-CPU table, the GIC and the timer on the boot CPU, then the
+/// secondaries (PSCI CPU_ON): returns the table and the CPUs online.
+fn start_cpus(
+    platform: &Platform,
+    args: &BootArgs,
+    order: &[&platform::Cpu],
+) -> (&'static [PerCpu], Vec<usize>) {
     let cpus: Vec<PerCpu> = order
         .iter()
         .take(MAX_CPUS)
@@ -266,15 +253,19 @@ pub extern "C" fn primary_main(x0: u64) -> ! {
     cpus[0].mark_online();
 
     let mut starter = PsciStarter;
-    let report = smp::bring_up(&order, &mut starter);
+    let report = smp::bring_up(order, &mut starter);
     for (index, mpidr, why) in &report.failed {
         log::error!(
             "cpu {index} (mpidr {mpidr}, {}): {why}; left out",
-            node_of(&order, *index)
+            node_of(order, *index)
         );
     }
     println!("smp: {} CPUs online", report.online.len());
+    (cpus, report.online)
+}
 
+/// `el2.selftest=`: the faults the boot CPU provokes itself.
+fn run_selftest(args: &BootArgs) {
     match args.selftest {
         Some(SelfTest::Undef) => {
             log::info!("selftest: executing an undefined instruction at EL2");
@@ -292,29 +283,29 @@ pub extern "C" fn primary_main(x0: u64) -> ! {
         Some(SelfTest::UefiPanic) => log::info!("selftest: uefi-panic applies to the UEFI stage"),
         None => {}
     }
+}
 
-    // Secondaries wait for this before counting ticks (or skipping that).
-    TICK_CHECK_GO.store(true, Ordering::Release);
-    aarch64_cpu::asm::sev();
-    if args.tick_check_ms > 0 {
-        tick_check(cpus, &report.online, args);
-    }
-    if args.selftest == Some(SelfTest::PanicAll) {
-        panic_with_the_others();
-    }
-
+/// Creates the VMs on the `online` CPUs, lets the secondaries join the
+/// run loop and runs it on the boot CPU; powers off if no VM could start.
+fn start_vms(
+    platform: &'static Platform,
+    args: &BootArgs,
+    image: &ImageLayout,
+    boot: &BootBlob,
+    cpus: &[PerCpu],
+    online: &[usize],
+) -> ! {
     let hypervisor = [
         OwnedRange {
             range: image.image,
             what: "hypervisor image",
         },
         OwnedRange {
-            range: dtb_range,
+            range: boot.range,
             what: boot.what(),
         },
     ];
-    let pcpus: Vec<(usize, platform::Mpidr)> = report
-        .online
+    let pcpus: Vec<(usize, platform::Mpidr)> = online
         .iter()
         .map(|&index| (index, cpus[index].mpidr))
         .collect();
@@ -334,113 +325,6 @@ pub extern "C" fn primary_main(x0: u64) -> ! {
     vm::run(0)
 }
 
-/// The platform from what the boot loader handed over, a line saying
-/// where it came from, and warnings to log once the console works. Stops
-/// the machine (with a report on the console, when one can be found) if
-/// the description cannot be used.
-fn acquire_platform(image: &ImageLayout, boot: &BootBlob) -> (Platform, String, Vec<String>) {
-    // SAFETY: `boot_blob` checked the header; the boot map covers the
-    // whole blob and nothing writes it.
-    let bytes: &'static [u8] = unsafe {
-        core::slice::from_raw_parts(boot.range.base as *const u8, boot.range.size as usize)
-    };
-    if !boot.handoff {
-        return match Platform::parse(bytes) {
-            Ok(platform) => (platform, String::from("device tree"), Vec::new()),
-            Err(error) => {
-                let rescue = platform::rescue(bytes);
-                fail_early(
-                    image,
-                    boot.range,
-                    rescue.console.as_ref(),
-                    rescue.psci_conduit,
-                    format_args!("cannot use the boot device tree: {error}"),
-                )
-            }
-        };
-    }
-    // Nothing in a corrupt handoff block can be trusted to find a console.
-    let Ok(handoff) = Handoff::parse(bytes, boot.range.base) else {
-        psci::park()
-    };
-    let mut notes = Vec::new();
-    if handoff.ram_truncated() {
-        notes.push(String::from(
-            "UEFI handoff: the EFI entry had to leave some RAM banks out",
-        ));
-    }
-    if handoff.unknown_records() > 0 {
-        notes.push(alloc::format!(
-            "UEFI handoff: {} record(s) of unknown kinds skipped",
-            handoff.unknown_records()
-        ));
-    }
-    let ram = handoff.ram();
-    let reserved = handoff.reserved();
-    let tables = handoff.acpi_tables();
-    let description = handoff.vm_description();
-    if !tables.is_empty() {
-        return match Platform::from_acpi(&tables, &ram, &reserved, description) {
-            Ok(platform) => {
-                let source = alloc::format!(
-                    "ACPI tables ({}) and UEFI memory map from the UEFI handoff block",
-                    tables.len()
-                );
-                (platform, source, notes)
-            }
-            Err(error) => {
-                let rescue = platform::acpi::rescue(&tables);
-                fail_early(
-                    image,
-                    boot.range,
-                    rescue.console.as_ref(),
-                    rescue.psci_conduit,
-                    format_args!("cannot use the firmware's ACPI tables: {error}"),
-                )
-            }
-        };
-    }
-    let Some(dtb) = handoff.firmware_dtb() else {
-        psci::park()
-    };
-    let mut platform = match Platform::parse(dtb) {
-        Ok(platform) => platform,
-        Err(error) => {
-            let rescue = platform::rescue(dtb);
-            fail_early(
-                image,
-                boot.range,
-                rescue.console.as_ref(),
-                rescue.psci_conduit,
-                format_args!("cannot use the firmware's device tree: {error}"),
-            )
-        }
-    };
-    // Under UEFI the memory map, not the tree's /memory, says what RAM is
-    // free (the firmware keeps some for itself); the tree's reserved
-    // regions stay reserved too.
-    platform.memory = ram;
-    platform.reserved.splice(0..0, reserved);
-    if let Some(description) = description {
-        match platform::vms_from_dt(description) {
-            Ok((bootargs, vms)) => {
-                platform.bootargs = bootargs;
-                platform.vms = vms;
-            }
-            Err(error) => fail_early(
-                image,
-                boot.range,
-                platform.uart.as_ref(),
-                Some(platform.psci.conduit),
-                format_args!("cannot use the UEFI VM description: {error}"),
-            ),
-        }
-    }
-    let source =
-        String::from("firmware device tree and UEFI memory map from the UEFI handoff block");
-    (platform, source, notes)
-}
-
 /// `el2.selftest=panic-all`: every CPU panics at about the same moment
 /// (the boot CPU once the tick check is over, each secondary once it has
 /// counted its ticks); exactly one report must come out.
@@ -458,291 +342,4 @@ fn overflow_stack(depth: u64) -> u64 {
         return depth;
     }
     overflow_stack(depth + 1) + u64::from(frame[depth as usize % 1024])
-}
-
-fn node_of<'a>(order: &[&'a Cpu], index: usize) -> &'a str {
-    order.get(index).map_or("?", |c| c.node.as_str())
-}
-
-/// Secondary CPUs' Rust entry, from `head.rs`, with the final map on.
-pub extern "C" fn secondary_main(index: usize) -> ! {
-    cpu::clear_current();
-    cpu::init_el2_registers(exceptions::vector_base());
-    let (Some(cpus), Some(platform)) = (CPUS.get(), PLATFORM.get()) else {
-        psci::park()
-    };
-    let Some(this) = cpus.get(index) else {
-        psci::park()
-    };
-    cpu::set_current(this);
-    if this.mpidr != cpu::current_mpidr() {
-        log::error!(
-            "started as cpu {index} but MPIDR is {}",
-            cpu::current_mpidr()
-        );
-        psci::park();
-    }
-    if let Err(error) = init_cpu_interrupts(platform, this) {
-        log::error!("GIC: {error}");
-        psci::park();
-    }
-    this.mark_online();
-    log::debug!("online");
-
-    sleep_until_set(&TICK_CHECK_GO);
-    if let Some(args) = BOOT_ARGS.get()
-        && args.tick_check_ms > 0
-    {
-        count_ticks(args.tick_check_ms);
-    }
-    TICK_CHECK_DONE.fetch_add(1, Ordering::AcqRel);
-    if BOOT_ARGS
-        .get()
-        .is_some_and(|args| args.selftest == Some(SelfTest::PanicAll))
-    {
-        panic_with_the_others();
-    }
-    // Either the boot CPU starts VMs, or it powers the machine off.
-    sleep_until_set(&RUN_VMS);
-    vm::init_pcpu_for_guests();
-    vm::run(index)
-}
-
-/// Waits, asleep, until the boot CPU sets `flag`: WFI with interrupts
-/// masked and the EL2 timer as a 1 ms alarm clock (a pending interrupt
-/// ends a WFI whatever PSTATE.I says, Arm ARM D1.6.2 "Wait for
-/// Interrupt"; stopping the timer lowers its level-sensitive PPI again).
-/// A WFE loop woken by the boot CPU's SEV would do on hardware, but QEMU's
-/// TCG treats WFE as a mere yield: with 64 CPUs spinning on 2 host cores,
-/// the CPU being started got too little time to report within
-/// `CPU_ON_TIMEOUT_MS`.
-fn sleep_until_set(flag: &AtomicBool) {
-    let nap = cpu::counter_frequency() / 1000;
-    while !flag.load(Ordering::Acquire) {
-        timer::arm_at(cpu::counter() + nap);
-        aarch64_cpu::asm::wfi();
-        timer::stop();
-    }
-}
-
-fn init_cpu_interrupts(platform: &Platform, this: &PerCpu) -> Result<(), &'static str> {
-    // SAFETY: every redistributor region is in the final map as device
-    // memory, and this runs on the CPU whose MPIDR is `this.mpidr`.
-    let interface = unsafe { gic::init_cpu(&platform.gic, this.mpidr) }?;
-    interface.enable_ppi_level(platform.timer.hyp_phys.intid());
-    // The running guest's virtual timer and the virtual CPU interface's
-    // maintenance interrupt both exit the guest to EL2 (HCR_EL2.IMO).
-    interface.enable_ppi_level(platform.timer.virt.intid());
-    interface.enable_ppi_level(maintenance_intid(platform));
-    interface.enable_sgi(u32::from(irq::RESCHEDULE_SGI));
-    interface.enable_sgi(u32::from(irq::STOP_SGI));
-    Ok(())
-}
-
-/// Sends the stop SGI to every other online CPU (the fatal-error path).
-/// A CPU running a guest exits to EL2 and parks in the IRQ handler; an
-/// idle one parks at its next interrupt. A CPU spinning at EL2 with
-/// interrupts masked does not stop, but the power-off that follows the
-/// report stops the machine.
-pub fn stop_other_cpus() {
-    let Some(cpus) = CPUS.get() else {
-        return;
-    };
-    let this = cpu::current().map(|c| c.index);
-    for other in cpus.iter() {
-        if Some(other.index) != this && other.is_online() {
-            gic::send_sgi(other.mpidr, irq::STOP_SGI);
-        }
-    }
-}
-
-/// The maintenance interrupt's INTID: the GIC node's `interrupts`, else
-/// PPI 9 (INTID 25), the Server Base System Architecture's assignment that
-/// QEMU `virt` and the Kunpeng boards follow.
-fn maintenance_intid(platform: &Platform) -> u32 {
-    const SBSA_MAINTENANCE_INTID: u32 = 25;
-    platform
-        .gic
-        .maintenance_irq
-        .map_or(SBSA_MAINTENANCE_INTID, |irq| irq.intid())
-}
-
-/// Counts this CPU's ticks for `window_ms` with interrupts unmasked.
-fn count_ticks(window_ms: u32) {
-    let window = cpu::counter_frequency() * u64::from(window_ms) / 1000;
-    let end = cpu::counter() + window;
-    timer::start();
-    // SAFETY: unmasking IRQs at EL2 only lets the tick handler run between
-    // instructions of this loop; it touches nothing this code holds.
-    unsafe { core::arch::asm!("msr daifclr, #2", options(nomem, nostack)) };
-    while cpu::counter() < end {
-        aarch64_cpu::asm::wfi();
-    }
-    // SAFETY: as above; masks them again.
-    unsafe { core::arch::asm!("msr daifset, #2", options(nomem, nostack)) };
-    timer::stop();
-}
-
-fn tick_check(cpus: &[PerCpu], online: &[usize], args: &BootArgs) {
-    count_ticks(args.tick_check_ms);
-    // The others started at about the same time; allow them the window again
-    // plus the CPU_ON timeout before declaring one stuck.
-    let deadline = cpu::counter()
-        + cpu::counter_frequency() * u64::from(args.tick_check_ms + CPU_ON_TIMEOUT_MS) / 1000;
-    while TICK_CHECK_DONE.load(Ordering::Acquire) + 1 < online.len() && cpu::counter() < deadline {
-        core::hint::spin_loop();
-    }
-    let expected = args.tick_check_ms / args.tick_ms;
-    for &index in online {
-        let cpu = &cpus[index];
-        println!(
-            "tick: cpu {index} mpidr {}: {} ticks in {} ms (expected {expected})",
-            cpu.mpidr,
-            cpu.ticks(),
-            args.tick_check_ms
-        );
-        if cpu.other_irqs() > 0 {
-            log::warn!("cpu {index}: {} unexpected interrupts", cpu.other_irqs());
-        }
-    }
-}
-
-/// Starts secondaries with PSCI CPU_ON at `head::secondary_entry`.
-struct PsciStarter;
-
-impl CpuStarter for PsciStarter {
-    fn start(&mut self, index: usize, cpu: &Cpu) -> Result<(), i32> {
-        let entry = head::secondary_entry as *const () as u64;
-        psci::cpu_on(cpu.mpidr.value(), entry, index as u64)
-    }
-
-    fn wait_online(&mut self, index: usize) -> bool {
-        let Some(cpus) = CPUS.get() else {
-            return false;
-        };
-        let deadline =
-            cpu::counter() + cpu::counter_frequency() * u64::from(CPU_ON_TIMEOUT_MS) / 1000;
-        while cpu::counter() < deadline {
-            if cpus[index].is_online() {
-                return true;
-            }
-            core::hint::spin_loop();
-        }
-        cpus[index].is_online()
-    }
-
-    fn timeout_ms(&self) -> u32 {
-        CPU_ON_TIMEOUT_MS
-    }
-}
-
-fn start_console(platform: &Platform, args: &BootArgs) {
-    if let Some(uart) = &platform.uart {
-        // SAFETY: the UART is in the current map as device memory and the
-        // hypervisor is its only user.
-        unsafe { console::init(uart.range.base) };
-    }
-    console::init_logger(args.log_level);
-}
-
-fn print_platform(platform: &Platform, image: &ImageLayout, boot: &BootBlob) {
-    let frequency = cpu::counter_frequency();
-    println!(
-        "platform: {} CPUs, {} memory bank(s), counter {}.{:03} MHz",
-        platform.cpus.len(),
-        platform.memory.len(),
-        frequency / 1_000_000,
-        (frequency / 1000) % 1000
-    );
-    for bank in &platform.memory {
-        println!(
-            "  memory   {:#014x}..{:#014x} ({} MiB)",
-            bank.base,
-            bank.end(),
-            bank.size >> 20
-        );
-    }
-    for region in &platform.reserved {
-        println!(
-            "  reserved {:#014x}..{:#014x} {}",
-            region.range.base,
-            region.range.end(),
-            region.name
-        );
-    }
-    println!(
-        "  image    {:#014x}..{:#014x}  {} {:#014x}..{:#014x}",
-        image.image.base,
-        image.image.end(),
-        if boot.handoff { "handoff" } else { "dtb" },
-        boot.range.base,
-        boot.range.end()
-    );
-    println!(
-        "  GICv3    distributor {:#x}, {} redistributor region(s), maintenance IRQ {:?}",
-        platform.gic.distributor.base,
-        platform.gic.redistributor_regions.len(),
-        platform.gic.maintenance_irq.map(|i| i.intid())
-    );
-    for region in &platform.gic.redistributor_regions {
-        println!(
-            "           redistributors {:#x}..{:#x} stride {:#x}",
-            region.range.base,
-            region.range.end(),
-            region.stride.unwrap_or(0)
-        );
-    }
-    if let Some(uart) = &platform.uart {
-        println!("  console  PL011 at {:#x} ({})", uart.range.base, uart.node);
-    }
-    let t = &platform.timer;
-    println!(
-        "  timer    PPIs: EL1 phys {}, virt {}, EL2 phys {}{}",
-        t.nonsecure_phys.intid(),
-        t.virt.intid(),
-        t.hyp_phys.intid(),
-        t.hyp_virt
-            .map_or(alloc::string::String::new(), |v| alloc::format!(
-                ", EL2 virt {}",
-                v.intid()
-            ))
-    );
-    println!(
-        "  PSCI     {}.{} via {:?}",
-        platform.psci.version.0, platform.psci.version.1, platform.psci.conduit
-    );
-}
-
-/// Reports a fatal configuration error on the (running) console and powers off.
-fn stop(what: core::fmt::Arguments) -> ! {
-    exceptions::begin_fatal();
-    println!("*** {FATAL_MARKER}: {what} ***");
-    psci::power_off()
-}
-
-/// Stops before the final map is active: maps just the image, the DTB and
-/// the console UART (when one is known), reports `what` there and powers
-/// off through `conduit` (when known).
-fn fail_early(
-    image: &ImageLayout,
-    dtb: MemRange,
-    uart: Option<&Uart>,
-    conduit: Option<Conduit>,
-    what: core::fmt::Arguments,
-) -> ! {
-    if let Some(uart) = uart
-        && let Ok(params) = mmu::final_map(&layout::emergency_map_plan(image, dtb, uart.range))
-    {
-        // SAFETY: the emergency map keeps the whole image and the DTB
-        // where they are.
-        unsafe { boot::mmu::enable_el2(&params) };
-        // SAFETY: just mapped as device memory; nothing else uses it.
-        unsafe { console::init(uart.range.base) };
-        println!("{BANNER}");
-        println!("*** {FATAL_MARKER}: {what} ***");
-    }
-    if let Some(conduit) = conduit {
-        psci::set_conduit(conduit);
-    }
-    psci::power_off()
 }

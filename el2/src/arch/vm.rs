@@ -83,19 +83,33 @@ pub fn create_vms(
         online.insert(index);
     }
     let mut sched = Scheduler::new(online, ms_to_ticks(SLICE_MS));
+    let built = build_vms(&configs, placements, &mut ownership, &mut sched, fail_alloc);
+    publish(built, sched, ownership, pcpus)
+}
+
+/// Creates each placed VM (under fault injection for the one `fail_alloc`
+/// names) and reserves its scheduler entries; reports and leaves out the
+/// ones that fail.
+fn build_vms(
+    configs: &[&VmConfig],
+    placements: Vec<Result<VmPlacement, VmError>>,
+    ownership: &mut OwnershipMap,
+    sched: &mut Scheduler,
+    fail_alloc: Option<&str>,
+) -> Vec<Vm<Hardware>> {
     let several = configs.len() > 1;
     let mut built = Vec::new();
     for (config, placed) in configs.iter().zip(placements) {
         let created = placed.and_then(|placement| {
             let id = VmId(u16::try_from(built.len()).unwrap_or(u16::MAX));
             if fail_alloc == Some(config.name.as_str()) {
-                create_failing_each_allocation(id, config, placement, &mut ownership, several)
+                create_failing_each_allocation(id, config, placement, ownership, several)
             } else {
                 create_vm(
                     id,
                     config,
                     placement,
-                    &mut ownership,
+                    ownership,
                     several,
                     &heap::transaction(),
                 )
@@ -106,7 +120,7 @@ pub fn create_vms(
             match sched.reserve_vm(usize::from(vm.vcpu_count())) {
                 Ok(()) => Ok(vm),
                 Err(_) => {
-                    release_ram(&mut ownership, vm.id, vm.placement.ram);
+                    release_ram(ownership, vm.id, vm.placement.ram);
                     Err(VmError::out_of_memory(
                         &config.node,
                         "its scheduler entries",
@@ -119,6 +133,17 @@ pub fn create_vms(
             Err(error) => log::error!("VM not started: {error}"),
         }
     }
+    built
+}
+
+/// Gives the built VMs' vCPUs to the scheduler and publishes the host the
+/// runners share; returns how many VMs will run.
+fn publish(
+    built: Vec<Vm<Hardware>>,
+    mut sched: Scheduler,
+    ownership: OwnershipMap,
+    pcpus: &[(usize, Mpidr)],
+) -> usize {
     // The vCPUs' clocks (run, steal) start once every VM is loaded: loading
     // (zeroing and copying hundreds of MiB) is not time a vCPU waited for a
     // pCPU, and it would show in its guest as stolen time.
@@ -142,7 +167,7 @@ pub fn create_vms(
         );
     }
     let count = vms.len();
-    super::machine::PCPU_MPIDRS.call_once(|| {
+    let mpidrs = super::machine::PCPU_MPIDRS.call_once(|| {
         let mut mpidrs = Vec::new();
         for &(index, mpidr) in pcpus {
             if mpidrs.len() <= index {
@@ -152,7 +177,7 @@ pub fn create_vms(
         }
         mpidrs
     });
-    let pcpu_count = super::machine::PCPU_MPIDRS.get().map_or(0, Vec::len);
+    let pcpu_count = mpidrs.len();
     HOST.call_once(|| Host::new(vms, sched, ownership, WALL_CLOCK.get().copied(), pcpu_count));
     count
 }

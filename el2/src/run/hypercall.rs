@@ -131,38 +131,56 @@ impl<'h, M: Machine> Runner<'h, M> {
                 vcpu: which,
                 wfe,
             } => {
-                // X0 already says SET (0); the target VM and vCPU exist
-                // (checked through `vm_vcpu_count`, and the VMs never
-                // change). A leaf lock: the target picks the policy up at
-                // its next guest entry.
-                if let Some(t) = host.vms.get(usize::from(target.0)) {
-                    t.wfx.lock().set(which, wfe);
-                    match which {
-                        Some(index) => {
-                            log::info!("{vcpu}: vm {} vCPU {index}: wfe-trap {wfe}", t.name)
-                        }
-                        None => log::info!("{vcpu}: vm {} every vCPU: wfe-trap {wfe}", t.name),
-                    }
-                }
+                self.set_wfx_policy(vcpu, target, which, wfe);
                 Decision::Resume
             }
-            Action::YieldTo { target } => {
-                // X0 already says "not yielded" (1); only a real yield
-                // changes it.
-                let now = self.machine.counter();
-                let yielded = s.yield_to(vcpu, target, self.pcpu, now).is_ok();
-                let mut spin = vm.spin.lock();
-                spin.stats_mut().record_pv_yield(yielded);
-                if !yielded {
-                    return Decision::Resume;
-                }
-                spin.descheduled(vcpu.index, ctx.regs.pstate);
-                ctx.regs.x[0] = pvlock_abi::smccc::ret_to_x0(pvlock_abi::directed_yield::YIELDED);
-                // The caller waits in a run queue now: preempted.
-                vm.write_preempted(&self.machine, vcpu.index, 1);
-                Decision::Yielded
-            }
+            Action::YieldTo { target } => self.yield_to(vm, vcpu, ctx, &mut s, target),
         }
+    }
+
+    /// A control VM's PVLOCK_SET_WFX_POLICY. X0 already says SET (0); the
+    /// target VM and vCPU exist (checked through `vm_vcpu_count`, and the
+    /// VMs never change). A leaf lock: the target picks the policy up at
+    /// its next guest entry.
+    fn set_wfx_policy(
+        &self,
+        caller: VcpuId,
+        target: VmId,
+        which: Option<u16>,
+        wfe: platform::vm::TrapPolicy,
+    ) {
+        let Some(t) = self.host.vms.get(usize::from(target.0)) else {
+            return;
+        };
+        t.wfx.lock().set(which, wfe);
+        match which {
+            Some(index) => log::info!("{caller}: vm {} vCPU {index}: wfe-trap {wfe}", t.name),
+            None => log::info!("{caller}: vm {} every vCPU: wfe-trap {wfe}", t.name),
+        }
+    }
+
+    /// PV_SCHED_YIELD_TO: hand the rest of the caller's slice to `target`.
+    /// X0 already says "not yielded" (1); only a real yield changes it.
+    fn yield_to(
+        &mut self,
+        vm: &'h Vm<M>,
+        vcpu: VcpuId,
+        ctx: &mut VcpuContext<M::Saved>,
+        s: &mut Scheduler,
+        target: VcpuId,
+    ) -> Decision {
+        let now = self.machine.counter();
+        let yielded = s.yield_to(vcpu, target, self.pcpu, now).is_ok();
+        let mut spin = vm.spin.lock();
+        spin.stats_mut().record_pv_yield(yielded);
+        if !yielded {
+            return Decision::Resume;
+        }
+        spin.descheduled(vcpu.index, ctx.regs.pstate);
+        ctx.regs.x[0] = pvlock_abi::smccc::ret_to_x0(pvlock_abi::directed_yield::YIELDED);
+        // The caller waits in a run queue now: preempted.
+        vm.write_preempted(&self.machine, vcpu.index, 1);
+        Decision::Yielded
     }
 
     /// PSCI CPU_ON of `target`, which the dispatcher found Off (under the
