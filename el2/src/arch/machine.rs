@@ -1,6 +1,6 @@
 //! The hardware under the runner: [`Hardware`] implements
 //! `el2::run::Machine` with this CPU's registers — guest entry and the
-//! syndrome, the EL1 context, lazy FP/SIMD, the GIC virtual interface, the
+//! syndrome registers, the EL1 context, lazy FP/SIMD, the GIC virtual interface, the
 //! EL2 timer, SGIs, and the stores into guest memory. It decides nothing.
 
 use super::regs;
@@ -10,7 +10,6 @@ use super::{cache, cpu, gic, gicv, heap, irq, timer};
 use crate::println;
 use aarch64_cpu::registers::*;
 use alloc::vec::Vec;
-use el2::exit::Syndrome;
 use el2::fault::Injection;
 use el2::heap::OutOfMemory;
 use el2::run::{Machine, Taken, VmRegisters};
@@ -56,23 +55,15 @@ impl Machine for Hardware {
         HCR_EL2.set(hcr);
     }
 
-    fn enter_guest(&mut self, ctx: &mut VcpuContext) -> Syndrome {
+    fn enter_guest(&mut self, ctx: &mut VcpuContext) -> (u64, u64) {
         // SAFETY: the runner loaded the context (`load_vcpu`: system
         // registers and stage 2), and `ctx.regs` outlives the call.
         let vector = unsafe { enter_guest(&mut ctx.regs) };
-        let esr = ESR_EL2.get();
-        // The fault address registers only for the exits they describe.
-        let (far, hpfar) = if Syndrome::has_fault_address(vector, esr) {
-            (FAR_EL2.get(), HPFAR_EL2.get())
-        } else {
-            (0, 0)
-        };
-        Syndrome {
-            vector,
-            esr,
-            far,
-            hpfar,
-        }
+        (vector, ESR_EL2.get())
+    }
+
+    fn fault_address(&self) -> (u64, u64) {
+        (FAR_EL2.get(), HPFAR_EL2.get())
     }
 
     fn take_interrupt(&mut self) -> Taken {

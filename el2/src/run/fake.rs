@@ -108,6 +108,8 @@ pub struct Fake {
     lrs: [u64; MAX_LIST_REGISTERS],
     /// Why the last exit was an IRQ.
     pending_irq: Option<Taken>,
+    /// FAR_EL2 and HPFAR_EL2 of the last exit.
+    fault: (u64, u64),
 }
 
 impl Fake {
@@ -118,6 +120,7 @@ impl Fake {
             loaded_vm: None,
             lrs: [0; MAX_LIST_REGISTERS],
             pending_irq: None,
+            fault: (0, 0),
         }
     }
 
@@ -128,6 +131,33 @@ impl Fake {
             ctx.regs.x[1 + i] = arg;
         }
         Syndrome::synchronous(IL | (ESR_EL2::EC::HVC64.value))
+    }
+
+    /// The guest runs a while and exits: for a pending reschedule SGI or
+    /// the EL2 timer's deadline, now and then for its virtual timer, else
+    /// for what [`Self::guest_exit`] chooses.
+    fn run_guest(&mut self, ctx: &mut VcpuContext<FakeSaved>) -> Syndrome {
+        assert!(
+            self.loaded_vm.is_some(),
+            "pCPU {}: entry with nothing loaded",
+            self.pcpu
+        );
+        let step = 20 + self.world.below(400);
+        let now = self.world.advance(step);
+        if self.world.ipi[self.pcpu].swap(false, Ordering::AcqRel) {
+            self.pending_irq = Some(Taken::Hypervisor);
+            return Syndrome::asynchronous(VECTOR_IRQ);
+        }
+        if now >= self.world.timer[self.pcpu].load(Ordering::Relaxed) {
+            self.world.timer[self.pcpu].store(u64::MAX, Ordering::Relaxed);
+            self.pending_irq = Some(Taken::Hypervisor);
+            return Syndrome::asynchronous(VECTOR_IRQ);
+        }
+        if self.world.below(50) == 0 {
+            self.pending_irq = Some(Taken::VirtualTimer);
+            return Syndrome::asynchronous(VECTOR_IRQ);
+        }
+        self.guest_exit(ctx)
     }
 
     /// What the guest on this pCPU does next.
@@ -235,29 +265,14 @@ impl Machine for Fake {
 
     fn set_traps(&mut self, _hcr: u64) {}
 
-    fn enter_guest(&mut self, ctx: &mut VcpuContext<FakeSaved>) -> Syndrome {
-        assert!(
-            self.loaded_vm.is_some(),
-            "pCPU {}: entry with nothing loaded",
-            self.pcpu
-        );
-        // The guest runs for a while.
-        let step = 20 + self.world.below(400);
-        let now = self.world.advance(step);
-        if self.world.ipi[self.pcpu].swap(false, Ordering::AcqRel) {
-            self.pending_irq = Some(Taken::Hypervisor);
-            return Syndrome::asynchronous(VECTOR_IRQ);
-        }
-        if now >= self.world.timer[self.pcpu].load(Ordering::Relaxed) {
-            self.world.timer[self.pcpu].store(u64::MAX, Ordering::Relaxed);
-            self.pending_irq = Some(Taken::Hypervisor);
-            return Syndrome::asynchronous(VECTOR_IRQ);
-        }
-        if self.world.below(50) == 0 {
-            self.pending_irq = Some(Taken::VirtualTimer);
-            return Syndrome::asynchronous(VECTOR_IRQ);
-        }
-        self.guest_exit(ctx)
+    fn enter_guest(&mut self, ctx: &mut VcpuContext<FakeSaved>) -> (u64, u64) {
+        let exit = self.run_guest(ctx);
+        self.fault = (exit.far, exit.hpfar);
+        (exit.vector, exit.esr)
+    }
+
+    fn fault_address(&self) -> (u64, u64) {
+        self.fault
     }
 
     fn take_interrupt(&mut self) -> Taken {

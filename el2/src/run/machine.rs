@@ -3,14 +3,13 @@
 //! implement as a fake, and the part of a vCPU's context the runner itself
 //! reads and writes ([`VcpuContext`]).
 //!
-//! The trait is deliberately narrow: entering the guest (with the
-//! syndrome captured once), saving and loading the registers only the
+//! The trait is deliberately narrow: entering the guest (the syndrome
+//! registers each read once), saving and loading the registers only the
 //! hardware layer knows, lazy FP/SIMD, the GIC virtual interface's list
 //! registers and ICH_HCR_EL2, the EL2 timer, SGIs to other pCPUs, the
 //! stores into guest memory that the PV records need, and the console.
 //! Every decision about what those operations mean is the runner's.
 
-use crate::exit::Syndrome;
 use crate::fault::Injection;
 use crate::heap::OutOfMemory;
 use crate::sysreg::DebugState;
@@ -121,9 +120,14 @@ pub trait Machine {
     fn load_fp(&mut self, ctx: &mut VcpuContext<Self::Saved>);
     /// Sets HCR_EL2 for the next entry (the WFx trap policy changes it).
     fn set_traps(&mut self, hcr: u64);
-    /// Runs the loaded vCPU until it exits; returns what the exit's
-    /// syndrome registers said, each read once.
-    fn enter_guest(&mut self, ctx: &mut VcpuContext<Self::Saved>) -> Syndrome;
+    /// Runs the loaded vCPU until it exits; returns the lower-EL vector
+    /// taken and ESR_EL2 (in registers: the hypercall fast path reads no
+    /// more).
+    fn enter_guest(&mut self, ctx: &mut VcpuContext<Self::Saved>) -> (u64, u64);
+    /// FAR_EL2 and HPFAR_EL2 of the exit just taken. The runner reads them
+    /// once, right after the exit, and only for the exits they describe
+    /// (`Syndrome::has_fault_address`).
+    fn fault_address(&self) -> (u64, u64);
     /// Acknowledges, handles and completes the physical interrupt that
     /// made the guest exit.
     fn take_interrupt(&mut self) -> Taken;

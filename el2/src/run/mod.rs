@@ -36,7 +36,7 @@ pub use lifecycle::register_vcpus;
 pub use machine::{Machine, Taken, VcpuContext, VmRegisters};
 pub use vm::{Vm, VmParts, VmState, guest_hcr};
 
-use crate::exit::Exit;
+use crate::exit::{Exit, Syndrome};
 use crate::ownership::OwnershipMap;
 use crate::pv;
 use crate::sched::{PutOutcome, PutReason, Scheduler, Wakeup};
@@ -313,11 +313,11 @@ impl<'h, M: Machine> Runner<'h, M> {
             if vm.irq_attention.load(Ordering::Acquire) & attention != 0 {
                 self.refresh_and_deliver(vm, vcpu, ctx);
             }
-            let syndrome = self.machine.enter_guest(ctx);
+            let (vector, esr) = self.machine.enter_guest(ctx);
             // The shortest path: a call whose reply is fixed for the VM
             // (SMCCC_VERSION, PSCI_VERSION, the vendor UID, KVM_FEATURES)
             // is answered from the dispatcher's precomputed replies.
-            if crate::exit::is_hvc_call(syndrome.vector, syndrome.esr)
+            if crate::exit::is_hvc_call(vector, esr)
                 && let Some(reply) = vm.dispatcher.constant_reply(ctx.regs.x[0])
             {
                 ctx.regs.x[..reply.len()].copy_from_slice(reply);
@@ -327,7 +327,19 @@ impl<'h, M: Machine> Runner<'h, M> {
                 // interrupt, which takes the full path.
                 continue;
             }
-            let exit = Exit::decode(syndrome);
+            // The syndrome, captured once: the fault address registers
+            // only for the exits they describe.
+            let (far, hpfar) = if Syndrome::has_fault_address(vector, esr) {
+                self.machine.fault_address()
+            } else {
+                (0, 0)
+            };
+            let exit = Exit::decode(Syndrome {
+                vector,
+                esr,
+                far,
+                hpfar,
+            });
             vm.count_exit(&exit);
             let decision = self.handle_exit(vm, vcpu, ctx, exit);
             // The fast path: a hypercall or an emulated access that leaves
