@@ -17,7 +17,7 @@ use el2::guest::placement::{self, HostMemory, OwnedRange, VmPlacement};
 use el2::guest::{VmError, dt};
 use el2::layout::{MapKind, page_cover};
 use el2::ownership::{Owner, OwnershipMap};
-use el2::run::{Host, Runner, Step, Vm, VmParts};
+use el2::run::{Host, Runner, Vm, VmParts};
 use el2::sched::{CpuSet, Scheduler};
 use el2::vcpu::VmId;
 use platform::{MemRange, Mpidr, Platform, VmConfig};
@@ -403,7 +403,7 @@ pub fn init_pcpu_for_guests() {
 pub fn run(pcpu: usize) -> ! {
     let Some(host) = HOST.get() else { psci::park() };
     let mut runner = Runner::new(pcpu, host, Hardware);
-    while runner.step() != Step::AllOff {}
+    runner.run();
     if pcpu == 0 {
         host.print_summary(runner.machine());
         println!("el2: powering off");
