@@ -150,7 +150,7 @@ fn publish(
     let now = cpu::counter();
     let mut vms = Vec::new();
     for vm in built {
-        match el2::run::register_vcpus(&mut sched, &vm, now) {
+        match el2::run::register_vcpus(&Hardware, &mut sched, &vm, now) {
             Ok(()) => vms.push(vm),
             Err(why) => log::error!("VM {} not started: {why}", vm.config.name),
         }

@@ -45,6 +45,10 @@ const WFX_TI_WFE: u64 = 1;
 /// op0 3, op1 0, CRn 12, CRm 11, op2 5.
 const SYSREG_ICC_SGI1R_WRITE: u64 = (3 << 20) | (5 << 17) | (12 << 10) | (11 << 1);
 const SYSREG_RT_SHIFT: u64 = 5;
+/// ID_AA64PFR0_EL1: op0 3, op1 0, CRn 0, CRm 4, op2 0; Direction 1 (read).
+const SYSREG_ID_AA64PFR0_READ: u64 = (3 << 20) | (4 << 1) | 1;
+/// An IPA below guest RAM with no emulated device behind it.
+const UNBACKED_IPA: u64 = 0x2000_0000;
 
 /// What every fake pCPU shares.
 pub struct World {
@@ -63,6 +67,10 @@ pub struct World {
     pub stop_after: u64,
     /// Per VM, whether a SYSTEM_RESET was made already (one per VM).
     pub resets: Mutex<Vec<bool>>,
+    /// Exceptions the runner injected (`write_exception`).
+    pub injected: AtomicU64,
+    /// FP/SIMD loads after an FP trap.
+    pub fp_loads: AtomicU64,
 }
 
 impl World {
@@ -76,6 +84,8 @@ impl World {
             rng: Mutex::new(prng::Rng::new(seed)),
             stop_after,
             resets: Mutex::new(alloc::vec![false; vms]),
+            injected: AtomicU64::new(0),
+            fp_loads: AtomicU64::new(0),
         })
     }
 
@@ -182,7 +192,7 @@ impl Fake {
             return Self::hvc(ctx, function.raw(), &[]);
         }
         let sibling = world.below(8);
-        match world.below(100) {
+        match world.below(120) {
             0..=29 => Self::hvc(ctx, pvlock_abi::arch::SMCCC_VERSION.raw(), &[]),
             30..=44 => Syndrome::synchronous(IL | ESR_EL2::EC::TrappedWFIorWFE.value),
             45..=54 => Syndrome::synchronous(IL | ESR_EL2::EC::TrappedWFIorWFE.value | WFX_TI_WFE),
@@ -196,19 +206,7 @@ impl Fake {
             75..=84 => {
                 // STR W3, [UART DR]
                 ctx.regs.x[3] = u64::from(b'a' + (index as u8 % 26));
-                let ipa = layout::UART.base;
-                Syndrome {
-                    vector: VECTOR_SYNC,
-                    esr: IL
-                        | ESR_EL2::EC::DataAbortLowerEL.value
-                        | ABORT_ISV
-                        | (2 << 22)
-                        | (3 << ABORT_SRT_SHIFT)
-                        | ABORT_WNR
-                        | ABORT_DFSC_TRANSLATION_L3,
-                    far: 0xffff_0000_0900_0000 | (ipa & 0xfff),
-                    hpfar: (ipa >> 12) << 4,
-                }
+                Self::data_abort(layout::UART.base, true, 3)
             }
             85..=94 => {
                 // MSR ICC_SGI1R_EL1, X4: SGI 3 to the sibling (Aff0 list).
@@ -219,7 +217,51 @@ impl Fake {
                         | (4 << SYSREG_RT_SHIFT),
                 )
             }
-            _ => Self::hvc(ctx, pvlock::openeuler::PV_SCHED_KICK_CPU.raw(), &[sibling]),
+            95..=99 => Self::hvc(ctx, pvlock::openeuler::PV_SCHED_KICK_CPU.raw(), &[sibling]),
+            // SMC #0: SMCCC_VERSION through the other conduit.
+            100..=101 => {
+                ctx.regs.x[0] = u64::from(pvlock_abi::arch::SMCCC_VERSION.raw());
+                Syndrome::synchronous(IL | ESR_EL2::EC::SMC64.value)
+            }
+            // LDR W5, [GICD_CTLR]
+            102..=104 => Self::data_abort(layout::GICD.base, false, 5),
+            // LDR W6, [an IPA no memory or device answers]
+            105..=106 => Self::data_abort(UNBACKED_IPA, false, 6),
+            // An instruction fetch from there.
+            107 => Syndrome {
+                vector: VECTOR_SYNC,
+                esr: IL | ESR_EL2::EC::InstrAbortLowerEL.value | ABORT_DFSC_TRANSLATION_L3,
+                far: UNBACKED_IPA,
+                hpfar: (UNBACKED_IPA >> 12) << 4,
+            },
+            // MRS X7, ID_AA64PFR0_EL1
+            108..=110 => Syndrome::synchronous(
+                IL | ESR_EL2::EC::TrappedMsrMrs.value
+                    | SYSREG_ID_AA64PFR0_READ
+                    | (7 << SYSREG_RT_SHIFT),
+            ),
+            // The first FP/SIMD instruction since the load.
+            111..=113 => Syndrome::synchronous(IL | ESR_EL2::EC::TrappedFP.value),
+            // An instruction el2 does not emulate (EC 0: unknown reason).
+            114 => Syndrome::synchronous(IL | ESR_EL2::EC::Unknown.value),
+            _ => Self::hvc(ctx, pvlock_abi::arch::SMCCC_VERSION.raw(), &[]),
+        }
+    }
+
+    /// A stage-2 data abort on a 32-bit access to `ipa` with register
+    /// `rt` (ISV set: the syndrome describes it).
+    fn data_abort(ipa: u64, write: bool, rt: u64) -> Syndrome {
+        Syndrome {
+            vector: VECTOR_SYNC,
+            esr: IL
+                | ESR_EL2::EC::DataAbortLowerEL.value
+                | ABORT_ISV
+                | (2 << 22)
+                | (rt << ABORT_SRT_SHIFT)
+                | if write { ABORT_WNR } else { 0 }
+                | ABORT_DFSC_TRANSLATION_L3,
+            far: 0xffff_0000_0000_0000 | ipa,
+            hpfar: (ipa >> 12) << 4,
         }
     }
 }
@@ -261,7 +303,9 @@ impl Machine for Fake {
         );
     }
 
-    fn load_fp(&mut self, _ctx: &mut VcpuContext<FakeSaved>) {}
+    fn load_fp(&mut self, _ctx: &mut VcpuContext<FakeSaved>) {
+        self.world.fp_loads.fetch_add(1, Ordering::Relaxed);
+    }
 
     fn set_traps(&mut self, _hcr: u64) {}
 
@@ -312,7 +356,15 @@ impl Machine for Fake {
         0x4000_0000
     }
 
-    fn write_exception(&mut self, _entry: &Injection) {}
+    fn write_exception(&mut self, entry: &Injection) {
+        // The guest resumes at its vector table (VBAR_EL1 + the offset).
+        assert!(
+            (self.vbar_el1()..self.vbar_el1() + 0x800).contains(&entry.pc),
+            "exception entered at {:#x}",
+            entry.pc
+        );
+        self.world.injected.fetch_add(1, Ordering::Relaxed);
+    }
 
     fn read_id_register(&self, _crm: u8, _op2: u8) -> u64 {
         0

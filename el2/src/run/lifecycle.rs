@@ -12,9 +12,12 @@ use core::fmt::Write;
 use core::sync::atomic::Ordering;
 
 /// Gives `vm`'s vCPUs to the scheduler (vCPU 0 runnable, the others off
-/// until CPU_ON), with the VM's CPU affinity. The scheduler must number
-/// the VM as `vm.id` (VMs are added in id order).
+/// until CPU_ON), with the VM's CPU affinity; vCPU 0's PV record says
+/// "preempted" until it first runs, as for every runnable vCPU not
+/// running. The scheduler must number the VM as `vm.id` (VMs are added
+/// in id order).
 pub fn register_vcpus<M: Machine>(
+    machine: &M,
     sched: &mut Scheduler,
     vm: &Vm<M>,
     now: u64,
@@ -43,6 +46,9 @@ pub fn register_vcpus<M: Machine>(
         sched
             .add_vcpu(vm.id, affinity, initial, now)
             .map_err(|e| alloc::format!("{e}"))?;
+        if initial == InitialState::Runnable {
+            vm.write_preempted(machine, index, pvlock_abi::pvlock::VcpuState64::PREEMPTED);
+        }
     }
     Ok(())
 }
@@ -133,7 +139,12 @@ impl<'h, M: Machine> Runner<'h, M> {
         let now = self.machine.counter();
         let mut s = self.host.sched.lock();
         match s.power_on(boot, now) {
-            Ok(wakeup) => self.poke(wakeup),
+            Ok(wakeup) => {
+                if let Some(value) = crate::pv::preempted_on_wake(wakeup) {
+                    vm.write_preempted(&self.machine, boot.index, value);
+                }
+                self.poke(wakeup);
+            }
             Err(e) => log::error!("vm {}: cannot restart: {e}", vm.name),
         }
     }
