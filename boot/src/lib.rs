@@ -20,6 +20,7 @@
 //! | [`exception`] | the register frame a vector saves and how the 16 vectors are numbered | [`save_frame!`] and [`restore_frame!`] in the vector code |
 //! | [`mmu`] | the translation settings a CPU turns its MMU on with, and the switch-on itself | `boot::mmu::enable_el2` / `enable_el1`, or `bl boot_enable_mmu_el2` / `_el1` |
 //! | [`console`] | the PL011 console: one lock for whole lines, CR LF line ends, a fatal path that bypasses a stuck lock | `console::init`, `println!`, `console::print_fatal` |
+//! | [`handover`] | a device tree at x0 known by its header, read with the MMU off; parking a CPU for good | `handover::read_fdt_total_size`, `handover::park` |
 //! | [`sync`] | the pause of a spin-wait loop (YIELD) and the spin lock both images use | `sync::SpinMutex`, `sync::cpu_relax` |
 //!
 //! The hardware parts (assembly, linker symbols, the UART) exist only for
@@ -40,6 +41,7 @@
 pub mod console;
 pub mod entry;
 pub mod exception;
+pub mod handover;
 pub mod image;
 pub mod mmu;
 pub mod stacks;

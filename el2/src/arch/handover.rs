@@ -13,9 +13,6 @@ use el2::layout::{self, ImageLayout};
 use el2::{BANNER, FATAL_MARKER};
 use platform::{Conduit, MemRange, Platform, Uart};
 
-/// FDT header magic (Devicetree Specification 5.2, "Header").
-const FDT_MAGIC: u32 = 0xd00d_feed;
-
 /// The most device tree the hypervisor accepts; real boards need < 1 MiB.
 const FDT_MAX_SIZE: u32 = 64 << 20;
 
@@ -49,23 +46,21 @@ pub(super) fn boot_blob(x0: u64) -> Option<BootBlob> {
     if x0 == 0 || !x0.is_multiple_of(8) {
         return None;
     }
-    let words = x0 as *const u64;
-    let word = |i: usize| {
-        // SAFETY: the boot protocol hands us the physical address of a DTB
-        // (at least its 40-byte header) or of a handoff block (at least its
-        // 64-byte header, read only once the DTB magic is ruled out) in
-        // RAM; aligned 8-byte reads suit memory with the MMU off.
-        unsafe { words.add(i).read_volatile() }.to_le_bytes()
-    };
-    let first = word(0);
-    let magic = u32::from_be_bytes([first[0], first[1], first[2], first[3]]);
-    let size = u32::from_be_bytes([first[4], first[5], first[6], first[7]]);
-    if magic == FDT_MAGIC {
-        return (40..=FDT_MAX_SIZE).contains(&size).then(|| BootBlob {
+    // SAFETY: the boot protocol hands us the physical address of a DTB
+    // (at least its 40-byte header) or of a handoff block (at least its
+    // 64-byte header) in RAM; aligned loads suit memory with the MMU off.
+    if let Some(size) = unsafe { boot::handover::read_fdt_total_size(x0, FDT_MAX_SIZE) } {
+        return Some(BootBlob {
             range: MemRange::new(x0, u64::from(size)),
             handoff: false,
         });
     }
+    let words = x0 as *const u64;
+    let word = |i: usize| {
+        // SAFETY: as above: the DTB magic is ruled out, so this is the
+        // handoff block's header, at least 64 bytes; aligned 8-byte reads.
+        unsafe { words.add(i).read_volatile() }.to_le_bytes()
+    };
     let mut header = [0u8; handoff::HEADER_LEN];
     for (i, chunk) in header.chunks_exact_mut(8).enumerate() {
         chunk.copy_from_slice(&word(i));

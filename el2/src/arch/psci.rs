@@ -44,11 +44,7 @@ pub fn system_off() {
 
 /// Stops this CPU for good (interrupts masked, waiting for events that
 /// change nothing).
-pub fn park() -> ! {
-    loop {
-        aarch64_cpu::asm::wfe();
-    }
-}
+pub use boot::handover::park;
 
 /// Powers the machine off; parks if that is impossible.
 pub fn power_off() -> ! {

@@ -372,8 +372,8 @@ pub struct Handoff<'a> {
 }
 
 /// FDT header magic and least size (Devicetree Specification 0.4, 5.2).
-const FDT_MAGIC: u32 = 0xd00d_feed;
-const FDT_HEADER_LEN: usize = 40;
+use boot::handover::FDT_MAGIC;
+const FDT_HEADER_LEN: usize = boot::handover::FDT_HEADER_SIZE as usize;
 
 impl<'a> Handoff<'a> {
     /// Checks the block in `bytes`, which the boot loader said is at

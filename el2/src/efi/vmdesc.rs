@@ -49,8 +49,8 @@ pub const MAX_PATH_LEN: usize = 512;
 
 /// FDT header fields and tokens (Devicetree Specification 0.4, 5.2 and 5.4).
 mod fdt {
-    pub const MAGIC: u32 = 0xd00d_feed;
-    pub const HEADER_LEN: usize = 40;
+    pub const MAGIC: u32 = boot::handover::FDT_MAGIC;
+    pub const HEADER_LEN: usize = boot::handover::FDT_HEADER_SIZE as usize;
     pub const TOTALSIZE: usize = 4;
     pub const OFF_DT_STRUCT: usize = 8;
     pub const OFF_DT_STRINGS: usize = 12;

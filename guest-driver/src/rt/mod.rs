@@ -63,8 +63,6 @@ use aarch64_cpu::registers::MPIDR_EL1;
 use spin::Once;
 use tock_registers::interfaces::Readable;
 
-/// FDT header magic (Devicetree Specification, "Header").
-const FDT_MAGIC: u32 = 0xd00d_feed;
 /// The largest device tree the runtime accepts.
 const FDT_MAX_SIZE: u32 = 2 << 20;
 
@@ -123,21 +121,8 @@ unsafe extern "Rust" {
 /// `address` must be readable for the header and, if the header is valid,
 /// for `totalsize` bytes, which must stay unchanged for the guest's life.
 unsafe fn device_tree(address: u64) -> Option<&'static [u8]> {
-    if address == 0 || !address.is_multiple_of(4) {
-        return None;
-    }
-    let header = address as *const u32;
-    // SAFETY: the caller guarantees the header is readable; it is 4-byte
-    // aligned (checked above) and FDT fields are big-endian u32s.
-    let (magic, size) = unsafe {
-        (
-            u32::from_be(header.read_volatile()),
-            u32::from_be(header.add(1).read_volatile()),
-        )
-    };
-    if magic != FDT_MAGIC || !(40..=FDT_MAX_SIZE).contains(&size) {
-        return None;
-    }
+    // SAFETY: the caller guarantees the header is readable.
+    let size = unsafe { boot::handover::read_fdt_total_size(address, FDT_MAX_SIZE) }?;
     // SAFETY: per the caller, `size` bytes at `address` are readable and
     // stay as they are.
     Some(unsafe { core::slice::from_raw_parts(address as *const u8, size as usize) })

@@ -134,8 +134,4 @@ pub fn system_reset() -> ! {
 }
 
 /// Stops this CPU for good: interrupts are masked, events change nothing.
-pub fn park() -> ! {
-    loop {
-        aarch64_cpu::asm::wfe();
-    }
-}
+pub use boot::handover::park;

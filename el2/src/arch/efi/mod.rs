@@ -62,8 +62,8 @@ macro_rules! say {
 /// The largest firmware device tree copied.
 const MAX_DTB_LEN: usize = 16 << 20;
 /// FDT magic and header size (Devicetree Specification 0.4, 5.2).
-const FDT_MAGIC: u32 = 0xd00d_feed;
-const FDT_HEADER_LEN: usize = 40;
+use boot::handover::FDT_MAGIC;
+const FDT_HEADER_LEN: usize = boot::handover::FDT_HEADER_SIZE as usize;
 
 unsafe extern "C" {
     static __data_start: u8;
