@@ -13,6 +13,30 @@ use std::path::{Path, PathBuf};
 /// hardware layer (which uses everything) and the test-only harnesses.
 const OUTSIDE: [&str; 4] = ["arch", "fuzzing", "lib", "main"];
 
+/// The folders that only group modules (their `mod.rs` declares them and
+/// holds no code): each module inside is a node of its own,
+/// `folder::module`.
+const FOLDERS: [&str; 5] = ["bringup", "devices", "memory", "services", "trap"];
+
+/// `name`, or `name::next` when `name` is a folder and `rest` (what
+/// follows `name` in the path) names a module in it.
+fn node(name: String, rest: &str) -> String {
+    match rest.strip_prefix("::") {
+        Some(inner) if FOLDERS.contains(&name.as_str()) => {
+            let module: String = inner
+                .chars()
+                .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+                .collect();
+            if module.is_empty() {
+                name
+            } else {
+                format!("{name}::{module}")
+            }
+        }
+        _ => name,
+    }
+}
+
 fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in fs::read_dir(dir).expect("el2/src is readable") {
         let path = entry.expect("a directory entry").path();
@@ -60,7 +84,9 @@ fn named_modules(code: &str) -> BTreeSet<String> {
                     }
                     ',' if depth == 1 => expect_name = true,
                     c if expect_name && depth == 1 && c.is_ascii_lowercase() => {
-                        named.insert(ident(&group[i..]));
+                        let name = ident(&group[i..]);
+                        let after = &group[i + name.len()..];
+                        named.insert(node(name, after));
                         expect_name = false;
                     }
                     c if !c.is_whitespace() => expect_name = false,
@@ -70,7 +96,8 @@ fn named_modules(code: &str) -> BTreeSet<String> {
         } else {
             let name = ident(rest);
             if !name.is_empty() {
-                named.insert(name);
+                let after = &rest[name.len()..];
+                named.insert(node(name, after));
             }
         }
     }
@@ -84,13 +111,17 @@ fn module_graph() -> BTreeMap<String, BTreeSet<String>> {
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for file in files {
         let relative = file.strip_prefix(&root).expect("under src");
-        let module = relative
+        let mut parts = relative
             .components()
-            .next()
-            .and_then(|c| c.as_os_str().to_str())
-            .expect("a UTF-8 path")
-            .trim_end_matches(".rs")
-            .to_string();
+            .filter_map(|c| c.as_os_str().to_str())
+            .map(|p| p.trim_end_matches(".rs").to_string());
+        let first = parts.next().expect("a UTF-8 path");
+        let module = match parts.next() {
+            Some(second) if FOLDERS.contains(&first.as_str()) && second != "mod" => {
+                format!("{first}::{second}")
+            }
+            _ => first,
+        };
         let name = file.file_name().and_then(|n| n.to_str()).unwrap_or("");
         if OUTSIDE.contains(&module.as_str()) || name == "tests.rs" || name.ends_with("_tests.rs") {
             continue;
@@ -137,7 +168,10 @@ fn the_portable_modules_form_a_dag() {
     let graph = module_graph();
     // The spine is there: the reader found the modules and their uses.
     assert!(graph.len() > 15, "{graph:?}");
-    assert!(graph["smccc"].contains("pv"), "{graph:?}");
+    assert!(
+        graph["services::smccc"].contains("services::pv"),
+        "{graph:?}"
+    );
     let mut done = BTreeSet::new();
     for module in graph.keys() {
         if let Some(cycle) = cycle_from(&graph, module, &mut Vec::new(), &mut done) {
@@ -154,6 +188,10 @@ fn the_reader_sees_paths_and_groups() {
     let code = "use crate::a::B;\nuse crate::{b, c::D, d::{e, f}};\nfn g() { crate::h::i(); }";
     let named: Vec<String> = named_modules(code).into_iter().collect();
     assert_eq!(named, ["a", "b", "c", "d", "h"]);
+    // A module inside a grouping folder is a node of its own.
+    let code = "use crate::services::pv::X;\nuse crate::trap::{exit, esr};\nuse crate::sched::Y;";
+    let named: Vec<String> = named_modules(code).into_iter().collect();
+    assert_eq!(named, ["sched", "services::pv", "trap"]);
     let code = "use crate::x;\n// use crate::y;\n#[cfg(test)]\nmod tests { use crate::z; }";
     let named: Vec<String> = named_modules(&production_code(code)).into_iter().collect();
     assert_eq!(named, ["x"]);

@@ -1,7 +1,7 @@
 //! Allocation failures while creating a VM are errors, never aborts, and
-//! leave nothing behind (`el2::heap`).
+//! leave nothing behind (`el2::memory::heap`).
 //!
-//! This program installs `el2::heap::TransactionalHeap` as its global
+//! This program installs `el2::memory::heap::TransactionalHeap` as its global
 //! allocator (so it runs without libtest's harness, whose own threads would
 //! disturb the heap figures) and builds every portable part of the largest
 //! VM the binding allows, the way `el2`'s VM creation does, once per
@@ -21,14 +21,14 @@ use std::alloc::{GlobalAlloc, Layout};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Once};
 
+use el2::devices::vgic::VGic;
 use el2::guest::layout::{self, GuestLayout, plan};
 use el2::guest::{VmError, dt};
-use el2::heap::{HeapUsage, TransactionalHeap};
-use el2::onspin::{VmSpin, WfxPolicies};
-use el2::pv::PvRegistry;
+use el2::memory::heap::{HeapUsage, TransactionalHeap};
+use el2::sched::onspin::{VmSpin, WfxPolicies};
 use el2::sched::{CpuSet, InitialState, PutOutcome, PutReason, Scheduler};
-use el2::smccc::{CpuVulnerabilities, Dispatcher, VmServices, dispatcher_for};
-use el2::vgic::VGic;
+use el2::services::pv::PvRegistry;
+use el2::services::smccc::{CpuVulnerabilities, Dispatcher, VmServices, dispatcher_for};
 use platform::vm::MAX_VCPUS;
 use platform::{MemRange, VmConfig};
 

@@ -1364,7 +1364,7 @@ fn check_lockbench(
 }
 
 /// el2's per-VM directed-yield counters: the `pv-yield Y/C kicks K` part of
-/// its `summary:   wait/yield:` line (`el2::onspin::SpinStats`).
+/// its `summary:   wait/yield:` line (`el2::sched::onspin::SpinStats`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WaitYield {
     /// PV_SCHED_YIELD_TO calls the target took the caller's slice in.

@@ -84,7 +84,7 @@ fn irq_test(vcpus: u32, smp: u32) -> BootTest {
     }
 }
 
-/// el2's per-VM virtual-GIC counters (`el2::vgic::DeliveryStats`).
+/// el2's per-VM virtual-GIC counters (`el2::devices::vgic::DeliveryStats`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct VgicCounts {
     /// ICC_SGI1R_EL1 writes by the VM's vCPUs.

@@ -15,7 +15,7 @@
 //! ```
 //!
 //! `vms.dtb` is the device tree el2's EFI entry reads
-//! (el2/src/efi/vmdesc.rs): `/chosen/bootargs` (el2's command line,
+//! (el2/src/bringup/efi/vmdesc.rs): `/chosen/bootargs` (el2's command line,
 //! `--append`) and one `pvlock,vm` node per VM with the same properties
 //! the device-tree boot writes (`vm.rs`), except that the payloads are
 //! named by file, `kernel-file` and `initrd-file`, instead of by address:

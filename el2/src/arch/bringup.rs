@@ -8,9 +8,9 @@ use super::{
 use super::{cpu, exceptions, gic, head, irq, psci, timer, vm};
 use crate::println;
 use core::sync::atomic::{AtomicBool, Ordering};
-use el2::bootargs::{BootArgs, SelfTest};
-use el2::percpu::PerCpu;
-use el2::smp::CpuStarter;
+use el2::bringup::bootargs::{BootArgs, SelfTest};
+use el2::bringup::percpu::PerCpu;
+use el2::bringup::smp::CpuStarter;
 use platform::{Cpu, Platform};
 
 /// How long a secondary CPU has to report in after CPU_ON.

@@ -3,7 +3,7 @@
 
 use super::regs::{CPTR_EL2, CPTR_EL2_NVHE};
 use aarch64_cpu::registers::*;
-use el2::percpu::PerCpu;
+use el2::bringup::percpu::PerCpu;
 use platform::Mpidr;
 use tock_registers::interfaces::{Readable, Writeable};
 
@@ -80,17 +80,17 @@ pub struct CpuLocal {
 }
 
 /// One `CpuLocal` per possible CPU, indexed by logical CPU number.
-static mut CPU_LOCALS: [CpuLocal; el2::smp::MAX_CPUS] = [const {
+static mut CPU_LOCALS: [CpuLocal; el2::bringup::smp::MAX_CPUS] = [const {
     CpuLocal {
         guest_regs: core::ptr::null_mut(),
         host_sp: 0,
         percpu: core::ptr::null(),
     }
-}; el2::smp::MAX_CPUS];
+}; el2::bringup::smp::MAX_CPUS];
 
 /// Records `cpu` as the running CPU's per-CPU data.
 pub fn set_current(cpu: &'static PerCpu) {
-    let index = cpu.index.min(el2::smp::MAX_CPUS - 1);
+    let index = cpu.index.min(el2::bringup::smp::MAX_CPUS - 1);
     // SAFETY: each CPU only ever touches its own slot (its logical index),
     // and only from this CPU.
     let local = unsafe { &mut (*core::ptr::addr_of_mut!(CPU_LOCALS))[index] };

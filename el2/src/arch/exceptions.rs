@@ -12,7 +12,7 @@ use core::arch::global_asm;
 use core::fmt::Write;
 use core::sync::atomic::{AtomicBool, Ordering};
 use el2::FATAL_MARKER;
-use el2::esr::{AbortSyndrome, Esr};
+use el2::trap::esr::{AbortSyndrome, Esr};
 
 /// Register state at the exception, as the vector code saves it.
 pub use boot::exception::Frame;

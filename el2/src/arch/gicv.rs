@@ -1,6 +1,6 @@
 //! The GICv3 virtual CPU interface (Arm IHI 0069, "Virtual interrupt
 //! handling and prioritization" and the ICH_* register descriptions): the
-//! list registers the portable model (`el2::vgic`) fills, and the per-vCPU
+//! list registers the portable model (`el2::devices::vgic`) fills, and the per-vCPU
 //! interface state (ICH_VMCR_EL2, the active-priority registers) that
 //! moves with a vCPU between pCPUs.
 //!
@@ -10,7 +10,7 @@
 
 use aarch64_cpu::registers::*;
 use core::sync::atomic::{AtomicUsize, Ordering};
-use el2::vgic::MAX_LIST_REGISTERS;
+use el2::devices::vgic::MAX_LIST_REGISTERS;
 use tock_registers::interfaces::{Readable, Writeable};
 
 /// How many list registers this machine's CPUs have (ICH_VTR_EL2.ListRegs

@@ -7,9 +7,9 @@ use super::{console, cpu, exceptions, mmu, psci};
 use crate::println;
 use alloc::string::String;
 use alloc::vec::Vec;
-use el2::bootargs::BootArgs;
-use el2::efi::handoff::{self, Handoff};
-use el2::layout::{self, ImageLayout};
+use el2::bringup::bootargs::BootArgs;
+use el2::bringup::efi::handoff::{self, Handoff};
+use el2::memory::layout::{self, ImageLayout};
 use el2::{BANNER, FATAL_MARKER};
 use platform::{Conduit, MemRange, Platform, Uart};
 
@@ -18,7 +18,7 @@ const FDT_MAX_SIZE: u32 = 64 << 20;
 
 /// What the boot loader handed over in x0: a device tree (arm64 Image
 /// protocol), or the handoff block of the image's own EFI entry
-/// (`arch::efi`, `el2::efi::handoff`), told apart by their magic.
+/// (`arch::efi`, `el2::bringup::efi::handoff`), told apart by their magic.
 pub(super) struct BootBlob {
     /// All of it: mapped read-only and kept from the VMs.
     pub(super) range: MemRange,

@@ -102,7 +102,7 @@ const PE_TEXT_CHARACTERISTICS: u32 = 0x0000_0020 | 0x2000_0000 | 0x4000_0000;
 /// `.data`: IMAGE_SCN_CNT_INITIALIZED_DATA | IMAGE_SCN_MEM_READ | IMAGE_SCN_MEM_WRITE.
 const PE_DATA_CHARACTERISTICS: u32 = 0x0000_0040 | 0x4000_0000 | 0x8000_0000;
 /// What `efi_entry` returns when the image cannot relocate itself.
-const EFI_LOAD_ERROR: u64 = el2::efi::Status::LOAD_ERROR.0 as u64;
+const EFI_LOAD_ERROR: u64 = el2::bringup::efi::Status::LOAD_ERROR.0 as u64;
 /// SCTLR_EL2 bits `efi_handover` clears: MMU, data and instruction caches.
 const SCTLR_EL2_MMU_CACHES: u64 =
     SCTLR_EL2::M::Enable.value | SCTLR_EL2::C::Cacheable.value | SCTLR_EL2::I::Cacheable.value;

@@ -1,10 +1,10 @@
-//! The hypervisor's heap: `el2::heap::TransactionalHeap` over the `.heap`
+//! The hypervisor's heap: `el2::memory::heap::TransactionalHeap` over the `.heap`
 //! section, which the Image header's image_size reserves. The section holds
 //! the main heap and, after it, the reserve that lets a VM's creation fail
-//! with an error instead of stopping the machine (see `el2::heap`).
+//! with an error instead of stopping the machine (see `el2::memory::heap`).
 
 use aarch64_cpu::registers::MPIDR_EL1;
-use el2::heap::{HeapUsage, Transaction, TransactionalHeap};
+use el2::memory::heap::{HeapUsage, Transaction, TransactionalHeap};
 use tock_registers::interfaces::Readable;
 
 const HEAP_SIZE: usize = 16 * 1024 * 1024;

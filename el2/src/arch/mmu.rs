@@ -1,5 +1,5 @@
 //! EL2 stage-1 translation: a coarse boot map to get the caches on, then the
-//! final fine-grained map built with aarch64-paging from `el2::layout`.
+//! final fine-grained map built with aarch64-paging from `el2::memory::layout`.
 //!
 //! EL2 runs identity-mapped. The boot map exists because Rust code must not
 //! use atomics or the heap with the MMU off (exclusives on Device memory
@@ -14,7 +14,7 @@ use aarch64_paging::idmap::IdMap;
 use aarch64_paging::paging::{El2, MemoryRegion};
 use alloc::boxed::Box;
 use core::ptr::addr_of_mut;
-use el2::layout::{MapEntry, MapKind};
+use el2::memory::layout::{MapEntry, MapKind};
 use platform::MemRange;
 use tock_registers::interfaces::Readable;
 

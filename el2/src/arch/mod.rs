@@ -33,11 +33,11 @@ use alloc::vec::Vec;
 use bringup::{PsciStarter, init_cpu_interrupts, maintenance_intid, node_of, tick_check};
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use el2::BANNER;
-use el2::bootargs::{self, BootArgs, SelfTest};
+use el2::bringup::bootargs::{self, BootArgs, SelfTest};
+use el2::bringup::percpu::PerCpu;
+use el2::bringup::smp::{self, MAX_CPUS};
 use el2::guest::placement::OwnedRange;
-use el2::layout::{self, ImageLayout};
-use el2::percpu::PerCpu;
-use el2::smp::{self, MAX_CPUS};
+use el2::memory::layout::{self, ImageLayout};
 use handover::{
     BootBlob, acquire_platform, boot_blob, fail_early, print_platform, start_console, stop,
 };
@@ -98,7 +98,7 @@ pub extern "C" fn primary_main(x0: u64) -> ! {
     println!("{BANNER} at EL2 on {}", platform.model);
     println!("platform: {source}");
     if let Some(rtc) = platform.rtc {
-        // SAFETY: the RTC is in the final map as device memory (el2::layout).
+        // SAFETY: the RTC is in the final map as device memory (el2::memory::layout).
         let seconds = unsafe { rtc::read_seconds(rtc.base) };
         vm::set_wall_clock(u64::from(seconds), cpu::counter(), cpu::counter_frequency());
     }

@@ -15,8 +15,8 @@ use alloc::vec::Vec;
 use el2::guest::layout::{self, ImageHeader};
 use el2::guest::placement::{self, HostMemory, OwnedRange, VmPlacement};
 use el2::guest::{VmError, dt};
-use el2::layout::{MapKind, page_cover};
-use el2::ownership::{Owner, OwnershipMap};
+use el2::memory::layout::{MapKind, page_cover};
+use el2::memory::ownership::{Owner, OwnershipMap};
 use el2::run::{Host, Runner, Vm, VmParts};
 use el2::sched::{CpuSet, Scheduler};
 use el2::vcpu::VmId;
@@ -34,11 +34,11 @@ fn ms_to_ticks(ms: u64) -> u64 {
 /// What every pCPU's runner shares.
 static HOST: Once<Host<Hardware>> = Once::new();
 /// The time of day, when the board has an RTC (for KVM PTP).
-static WALL_CLOCK: Once<el2::wallclock::WallClock> = Once::new();
+static WALL_CLOCK: Once<el2::services::wallclock::WallClock> = Once::new();
 
 /// Records the RTC reading taken at boot.
 pub fn set_wall_clock(epoch_secs: u64, counter: u64, hz: u64) {
-    if let Some(clock) = el2::wallclock::WallClock::new(epoch_secs, counter, hz) {
+    if let Some(clock) = el2::services::wallclock::WallClock::new(epoch_secs, counter, hz) {
         WALL_CLOCK.call_once(|| clock);
     }
 }
@@ -183,7 +183,7 @@ fn publish(
 }
 
 /// Claims the VM's RAM and builds it inside the allocation transaction
-/// `txn` (`el2::heap`): if the heap refuses any of its allocations, the VM
+/// `txn` (`el2::memory::heap`): if the heap refuses any of its allocations, the VM
 /// is dropped, its RAM given back, and the error says it ran out of
 /// hypervisor memory and while building what.
 fn create_vm(
@@ -364,9 +364,9 @@ fn build_vm(
 /// What the guests are told about this CPU's speculation bugs, from its
 /// ID registers; what the ID registers do not clear stays "vulnerable"
 /// (the hypervisor applies no firmware mitigation on a guest's behalf).
-fn cpu_vulnerabilities() -> el2::smccc::CpuVulnerabilities {
+fn cpu_vulnerabilities() -> el2::services::smccc::CpuVulnerabilities {
     use super::regs::ID_AA64PFR0_CSV as Csv;
-    use el2::smccc::Exposure;
+    use el2::services::smccc::Exposure;
     let pfr0 = super::regs::id_aa64pfr0();
     let csv2 = pfr0.read(Csv::CSV2);
     let safe = |yes: bool| {
@@ -376,7 +376,7 @@ fn cpu_vulnerabilities() -> el2::smccc::CpuVulnerabilities {
             Exposure::Vulnerable
         }
     };
-    el2::smccc::CpuVulnerabilities {
+    el2::services::smccc::CpuVulnerabilities {
         spectre_v2: safe(csv2 >= 1),
         spectre_v4: Exposure::Vulnerable,
         spectre_bhb: safe(csv2 >= 3),

@@ -34,7 +34,7 @@ use platform::{MemRange, Platform, PlatformError, VmConfig, blob_size, rescue};
 use super::input::Discard;
 use crate::guest::dt;
 use crate::guest::layout::{DTB_MAX_SIZE, ImageHeader, plan};
-use crate::smccc::VmServices;
+use crate::services::smccc::VmServices;
 
 /// Most VMs per input whose layout and device tree are built: each costs
 /// far more than parsing it.

@@ -42,13 +42,13 @@ use aarch64_cpu::registers::HPFAR_EL2;
 use tock_registers::LocalRegisterCopy;
 
 use super::input::{Discard, Input};
-use crate::esr::Esr;
-use crate::exit::{EXIT_CLASSES, Exit, Syndrome, is_hvc_call};
 use crate::guest::layout::{GICD, GICR_WINDOW, UART};
-use crate::mmio::{
+use crate::trap::esr::Esr;
+use crate::trap::exit::{EXIT_CLASSES, Exit, Syndrome, is_hvc_call};
+use crate::trap::mmio::{
     MmioAccess, MmioDecodeError, MmioMap, complete_read, skip_instruction, write_value,
 };
-use crate::sysreg::{
+use crate::trap::sysreg::{
     DebugState, Emulated, SysregAccess, emulate, encoding, is_id_read, sanitize_id, sgi_register,
 };
 use crate::vcpu::GuestRegs;

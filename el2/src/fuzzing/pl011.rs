@@ -30,10 +30,10 @@
 use alloc::string::String;
 
 use super::input::Input;
-use crate::emul::pl011::{
+use crate::devices::emul::pl011::{
     FIFO_DEPTH, FRAME_SIZE, ID_REGISTERS, LINE_MAX, Pl011, Pl011Stats, bits, offset as reg,
 };
-use crate::emul::{AccessError, ConsoleSink};
+use crate::devices::emul::{AccessError, ConsoleSink};
 
 /// Most operations one input runs.
 const MAX_OPERATIONS: usize = 1024;

@@ -21,10 +21,10 @@ use pvlock_abi::{arch, catalog, control, directed_yield, kvm, psci, pvtime};
 use vm_fdt::{FdtReserveEntry, FdtWriter};
 
 use super::{acpi, exits, pl011, smccc, vgic};
-use crate::emul::pl011::{bits as uart_bits, offset as uart};
+use crate::devices::emul::pl011::{bits as uart_bits, offset as uart};
+use crate::devices::vgic::LrState;
+use crate::devices::vgic::regs::*;
 use crate::guest::layout::{ImageHeader, plan};
-use crate::vgic::LrState;
-use crate::vgic::regs::*;
 
 /// One seed: a file name (without the `seed-` prefix) and its bytes.
 pub(super) type Seed = (&'static str, Vec<u8>);
@@ -1076,7 +1076,7 @@ struct VgicSeed(Vec<u8>);
 impl VgicSeed {
     /// A vGIC of `vcpus` vCPUs (1..=64) and `spis` SPIs (a valid count).
     fn new(vcpus: u8, spis: u32, options: &[u8]) -> Self {
-        let spi_byte = if spis == crate::vgic::MAX_SPIS {
+        let spi_byte = if spis == crate::devices::vgic::MAX_SPIS {
             0xff
         } else {
             (spis / 32) as u8
@@ -1348,7 +1348,7 @@ fn vgic_seeds() -> Vec<Seed> {
     }
     mpidrs.extend(65u16.to_le_bytes());
     mpidrs.extend(100u32.to_le_bytes());
-    let mut big = VgicSeed::new(64, crate::vgic::MAX_SPIS, &mpidrs);
+    let mut big = VgicSeed::new(64, crate::devices::vgic::MAX_SPIS, &mpidrs);
     big.dist_write(
         GICD_CTLR,
         4,

@@ -15,7 +15,7 @@
 //!    opening byte of [`SET_POWER_STATE`] instead changes a vCPU's power
 //!    state, as other pCPUs would meanwhile.
 //!
-//! Invariants checked (the module documentation of [`crate::smccc`] and
+//! Invariants checked (the module documentation of [`crate::services::smccc`] and
 //! its services promises each):
 //! - no call panics, whatever the registers hold;
 //! - X4..X30, PC, PSTATE and SP_EL0 are never touched;
@@ -46,8 +46,8 @@ use pvlock_abi::{arch, control, directed_yield, kvm, psci};
 
 use super::input::Input;
 use crate::guest::layout::{DTB_MAX_SIZE, RAM_BASE, vcpu_index, vcpu_mpidr};
-use crate::pv::{ConfigError, PvConfig, PvRegistry, RECORD_SIZE};
-use crate::smccc::{
+use crate::services::pv::{ConfigError, PvConfig, PvRegistry, RECORD_SIZE};
+use crate::services::smccc::{
     Action, CpuVulnerabilities, Dispatcher, Exposure, PowerState, TableError, VmServices, VmView,
     dispatcher_for,
 };
@@ -486,7 +486,7 @@ impl Harness {
         }
     }
 
-    /// The records of `index` are where `crate::pv` promises them.
+    /// The records of `index` are where `crate::services::pv` promises them.
     fn check_records(&self, index: u16) {
         let in_ram =
             |ipa: u64| ipa.is_multiple_of(RECORD_SIZE) && self.view.ram_contains(ipa, RECORD_SIZE);

@@ -60,12 +60,12 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use super::input::Input;
-use crate::guest::layout::vcpu_mpidr;
-use crate::vgic::regs::*;
-use crate::vgic::{
+use crate::devices::vgic::regs::*;
+use crate::devices::vgic::{
     InjectError, ListRegisters, Lr, LrState, MAX_LIST_REGISTERS, MAX_SPIS, MAX_VCPUS,
     PRIVATE_COUNT, SGI_COUNT, VGic, VcpuMask, VgicConfigError, VgicError,
 };
+use crate::guest::layout::vcpu_mpidr;
 use platform::Mpidr;
 
 /// Most operations one input runs.

@@ -32,7 +32,7 @@
 //! ([`pv_records`]): one 64-byte PV-lock record per vCPU when the VM's
 //! PV-lock variant is one whose records the hypervisor places (seed v2,
 //! seed v3), and one 64-byte stolen-time record per vCPU when it has PV
-//! time; the whole rounded up to a page. `crate::pv` lays the records out
+//! time; the whole rounded up to a page. `crate::services::pv` lays the records out
 //! in it. The device tree marks it `no-map` under `/reserved-memory`
 //! ([`super::dt`]), so the guest leaves it alone.
 
@@ -46,8 +46,8 @@ use pvlock_abi::pvlock::STATE_SIZE;
 use pvlock_abi::pvtime;
 
 use super::{Hex, VmError};
-use crate::layout::{PAGE_SIZE, page_ceil};
-use crate::mmio::MmioMap;
+use crate::memory::layout::{PAGE_SIZE, page_ceil};
+use crate::trap::mmio::MmioMap;
 use crate::vcpu::GuestRegs;
 
 /// Width of every VM's IPA space: 512 GiB, which stage 2 covers with one
@@ -267,7 +267,7 @@ pub struct GuestLayout {
     pub initrd: Option<MemRange>,
     /// The hypervisor's PV area: whole pages of RAM right below the device
     /// tree, ending at `dtb_ipa`, at least [`pv_records`] bytes, for the
-    /// per-vCPU records it hands out by IPA (`crate::pv` lays them out:
+    /// per-vCPU records it hands out by IPA (`crate::services::pv` lays them out:
     /// PV-lock records first, then stolen-time records). `None` when the
     /// VM needs none.
     pub pv_area: Option<MemRange>,

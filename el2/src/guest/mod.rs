@@ -16,7 +16,7 @@ pub mod placement;
 use alloc::string::String;
 use core::fmt;
 
-use crate::heap::OutOfMemory;
+use crate::memory::heap::OutOfMemory;
 
 /// Why a VM cannot be set up, naming the VM node and the property at
 /// fault; displayed like [`platform::PlatformError`], so that every
@@ -45,7 +45,7 @@ impl VmError {
 
 impl VmError {
     /// The VM at `node` could not be created because the hypervisor's heap
-    /// refused an allocation while building `what` (`el2::heap`).
+    /// refused an allocation while building `what` (`el2::memory::heap`).
     pub fn out_of_memory(node: &str, what: &str) -> Self {
         VmError {
             node: String::from(node),

@@ -7,14 +7,14 @@
 use super::machine::{Machine, VcpuContext};
 use super::vm::{MachineConsole, VgicCounters, Vm};
 use super::{Decision, Runner};
-use crate::emul::pl011::Pl011;
-use crate::exit::DataAbort;
-use crate::fault::GuestFault;
+use crate::devices::emul::pl011::Pl011;
+use crate::devices::vgic::VcpuMask;
 use crate::guest::layout::{self, EmulatedDevice};
-use crate::mmio::{self, MmioAccess};
-use crate::sysreg::SgiRegister;
+use crate::trap::exit::DataAbort;
+use crate::trap::fault::GuestFault;
+use crate::trap::mmio::{self, MmioAccess};
+use crate::trap::sysreg::SgiRegister;
 use crate::vcpu::VcpuId;
-use crate::vgic::VcpuMask;
 use core::sync::atomic::Ordering;
 
 /// A trapped access routed to an emulated device.
@@ -83,7 +83,7 @@ impl<'h, M: Machine> Runner<'h, M> {
 
     /// Injects a synchronous external abort for a data access at guest VA
     /// `far` that cannot complete, logging `why` while the VM's faults are
-    /// still worth logging (`el2::fault::worth_logging`).
+    /// still worth logging (`el2::trap::fault::worth_logging`).
     fn abort_data_access(
         &mut self,
         vm: &Vm<M>,

@@ -5,12 +5,12 @@
 use super::machine::{Machine, Taken, VcpuContext};
 use super::vm::{VgicCounters, Vm};
 use super::{Decision, Runner};
-use crate::exit::{Exit, VtimerState, WfxKind};
-use crate::fault::GuestFault;
 use crate::guest::layout;
-use crate::onspin::{self, Spinner};
 use crate::sched::PutReason;
-use crate::sysreg::{self, Emulated, SysregAccess};
+use crate::sched::onspin::{self, Spinner};
+use crate::trap::exit::{Exit, VtimerState, WfxKind};
+use crate::trap::fault::GuestFault;
+use crate::trap::sysreg::{self, Emulated, SysregAccess};
 use crate::vcpu::VcpuId;
 use aarch64_cpu::registers::CNTV_CTL_EL0;
 use core::sync::atomic::Ordering;
@@ -135,12 +135,12 @@ impl<'h, M: Machine> Runner<'h, M> {
         }
         let own = deadline_register.map(|r| ctx.regs.reg(r).wrapping_add(vm.registers.cntvoff));
         Decision::Put(PutReason::Wfi {
-            deadline: crate::exit::wfi_deadline(self.vtimer_wait_deadline(vm, ctx), own),
+            deadline: crate::trap::exit::wfi_deadline(self.vtimer_wait_deadline(vm, ctx), own),
         })
     }
 
     /// A trapped system register: SGI generation, an ID register, or one
-    /// of the debug and PMU registers `el2::sysreg` emulates; any other
+    /// of the debug and PMU registers `el2::trap::sysreg` emulates; any other
     /// gets an undefined instruction.
     fn system_register(
         &mut self,
@@ -183,7 +183,7 @@ impl<'h, M: Machine> Runner<'h, M> {
         Decision::Resume
     }
 
-    /// WFE/WFET: KVM's `kvm_vcpu_on_spin` (`el2::onspin`): hand the rest
+    /// WFE/WFET: KVM's `kvm_vcpu_on_spin` (`el2::sched::onspin`): hand the rest
     /// of the slice to a preempted sibling, boosted ones first; else yield
     /// plainly.
     fn on_spin(
@@ -233,7 +233,7 @@ impl<'h, M: Machine> Runner<'h, M> {
 
     /// The virtual timer's part of a waiting vCPU's deadline, from the
     /// live registers, in physical counter ticks; see
-    /// `el2::exit::vtimer_wait_deadline`.
+    /// `el2::trap::exit::vtimer_wait_deadline`.
     pub(super) fn vtimer_wait_deadline(
         &self,
         vm: &Vm<M>,
@@ -241,7 +241,7 @@ impl<'h, M: Machine> Runner<'h, M> {
     ) -> Option<u64> {
         let (ctl, cval) = self.machine.vtimer_live();
         let ctl = LocalRegisterCopy::<u64, CNTV_CTL_EL0::Register>::new(ctl);
-        crate::exit::vtimer_wait_deadline(VtimerState {
+        crate::trap::exit::vtimer_wait_deadline(VtimerState {
             enabled: ctl.is_set(CNTV_CTL_EL0::ENABLE),
             masked: ctl.is_set(CNTV_CTL_EL0::IMASK),
             masked_by_hypervisor: core::mem::take(&mut ctx.vtimer.fired),
@@ -253,7 +253,7 @@ impl<'h, M: Machine> Runner<'h, M> {
     /// and its resume state.
     pub(super) fn inject(&mut self, ctx: &mut VcpuContext<M::Saved>, what: GuestFault) {
         let entry =
-            crate::fault::inject(what, ctx.regs.pc, ctx.regs.pstate, self.machine.vbar_el1());
+            crate::trap::fault::inject(what, ctx.regs.pc, ctx.regs.pstate, self.machine.vbar_el1());
         self.machine.write_exception(&entry);
         ctx.regs.pc = entry.pc;
         ctx.regs.pstate = entry.pstate;

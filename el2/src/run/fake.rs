@@ -5,11 +5,11 @@
 //! seeded generator.
 
 use super::machine::{Machine, Taken, VcpuContext, VmRegisters};
-use crate::exit::Syndrome;
-use crate::fault::Injection;
+use crate::devices::vgic::MAX_LIST_REGISTERS;
 use crate::guest::layout;
-use crate::heap::OutOfMemory;
-use crate::vgic::MAX_LIST_REGISTERS;
+use crate::memory::heap::OutOfMemory;
+use crate::trap::exit::Syndrome;
+use crate::trap::fault::Injection;
 use aarch64_cpu::registers::ESR_EL2;
 use alloc::collections::BTreeMap;
 use alloc::string::String;
@@ -24,7 +24,7 @@ use pvlock_abi::{directed_yield, psci, pvlock};
 /// Counter ticks per second of the fake clock.
 pub const HZ: u64 = 1_000_000;
 
-/// The lower-EL synchronous and IRQ vectors (`el2::exit`'s numbering).
+/// The lower-EL synchronous and IRQ vectors (`el2::trap::exit`'s numbering).
 const VECTOR_SYNC: u64 = 8;
 const VECTOR_IRQ: u64 = 9;
 

@@ -8,9 +8,9 @@ use super::machine::{Machine, VcpuContext};
 use super::vm::{Vm, reset_context};
 use super::{Decision, Runner};
 use crate::guest::layout;
-use crate::pv;
 use crate::sched::{PutReason, Scheduler, Wakeup};
-use crate::smccc::{Action, PowerState, VmView};
+use crate::services::pv;
+use crate::services::smccc::{Action, PowerState, VmView};
 use crate::vcpu::{GuestRegs, VcpuId, VmId};
 use platform::Mpidr;
 
@@ -21,7 +21,7 @@ struct View<'a, M: Machine> {
     vms: &'a [Vm<M>],
     sched: &'a Scheduler,
     machine: &'a M,
-    wall_clock: Option<&'a crate::wallclock::WallClock>,
+    wall_clock: Option<&'a crate::services::wallclock::WallClock>,
 }
 
 impl<M: Machine> VmView for View<'_, M> {

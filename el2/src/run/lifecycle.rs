@@ -140,7 +140,7 @@ impl<'h, M: Machine> Runner<'h, M> {
         let mut s = self.host.sched.lock();
         match s.power_on(boot, now) {
             Ok(wakeup) => {
-                if let Some(value) = crate::pv::preempted_on_wake(wakeup) {
+                if let Some(value) = crate::services::pv::preempted_on_wake(wakeup) {
                     vm.write_preempted(&self.machine, boot.index, value);
                 }
                 self.poke(wakeup);

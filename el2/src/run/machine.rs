@@ -10,9 +10,9 @@
 //! stores into guest memory that the PV records need, and the console.
 //! Every decision about what those operations mean is the runner's.
 
-use crate::fault::Injection;
-use crate::heap::OutOfMemory;
-use crate::sysreg::DebugState;
+use crate::memory::heap::OutOfMemory;
+use crate::trap::fault::Injection;
+use crate::trap::sysreg::DebugState;
 use crate::vcpu::GuestRegs;
 use core::fmt;
 use platform::MemRange;
@@ -81,7 +81,7 @@ pub struct VcpuContext<S> {
     pub vtimer: VtimerContext,
     /// The MPIDR the guest reads (VMPIDR_EL2).
     pub vmpidr: u64,
-    /// The emulated debug registers (`el2::sysreg`).
+    /// The emulated debug registers (`el2::trap::sysreg`).
     pub debug: DebugState,
     pub lrs: ListRegisterUse,
     pub saved: S,
@@ -93,7 +93,7 @@ pub struct VcpuContext<S> {
 /// makes them only on the pCPU that owns the vCPU concerned. Guest memory
 /// is addressed by host physical address (the VM's placement translates
 /// IPAs); the runner only passes addresses inside the VM's RAM, aligned as
-/// the record needs (`el2::pv` checks both at registration).
+/// the record needs (`el2::services::pv` checks both at registration).
 pub trait Machine {
     /// The vCPU state only the hardware layer knows.
     type Saved: Default + Send;
@@ -151,9 +151,9 @@ pub trait Machine {
 
     /// How many list registers the virtual CPU interface has.
     fn list_registers(&self) -> usize;
-    /// Reads ICH_LR<index>_EL2.
+    /// Reads `ICH_LR<index>_EL2`.
     fn read_lr(&self, index: usize) -> u64;
-    /// Writes ICH_LR<index>_EL2.
+    /// Writes `ICH_LR<index>_EL2`.
     fn write_lr(&mut self, index: usize, value: u64);
     /// ICH_HCR_EL2: the interface enabled, with the underflow maintenance
     /// interrupt when `underflow`.

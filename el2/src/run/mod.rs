@@ -5,7 +5,7 @@
 //! interleave several pCPUs over one [`Host`] with a fake machine.
 //!
 //! Decisions: an exit handler (`exits`, `hypercall`, `devices`) returns a
-//! [`Decision`]; [`Runner::run_slice`] applies it in one place: resume in
+//! `Decision`; `Runner::run_slice` applies it in one place: resume in
 //! place, or put the vCPU with a [`PutReason`] (the scheduler's input),
 //! or leave it to the scheduler, which already took the vCPU off this
 //! pCPU (a directed yield).
@@ -36,13 +36,13 @@ pub use lifecycle::register_vcpus;
 pub use machine::{Machine, Taken, VcpuContext, VmRegisters};
 pub use vm::{Vm, VmParts, VmState, guest_hcr};
 
-use crate::exit::{Exit, Syndrome};
-use crate::ownership::OwnershipMap;
-use crate::pv;
+use crate::devices::vgic::{Lr, LrState, MAX_LIST_REGISTERS, VcpuMask};
+use crate::memory::ownership::OwnershipMap;
 use crate::sched::{PutOutcome, PutReason, Scheduler, Wakeup};
+use crate::services::pv;
+use crate::services::wallclock::WallClock;
+use crate::trap::exit::{Exit, Syndrome};
 use crate::vcpu::VcpuId;
-use crate::vgic::{Lr, LrState, MAX_LIST_REGISTERS, VcpuMask};
-use crate::wallclock::WallClock;
 use alloc::boxed::Box;
 use alloc::vec::Vec;
 use boot::sync::SpinMutex as Mutex;
@@ -332,7 +332,7 @@ impl<'h, M: Machine> Runner<'h, M> {
             // The shortest path: a call whose reply is fixed for the VM
             // (SMCCC_VERSION, PSCI_VERSION, the vendor UID, KVM_FEATURES)
             // is answered from the dispatcher's precomputed replies.
-            if crate::exit::is_hvc_call(vector, esr)
+            if crate::trap::exit::is_hvc_call(vector, esr)
                 && let Some(reply) = vm.dispatcher.constant_reply(ctx.regs.x[0])
             {
                 ctx.regs.x[..reply.len()].copy_from_slice(reply);
@@ -439,7 +439,7 @@ impl<'h, M: Machine> Runner<'h, M> {
         }
         let now = self.machine.counter();
         let ticks =
-            self.machine.counter_frequency() * crate::onspin::SLICE_EXTENSION_US / 1_000_000;
+            self.machine.counter_frequency() * crate::sched::onspin::SLICE_EXTENSION_US / 1_000_000;
         let extended = self
             .host
             .sched

@@ -6,12 +6,12 @@
 
 use super::fake::{Fake, HZ, World};
 use super::{Host, Runner, Step, Vm, VmParts, VmState, register_vcpus};
-use crate::exit::EXIT_CLASSES;
 use crate::guest::layout;
 use crate::guest::placement::VmPlacement;
-use crate::ownership::OwnershipMap;
+use crate::memory::ownership::OwnershipMap;
 use crate::sched::{CpuSet, Scheduler, VcpuState};
-use crate::smccc::CpuVulnerabilities;
+use crate::services::smccc::CpuVulnerabilities;
+use crate::trap::exit::EXIT_CLASSES;
 use crate::vcpu::{VcpuId, VmId};
 use alloc::sync::Arc;
 use alloc::vec::Vec;

@@ -5,19 +5,19 @@
 //! vCPUs' PV records say; the [`Machine`] performs the stores.
 
 use super::machine::{Machine, VcpuContext, VmRegisters};
-use crate::emul::ConsoleSink;
-use crate::emul::pl011::Pl011;
-use crate::exit::{EXIT_CLASSES, Exit};
-use crate::fault;
+use crate::devices::emul::ConsoleSink;
+use crate::devices::emul::pl011::Pl011;
+use crate::devices::vgic::VGic;
 use crate::guest::layout::{self, EmulatedDevice, GuestLayout};
 use crate::guest::placement::VmPlacement;
 use crate::guest::{VmError, dt};
-use crate::mmio::MmioMap;
-use crate::onspin::{VmSpin, WfxPolicies};
-use crate::pv::PvRegistry;
-use crate::smccc::{CpuVulnerabilities, Dispatcher, VmServices};
+use crate::sched::onspin::{VmSpin, WfxPolicies};
+use crate::services::pv::PvRegistry;
+use crate::services::smccc::{CpuVulnerabilities, Dispatcher, VmServices};
+use crate::trap::exit::{EXIT_CLASSES, Exit};
+use crate::trap::fault;
+use crate::trap::mmio::MmioMap;
 use crate::vcpu::VmId;
-use crate::vgic::VGic;
 use aarch64_cpu::registers::{CNTV_CTL_EL0, HCR_EL2};
 use alloc::boxed::Box;
 use alloc::string::String;
@@ -57,7 +57,7 @@ impl VmState {
     }
 }
 
-/// The counters behind `el2::vgic::DeliveryStats`, bumped where the
+/// The counters behind `el2::devices::vgic::DeliveryStats`, bumped where the
 /// events happen.
 #[derive(Default)]
 pub(super) struct VgicCounters {
@@ -72,8 +72,8 @@ impl VgicCounters {
         counter.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(super) fn snapshot(&self) -> crate::vgic::DeliveryStats {
-        crate::vgic::DeliveryStats {
+    pub(super) fn snapshot(&self) -> crate::devices::vgic::DeliveryStats {
+        crate::devices::vgic::DeliveryStats {
             sgis: self.sgis.load(Ordering::Relaxed),
             timer: self.timer.load(Ordering::Relaxed),
             spi: self.spi.load(Ordering::Relaxed),
@@ -140,7 +140,7 @@ pub struct Vm<M: Machine> {
     /// The level of the UART's interrupt line as the virtual GIC last saw
     /// it (changed only under the `console` lock).
     pub(super) uart_line: AtomicBool,
-    /// The virtual GICv3 (`el2::vgic`): a leaf lock, never held while
+    /// The virtual GICv3 (`el2::devices::vgic`): a leaf lock, never held while
     /// taking another.
     pub(super) vgic: Mutex<VGic>,
     /// vCPUs whose list registers are out of date: something was injected
@@ -148,7 +148,7 @@ pub struct Vm<M: Machine> {
     /// after the `vgic` change it announces; cleared by the vCPU's next
     /// refill.
     pub(super) irq_attention: AtomicU64,
-    /// What the virtual GIC delivered (`el2::vgic::DeliveryStats`).
+    /// What the virtual GIC delivered (`el2::devices::vgic::DeliveryStats`).
     pub(super) vgic_stats: VgicCounters,
     /// Per vCPU, the physical counter value at which its virtual timer
     /// fires, as of its last put (`u64::MAX`: not armed): a descheduled
@@ -157,12 +157,12 @@ pub struct Vm<M: Machine> {
     /// (KVM's `kvm_timer_is_pending`).
     vtimer_due: Vec<AtomicU64>,
     exits: [AtomicU64; EXIT_CLASSES.len()],
-    /// Aborts injected so far (for `el2::fault::worth_logging`).
+    /// Aborts injected so far (for `el2::trap::fault::worth_logging`).
     faults: AtomicU64,
-    /// Directed-yield state (`el2::onspin`): a leaf lock, taken under the
+    /// Directed-yield state (`el2::sched::onspin`): a leaf lock, taken under the
     /// scheduler lock for every decision.
     pub(super) spin: Mutex<VmSpin>,
-    /// WFE policy per vCPU and the WFI switch (`el2::onspin::WfxPolicies`),
+    /// WFE policy per vCPU and the WFI switch (`el2::sched::onspin::WfxPolicies`),
     /// from the VM's description; a control VM's PVLOCK_SET_WFX_POLICY
     /// changes it. A leaf lock, read at every guest entry.
     pub(super) wfx: Mutex<WfxPolicies>,
@@ -187,7 +187,7 @@ pub struct VmParts<M: Machine> {
 impl<M: Machine> Vm<M> {
     /// Builds the VM's services on `parts` and loads its memory.
     /// `checkpoint(what)` fails once the heap has refused an allocation
-    /// (`el2::heap`), naming what was being built.
+    /// (`el2::memory::heap`), naming what was being built.
     pub fn build(
         machine: &M,
         parts: VmParts<M>,
@@ -210,8 +210,9 @@ impl<M: Machine> Vm<M> {
         let registry = PvRegistry::new(vcpu_count, services.pv, layout.pv_area)
             .map_err(|e| fail("pv-lock", alloc::format!("{e}")))?;
         let pv = Arc::new(registry);
-        let dispatcher = crate::smccc::dispatcher_for(services, pv.clone(), vulnerabilities)
-            .map_err(|e| fail("pv-lock", alloc::format!("{e}")))?;
+        let dispatcher =
+            crate::services::smccc::dispatcher_for(services, pv.clone(), vulnerabilities)
+                .map_err(|e| fail("pv-lock", alloc::format!("{e}")))?;
         checkpoint("its hypercall services")?;
         let vgic = VGic::new(vcpu_count, VGIC_SPIS, |index| {
             layout::vcpu_mpidr(index).value()
@@ -342,7 +343,7 @@ impl<M: Machine> Vm<M> {
     }
 
     /// The `lock_count` hint in vCPU `index`'s PV-lock record (0 without
-    /// one); untrusted, `el2::onspin` sanitises it.
+    /// one); untrusted, `el2::sched::onspin` sanitises it.
     pub(super) fn lock_count_hint(&self, machine: &M, index: u16) -> u32 {
         let Some(record) = self.pv.lock_record(index) else {
             return 0;
@@ -411,7 +412,7 @@ impl<M: Machine> Vm<M> {
 /// (the hardware layer's `Saved::default()` is its EL1 reset state).
 pub(super) fn reset_context<S: Default>(ctx: &mut VcpuContext<S>, index: u16) {
     *ctx = VcpuContext::default();
-    ctx.debug = crate::sysreg::DebugState::reset();
+    ctx.debug = crate::trap::sysreg::DebugState::reset();
     ctx.vmpidr = layout::vcpu_mpidr(index).value() | MPIDR_RES1;
 }
 
@@ -428,7 +429,7 @@ pub fn guest_hcr() -> u64 {
         + HCR_EL2::AMO::SET
         + HCR_EL2::TSC::EnableTrapEl1SmcToEl2
         + HCR_EL2::TWI::SET
-        // ID registers: answered with el2::sysreg::sanitize_id.
+        // ID registers: answered with el2::trap::sysreg::sanitize_id.
         + HCR_EL2::TID3::SET
         + HCR_EL2::FB::SET
         + HCR_EL2::BSU::InnerShareable)

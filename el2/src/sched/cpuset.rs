@@ -5,12 +5,12 @@
 
 use core::fmt;
 
-use crate::smp::MAX_CPUS;
+use crate::bringup::smp::MAX_CPUS;
 
 const WORD_BITS: usize = u64::BITS as usize;
 const WORDS: usize = MAX_CPUS.div_ceil(WORD_BITS);
 
-/// A set of logical pCPU indices `0..MAX_CPUS` ([`crate::smp::MAX_CPUS`]).
+/// A set of logical pCPU indices `0..MAX_CPUS` ([`crate::bringup::smp::MAX_CPUS`]).
 /// Indices out of range are never members: inserting one is refused, asking
 /// for one answers `false`.
 #[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]

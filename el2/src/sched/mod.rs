@@ -123,6 +123,7 @@
 //! `next_deadline` (all pCPUs) scan the pCPUs.
 
 mod cpuset;
+pub mod onspin;
 mod stats;
 #[cfg(test)]
 mod tests;
@@ -448,8 +449,8 @@ impl Scheduler {
     /// vCPUs may later leave in any pCPU's timer heap, then allocate
     /// nothing. So a VM that does not fit in the heap is refused here, at
     /// creation, and no guest action ever makes the scheduler allocate.
-    pub fn reserve_vm(&mut self, vcpus: usize) -> Result<(), crate::heap::OutOfMemory> {
-        let oom = |_| crate::heap::OutOfMemory;
+    pub fn reserve_vm(&mut self, vcpus: usize) -> Result<(), crate::memory::heap::OutOfMemory> {
+        let oom = |_| crate::memory::heap::OutOfMemory;
         self.vms.try_reserve(1).map_err(oom)?;
         self.vcpus.try_reserve(vcpus).map_err(oom)?;
         let total = self.vcpus.len() + vcpus;
@@ -600,7 +601,7 @@ impl Scheduler {
     /// queued on it and one handed to it by a directed yield (0 for an
     /// unknown pCPU). The count KVM's WFE trap policy looks at
     /// (`single_task_running()`; docs/abi.md §6): with a vCPU loaded, 1 means it
-    /// is alone. See [`crate::onspin::trap_wfe`].
+    /// is alone. See [`crate::sched::onspin::trap_wfe`].
     pub fn runnable_on(&self, pcpu: usize) -> usize {
         self.pcpus.get(pcpu).map_or(0, Pcpu::load)
     }
@@ -821,7 +822,7 @@ impl Scheduler {
     /// Whether [`Self::yield_to`]`(from, target, pcpu, now)` would be
     /// accepted, without changing anything: the same checks in the same
     /// order, so the refusal is the one `yield_to` would answer. The
-    /// directed-yield policy ([`crate::onspin`]) uses it to offer only
+    /// directed-yield policy ([`crate::sched::onspin`]) uses it to offer only
     /// siblings that can take the yielder's slice on this pCPU, so that its
     /// few attempts are not spent on a vCPU pinned elsewhere or already
     /// handed a slice.

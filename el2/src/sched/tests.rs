@@ -751,7 +751,7 @@ fn calls_with_wrong_ids_fail_cleanly() {
         Err(SchedError::NoAllowedPcpu)
     );
     assert_eq!(s.pick_next(9, 0), None);
-    assert_eq!(s.pick_next(crate::smp::MAX_CPUS + 1, 0), None);
+    assert_eq!(s.pick_next(crate::bringup::smp::MAX_CPUS + 1, 0), None);
     assert_eq!(
         s.put(v, 0, 0, PutReason::Yield),
         Err(SchedError::NotRunningHere { vcpu: v, pcpu: 0 })

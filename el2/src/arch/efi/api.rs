@@ -11,8 +11,8 @@ use core::ffi::c_void;
 use core::fmt;
 use core::ptr;
 
-use el2::efi::text::Ucs2Writer;
-use el2::efi::{Guid, Status};
+use el2::bringup::efi::text::Ucs2Writer;
+use el2::bringup::efi::{Guid, Status};
 
 /// `EFI_HANDLE`.
 pub type Handle = *mut c_void;
@@ -70,7 +70,7 @@ struct SimpleTextOutput {
 /// `EFI_ALLOCATE_TYPE.AllocateAnyPages` (section 7.2).
 const ALLOCATE_ANY_PAGES: u32 = 0;
 /// `EFI_MEMORY_TYPE.EfiLoaderData` (section 7.2).
-pub const LOADER_DATA: u32 = el2::efi::memmap::kind::LOADER_DATA;
+pub const LOADER_DATA: u32 = el2::bringup::efi::memmap::kind::LOADER_DATA;
 
 /// `EFI_BOOT_SERVICES` (section 4.4), up to `ExitBootServices`; entries
 /// not used are plain words.
@@ -337,7 +337,7 @@ impl Firmware {
     /// This image's `EFI_LOADED_IMAGE_PROTOCOL`.
     pub fn loaded_image(&self) -> Result<ImageInfo, Status> {
         let image: *mut LoadedImage =
-            self.protocol(self.image, &el2::efi::LOADED_IMAGE_PROTOCOL_GUID)?;
+            self.protocol(self.image, &el2::bringup::efi::LOADED_IMAGE_PROTOCOL_GUID)?;
         // SAFETY: the firmware's protocol instance for this image.
         let image = unsafe { &*image };
         let load_options = if image.load_options.is_null() {
@@ -360,7 +360,7 @@ impl Firmware {
     /// The root directory of the file system on `device`.
     pub fn open_volume(&self, device: Handle) -> Result<File, Status> {
         let fs: *mut SimpleFileSystem =
-            self.protocol(device, &el2::efi::SIMPLE_FILE_SYSTEM_PROTOCOL_GUID)?;
+            self.protocol(device, &el2::bringup::efi::SIMPLE_FILE_SYSTEM_PROTOCOL_GUID)?;
         let mut root: *mut FileProtocol = ptr::null_mut();
         // SAFETY: the firmware's file system protocol on `device`.
         status(unsafe { ((*fs).open_volume)(fs, &mut root) })?;

@@ -9,16 +9,16 @@
 //!    had it) and starts the heap, which everything below uses;
 //! 2. finds the ACPI 2.0 RSDP and the firmware's device tree in the
 //!    configuration table (UEFI 2.10 section 4.6) and every ACPI table
-//!    the RSDP leads to (`el2::efi::acpi`);
+//!    the RSDP leads to (`el2::bringup::efi::acpi`);
 //! 3. reads the VM description `\EFI\pvlock\vms.dtb` from the partition it
 //!    was loaded from (`EFI_LOADED_IMAGE_PROTOCOL.DeviceHandle`, then
 //!    `EFI_SIMPLE_FILE_SYSTEM_PROTOCOL`), loads every payload file it
 //!    names into `EfiLoaderData` pages and rebuilds it with their
-//!    addresses (`el2::efi::vmdesc`); non-empty load options replace its
+//!    addresses (`el2::bringup::efi::vmdesc`); non-empty load options replace its
 //!    `/chosen/bootargs`;
-//! 4. writes the handoff block (`el2::efi::handoff`): ACPI tables, device
+//! 4. writes the handoff block (`el2::bringup::efi::handoff`): ACPI tables, device
 //!    trees and, after ExitBootServices(), the RAM and reserved ranges of
-//!    the very memory map the exit used (`el2::efi::memmap`).
+//!    the very memory map the exit used (`el2::bringup::efi::memmap`).
 //!
 //! Anything that goes wrong before the exit is printed on the firmware's
 //! console, naming the file (and node and property), every page allocated
@@ -42,11 +42,11 @@ use alloc::vec::Vec;
 use aarch64_cpu::registers::{CurrentEL, DAIF};
 use api::{Firmware, Handle, LOADER_DATA, SystemTable};
 use core::sync::atomic::{AtomicUsize, Ordering};
-use el2::efi::acpi::{self, PhysMemory};
-use el2::efi::handoff::{self, Kind, Writer};
-use el2::efi::memmap::{self, MIN_DESCRIPTOR_SIZE};
-use el2::efi::vmdesc::{self, Loaded, VmDescription};
-use el2::efi::{self as efi, Status, text};
+use el2::bringup::efi::acpi::{self, PhysMemory};
+use el2::bringup::efi::handoff::{self, Kind, Writer};
+use el2::bringup::efi::memmap::{self, MIN_DESCRIPTOR_SIZE};
+use el2::bringup::efi::vmdesc::{self, Loaded, VmDescription};
+use el2::bringup::efi::{self as efi, Status, text};
 use platform::MemRange;
 use tock_registers::interfaces::{Readable, Writeable};
 
@@ -525,8 +525,8 @@ fn load_options_command_line(fw: &Firmware, load_options: &[u8]) -> Option<Strin
 fn uefi_panic_selftest(vm_description: &[u8]) {
     let selftest = platform::vms_from_dt(vm_description)
         .ok()
-        .and_then(|(line, _)| el2::bootargs::parse(&line).0.selftest);
-    if selftest == Some(el2::bootargs::SelfTest::UefiPanic) {
+        .and_then(|(line, _)| el2::bringup::bootargs::parse(&line).0.selftest);
+    if selftest == Some(el2::bringup::bootargs::SelfTest::UefiPanic) {
         panic!("selftest: el2.selftest=uefi-panic");
     }
 }

@@ -41,7 +41,7 @@ pub struct BootArgs {
     /// created once per heap allocation its creation makes, the n-th time
     /// with its n-th allocation refused; each attempt must fail cleanly
     /// (an error, everything it took given back) until one makes no
-    /// allocation fail and the VM starts (`el2::heap`).
+    /// allocation fail and the VM starts (`el2::memory::heap`).
     pub fail_alloc: Option<String>,
 }
 

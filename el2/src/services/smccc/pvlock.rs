@@ -2,7 +2,7 @@
 //! variants in one service type. docs/abi.md §3.
 //!
 //! The records themselves, and when the runner (`el2::run`) writes them, are in
-//! [`crate::pv`].
+//! [`crate::services::pv`].
 
 use alloc::sync::Arc;
 
@@ -11,7 +11,7 @@ use pvlock_abi::pvlock::{Variant, anolis, openeuler, seed_v2, seed_v3};
 use pvlock_abi::smccc::{self, FunctionId};
 
 use super::{Action, Call, Reply, Service};
-use crate::pv::PvRegistry;
+use crate::services::pv::PvRegistry;
 use crate::vcpu::VcpuId;
 
 /// The ids each variant makes discoverable through SMCCC_ARCH_FEATURES

@@ -3,7 +3,7 @@
 //!
 //! A guest vCPU that spins on a lock executes WFE in its wait loop (Linux
 //! arm64 `smp_cond_load_acquire` / `__cmpwait`). With HCR_EL2.TWE set the
-//! WFE traps (ESR EC 0x01, TI = 1 WFE or 3 WFET; [`crate::exit::Exit::Wfx`]),
+//! WFE traps (ESR EC 0x01, TI = 1 WFE or 3 WFET; [`crate::trap::exit::Exit::Wfx`]),
 //! and the hypervisor can do better than let it spin: give the rest of its
 //! time slice to a sibling vCPU of the same VM that is waiting for a pCPU —
 //! with luck the lock holder, which then releases the lock.
@@ -95,7 +95,7 @@
 //!   = `scheduler.runnable_on(pcpu)` read under the lock the run loop
 //!   already takes for `slice_end`. The [`WfxPolicies`] sit behind their
 //!   own leaf lock (nothing is locked while holding it), so that a control
-//!   VM's [`crate::smccc::Action::SetWfxPolicy`] can update them from
+//!   VM's [`crate::services::smccc::Action::SetWfxPolicy`] can update them from
 //!   another pCPU; each affected vCPU picks the change up at its next
 //!   entry.
 //! - **vcpu_load**: [`VmSpin::resumed`] (the vCPU is back from its spin,
@@ -140,8 +140,8 @@ use tock_registers::LocalRegisterCopy;
 pub use platform::TrapPolicy;
 use platform::VmConfig;
 
-use crate::exit::{Exit, WfxKind};
 use crate::sched::PutOutcome;
+use crate::trap::exit::{Exit, WfxKind};
 use crate::vcpu::VcpuId;
 
 /// At most this many candidates are offered per spin: KVM's `try = 3`,
@@ -621,7 +621,7 @@ pub fn hcr_traps(hcr: u64, wfe_trap: bool, wfi_trap: bool) -> u64 {
 /// Built from the VM description ([`Self::from_config`]: `wfe-trap`, its
 /// per-vCPU exceptions `wfe-trap-vcpus`, `wfi-trap`); a control VM changes
 /// the WFE policies at run time with PVLOCK_SET_WFX_POLICY
-/// ([`crate::smccc::Action::SetWfxPolicy`] -> [`Self::set`]). WFI's
+/// ([`crate::services::smccc::Action::SetWfxPolicy`] -> [`Self::set`]). WFI's
 /// setting is fixed for the VM's life. Nothing resets the table, not even
 /// the VM's SYSTEM_RESET: the settings are the host's, not the guest's.
 ///
@@ -1576,7 +1576,7 @@ mod tests {
             WFX | 3,                    // WFET, RV clear: KVM's WFE
             0x5A00_0000,                // HVC: not counted
         ] {
-            stats.record_wfx(&Exit::decode(crate::exit::Syndrome::synchronous(esr)));
+            stats.record_wfx(&Exit::decode(crate::trap::exit::Syndrome::synchronous(esr)));
         }
         assert_eq!((stats.wfi, stats.wfit, stats.wfe, stats.wfet), (2, 1, 3, 1));
     }
@@ -1585,7 +1585,9 @@ mod tests {
     fn stats_sum_and_render() {
         let mut vm = VmSpin::new(4);
         vm.stats_mut()
-            .record_wfx(&Exit::decode(crate::exit::Syndrome::synchronous(WFX | 1)));
+            .record_wfx(&Exit::decode(crate::trap::exit::Syndrome::synchronous(
+                WFX | 1,
+            )));
         vm.stats_mut().record_kick();
         vm.stats_mut().record_pv_yield(true);
         vm.stats_mut().record_pv_yield(false);
@@ -1796,7 +1798,7 @@ mod tests {
         assert_eq!(s.pick_next(0, now), Some(spinner));
         vm.resumed(spinner.index);
         now += 10;
-        let exit = Exit::decode(crate::exit::Syndrome::synchronous(WFX | 1));
+        let exit = Exit::decode(crate::trap::exit::Syndrome::synchronous(WFX | 1));
         vm.stats_mut().record_wfx(&exit);
         let snapshot: Vec<Candidate> = vcpus
             .iter()

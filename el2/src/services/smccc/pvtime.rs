@@ -7,7 +7,7 @@ use pvlock_abi::pvtime::{PV_TIME_FEATURES, PV_TIME_ST};
 use pvlock_abi::smccc::{self, FunctionId};
 
 use super::{Call, Reply, Service};
-use crate::pv::PvRegistry;
+use crate::services::pv::PvRegistry;
 
 const IDS: [FunctionId; 2] = [PV_TIME_FEATURES, PV_TIME_ST];
 

@@ -35,7 +35,7 @@ impl fmt::Display for StartFailure {
             Self::BeyondMaxCpus => write!(
                 f,
                 "beyond the {} CPUs this build supports",
-                crate::smp::MAX_CPUS
+                crate::bringup::smp::MAX_CPUS
             ),
         }
     }

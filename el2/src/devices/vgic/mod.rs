@@ -3,7 +3,7 @@
 //! handoff of interrupts to the virtual CPU interface's list registers.
 //!
 //! Nothing here touches hardware. The hypervisor leaves the GIC frames out
-//! of stage 2, so the guest's accesses trap and [`crate::mmio`] decodes
+//! of stage 2, so the guest's accesses trap and [`crate::trap::mmio`] decodes
 //! them; it hands them to [`VGic::dist_read`] / [`VGic::dist_write`] and
 //! [`VGic::redist_read`] / [`VGic::redist_write`], and copies
 //! [`ListRegisters`] to and from `ICH_LR<n>_EL2` around every run of a vCPU.

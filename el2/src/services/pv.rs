@@ -2,7 +2,7 @@
 //! its per-vCPU shared records live ([`PvRegistry`]), and the pure rules the
 //! arch layer follows to keep them up to date (the "preempted" flag state
 //! machine, stolen-time conversion). The SMCCC calls that expose them are
-//! in [`crate::smccc`] ([`crate::smccc::dispatcher_for`]).
+//! in [`crate::services::smccc`] ([`crate::services::smccc::dispatcher_for`]).
 //!
 //! # Records
 //!
@@ -79,7 +79,7 @@
 //!   zeroed, `reset()` each record instead); and call
 //!   [`PvRegistry::rebase_steal`] for every vCPU with its current steal
 //!   ticks, so the new guest's stolen time starts from 0.
-//! - **KICK** (`Action::Kick`): see [`crate::smccc::Action::Kick`].
+//! - **KICK** (`Action::Kick`): see [`crate::services::smccc::Action::Kick`].
 //!
 //! Guest memory at these IPAs is the VM's own RAM: the runner (`el2::run`) must
 //! write it through a mapping of that RAM, never through anything the
@@ -204,7 +204,7 @@ pub enum ConfigError {
         /// Bytes needed ([`PvRegistry::area_size`]).
         needed: u64,
     },
-    /// The registry handed to [`crate::smccc::dispatcher_for`] was built
+    /// The registry handed to [`crate::services::smccc::dispatcher_for`] was built
     /// for another configuration.
     RegistryMismatch {
         /// What the registry was built for.
@@ -308,7 +308,7 @@ struct RecordCounters {
     released: AtomicU32,
 }
 
-/// A snapshot of [`RecordCounters`] ([`PvRegistry::record_stats`]).
+/// A snapshot of `RecordCounters` ([`PvRegistry::record_stats`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RecordStats {
     /// Hypervisor-placed records whose IPA a vCPU asked for (seed-v2

@@ -1,7 +1,7 @@
 //! Device models the hypervisor emulates for its VMs.
 //!
 //! Each model is plain data driven by register accesses that
-//! [`crate::mmio`] decodes and routes: `read(offset, size)` and
+//! [`crate::trap::mmio`] decodes and routes: `read(offset, size)` and
 //! `write(offset, size, value, ..)` with `offset` inside the device's
 //! frame. A model never panics on anything a guest does; an access it
 //! cannot perform is an [`AccessError`], which the caller turns into an

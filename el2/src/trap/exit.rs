@@ -4,9 +4,9 @@
 //! needs (docs/architecture.md, "Running guests"): nothing downstream reads
 //! ESR_EL2, FAR_EL2 or HPFAR_EL2 again.
 
-use crate::esr::Esr;
-use crate::mmio::{MmioAccess, MmioDecodeError};
-use crate::sysreg::SysregAccess;
+use crate::trap::esr::Esr;
+use crate::trap::mmio::{MmioAccess, MmioDecodeError};
+use crate::trap::sysreg::SysregAccess;
 use aarch64_cpu::registers::ESR_EL2;
 use tock_registers::{LocalRegisterCopy, register_bitfields};
 

@@ -81,7 +81,7 @@ impl Service for ControlService {
 #[cfg(test)]
 mod tests {
     use super::super::*;
-    use crate::pv::{ConfigError, PvConfig, PvRegistry};
+    use crate::services::pv::{ConfigError, PvConfig, PvRegistry};
     use crate::vcpu::{GuestRegs, VcpuId, VmId};
     use alloc::sync::Arc;
     use alloc::vec;

@@ -18,7 +18,7 @@
 //! device refuses) becomes an abort injected into the guest instead, and
 //! the PC is left on the faulting instruction, as hardware would.
 
-use crate::esr::{ABORT_ISS, Esr, FaultStatus};
+use crate::trap::esr::{ABORT_ISS, Esr, FaultStatus};
 use crate::vcpu::GuestRegs;
 use aarch64_cpu::registers::{ESR_EL2, HPFAR_EL2};
 use alloc::vec::Vec;

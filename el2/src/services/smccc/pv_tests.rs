@@ -4,7 +4,7 @@
 //! code uses.
 
 use super::*;
-use crate::pv::{ConfigError, LockRecord, PvConfig, PvRegistry, RecordStats};
+use crate::services::pv::{ConfigError, LockRecord, PvConfig, PvRegistry, RecordStats};
 use crate::vcpu::VmId;
 use alloc::vec::Vec;
 use platform::MemRange;

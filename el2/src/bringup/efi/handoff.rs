@@ -664,8 +664,8 @@ fn check_payload(kind: Kind, payload: &[u8]) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::efi::acpi::fake;
-    use crate::efi::memmap::Reserved;
+    use crate::bringup::efi::acpi::fake;
+    use crate::bringup::efi::memmap::Reserved;
     use alloc::vec;
 
     const BASE: u64 = 0x7f00_0000;

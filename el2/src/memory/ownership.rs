@@ -49,7 +49,7 @@
 //! the list is only as long as the ownership pattern needs (tens of
 //! entries on a real system, whatever the amount of RAM).
 
-use crate::layout::{PAGE_SIZE, page_ceil, page_cover, page_floor};
+use crate::memory::layout::{PAGE_SIZE, page_ceil, page_cover, page_floor};
 use crate::vcpu::VmId;
 use alloc::vec::Vec;
 use core::fmt;

@@ -62,7 +62,7 @@
 //! docs/abi.md §4) — and, for a control VM only, [`ControlService`]
 //! (PVLOCK_SET_WFX_POLICY, `pvlock_abi::control`). The PV services share
 //! the VM's [`PvRegistry`] of record addresses with the runner (`el2::run`), which
-//! keeps the records up to date ([`crate::pv`]).
+//! keeps the records up to date ([`crate::services::pv`]).
 //!
 //! | VM enables | ids answered | KVM_FEATURES bits | SMCCC_ARCH_FEATURES = 0 for |
 //! |---|---|---|---|
@@ -112,7 +112,7 @@ use pvlock_abi::catalog;
 use pvlock_abi::kvm::KvmFeatures;
 use pvlock_abi::smccc::{self, FunctionId, PRESERVED_FIRST, RESULT_REGS};
 
-use crate::pv::{ConfigError, PvConfig, PvRegistry};
+use crate::services::pv::{ConfigError, PvConfig, PvRegistry};
 /// A vCPU's power state, as the scheduler keeps it and PSCI reports it.
 pub use crate::vcpu::PowerState;
 use crate::vcpu::{GuestRegs, VcpuId, VmId};
@@ -299,7 +299,7 @@ pub enum Action {
     /// wait and yield to it if it is runnable. X0 already holds 0. The
     /// caller, under the scheduler lock:
     /// 1. `Scheduler::wake(target)`: a Blocked target becomes Runnable
-    ///    (store [`crate::pv::preempted_on_wake`] in its PV-lock record and
+    ///    (store [`crate::services::pv::preempted_on_wake`] in its PV-lock record and
     ///    IPI as the [`crate::sched::Wakeup`] says); a Running or Runnable
     ///    one gets its kicked flag, so its current or next WFI returns at
     ///    once; an Off one is left alone;
@@ -323,13 +323,13 @@ pub enum Action {
     /// 2. on success writes X0 = 0 (`directed_yield::YIELDED`), stores 1
     ///    in the caller's PV-lock "preempted" record (it now waits in a run
     ///    queue, as for a requeue), records its deschedule snapshot
-    ///    ([`crate::onspin::VmSpin::descheduled`] with its saved SPSR_EL2)
+    ///    ([`crate::sched::onspin::VmSpin::descheduled`] with its saved SPSR_EL2)
     ///    and leaves the pCPU without a `put` (the scheduler has already
     ///    requeued it; the runner's `Decision::Yielded`, `el2::run`);
     /// 3. on refusal resumes the caller with X0 = 1 as written.
     ///
     /// Either way it counts the call
-    /// ([`crate::onspin::SpinStats::record_pv_yield`]). No
+    /// ([`crate::sched::onspin::SpinStats::record_pv_yield`]). No
     /// wake-up: a blocked target stays blocked (that is KICK_CPU's job).
     /// `target` is a vCPU of the caller's VM other than the caller
     /// (checked).
@@ -343,11 +343,11 @@ pub enum Action {
     /// (`pvlock_abi::control::SET`). The caller looks the target VM up in
     /// its VM table (it exists and the vCPU is one of its own: checked
     /// through [`VmView::vm_vcpu_count`], and the table never changes),
-    /// locks that VM's [`crate::onspin::WfxPolicies`] (a leaf lock; the
+    /// locks that VM's [`crate::sched::onspin::WfxPolicies`] (a leaf lock; the
     /// target may be the caller's own VM), calls
-    /// [`WfxPolicies::set`](crate::onspin::WfxPolicies::set)`(vcpu, wfe)`
+    /// [`WfxPolicies::set`](crate::sched::onspin::WfxPolicies::set)`(vcpu, wfe)`
     /// and resumes the caller. Each affected vCPU picks the policy up at
-    /// its next guest entry ([`crate::onspin::WfxPolicies::hcr_for`]); a
+    /// its next guest entry ([`crate::sched::onspin::WfxPolicies::hcr_for`]); a
     /// running one needs no IPI, since it exits at the latest when its
     /// slice ends. WFI's setting is not changed.
     SetWfxPolicy {
