@@ -177,8 +177,23 @@ impl Fake {
         let index =
             layout::vcpu_index(platform::Mpidr::from_raw(ctx.vmpidr & !(1 << 31))).unwrap_or(0);
         ctx.saved.entries += 1;
-        if ctx.saved.entries == 1 {
-            return Self::hvc(ctx, pvlock::seed_v2::PV_LOCK_PREEMPTED.raw(), &[]);
+        match ctx.saved.entries {
+            1 => return Self::hvc(ctx, pvlock::seed_v2::PV_LOCK_PREEMPTED.raw(), &[]),
+            // STR W8, [GICD_CTLR]: Group 1 on.
+            2 => {
+                ctx.regs.x[8] = gic_regs::GICD_CTLR::EnableGrp1::SET.value.into();
+                return Self::data_abort(layout::GICD.base + gic_regs::offset::GICD_CTLR, true, 8);
+            }
+            // STR W9, [GICR_ISENABLER0 of its own redistributor]: the SGI
+            // its siblings send (3) on.
+            3 => {
+                ctx.regs.x[9] = 1 << 3;
+                let sgi_base = layout::GICR_BASE
+                    + u64::from(index) * gic_regs::REDISTRIBUTOR_SIZE
+                    + gic_regs::SGI_FRAME_OFFSET;
+                return Self::data_abort(sgi_base + gic_regs::offset::GICR_ISENABLER0, true, 9);
+            }
+            _ => {}
         }
         let now = world.now();
         if index == 0 && now > world.stop_after * (vm as u64 + 1) {

@@ -99,6 +99,14 @@ fn check_invariants(host: &Host<Fake>, runners: &[Runner<'_, Fake>], world: &Wor
                 loaded, !in_slot,
                 "step {step}: {v} loaded {loaded}, context in its slot {in_slot}"
             );
+            // No lost wake-up: a vCPU blocked in WFI has no interrupt it
+            // could take (the GIC change that made one deliverable woke it).
+            if matches!(s.state(v), Some(VcpuState::Blocked(_))) {
+                assert!(
+                    !vm.vgic.lock().has_pending(index),
+                    "step {step}: {v} sleeps with an interrupt pending"
+                );
+            }
             // The record says "preempted" exactly while the vCPU is
             // runnable and not running (docs/abi.md §3).
             if vm.state() == VmState::Running
