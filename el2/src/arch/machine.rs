@@ -6,11 +6,13 @@
 use super::regs;
 use super::stage2::Stage2Tables;
 use super::vcpu::{self, SavedRegisters, VcpuContext, enter_guest};
-use super::{cache, cpu, gic, gicv, heap, irq, timer};
+use super::{cache, cpu, gic, gicv, heap, irq, mmu, timer};
 use crate::println;
 use aarch64_cpu::registers::*;
+use alloc::string::String;
 use alloc::vec::Vec;
-use el2::memory::heap::OutOfMemory;
+use el2::memory::layout::MapKind;
+use el2::run::machine::Refusal;
 use el2::run::{Machine, Taken, VmRegisters};
 use el2::trap::fault::Injection;
 use platform::{MemRange, Mpidr};
@@ -26,6 +28,7 @@ pub struct Hardware;
 impl Machine for Hardware {
     type Saved = SavedRegisters;
     type Stage2 = Stage2Tables;
+    type Txn = heap::Txn;
 
     fn counter(&self) -> u64 {
         cpu::counter()
@@ -204,10 +207,35 @@ impl Machine for Hardware {
         cache::invalidate_icache();
     }
 
-    fn allocations_checked<T>(&self, build: impl FnOnce() -> T) -> Result<T, OutOfMemory> {
-        let txn = heap::transaction();
-        let built = build();
-        txn.check().map(|()| built)
+    fn allocations(&self, refusal: Refusal) -> heap::Txn {
+        match refusal {
+            Refusal::None => heap::transaction(),
+            Refusal::Nth(n) => heap::transaction_failing_at(n),
+            Refusal::From(n) => heap::transaction_exhausted_at(n),
+        }
+    }
+
+    fn heap_in_use(&self) -> usize {
+        let usage = heap::usage();
+        usage.main + usage.reserve
+    }
+
+    fn map_at_el2(&self, range: MemRange, kind: MapKind) -> Result<(), String> {
+        mmu::map_more(range, kind).map_err(|e| alloc::format!("{e}"))
+    }
+
+    fn stage2(&self, vmid: u8, ipa: MemRange, pa: u64) -> Result<(Stage2Tables, u64), String> {
+        let mut tables = Stage2Tables::new(vmid);
+        tables.map_ram(ipa, pa).map_err(|e| alloc::format!("{e}"))?;
+        let vttbr = tables.vttbr();
+        Ok((tables, vttbr))
+    }
+
+    fn host_bytes(&self, range: MemRange) -> &[u8] {
+        // SAFETY: the runner asks only for a boot module it has mapped at
+        // EL2 (read-only) with `map_at_el2`, inside host RAM (placement
+        // checked it), which nothing writes.
+        unsafe { core::slice::from_raw_parts(range.base as *const u8, range.size as usize) }
     }
 
     fn console_read_byte(&mut self) -> Option<u8> {

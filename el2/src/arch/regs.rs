@@ -212,28 +212,6 @@ pub const SCTLR_EL1_RESET: u64 = SCTLR_EL1_RES1::RES1_29::SET.value
 /// for a kernel it boots directly (Linux sets it again itself).
 pub const CPACR_EL1_RESET: u64 = CPACR_EL1_FPEN::FPEN.val(0b11).value;
 
-register_bitfields! {u64,
-    /// The speculation-safety fields of ID_AA64PFR0_EL1 (Arm ARM D24.2.73)
-    /// that aarch64-cpu leaves out.
-    pub ID_AA64PFR0_CSV [
-        /// Meltdown-class speculation safe.
-        CSV3 OFFSET(60) NUMBITS(4) [],
-        /// Branch-target speculation safe (1), and across contexts with
-        /// branch history too (3: FEAT_CSV2_3).
-        CSV2 OFFSET(56) NUMBITS(4) [],
-    ],
-}
-
-/// ID_AA64PFR0_EL1 read raw, for the fields above.
-pub fn id_aa64pfr0() -> tock_registers::LocalRegisterCopy<u64, ID_AA64PFR0_CSV::Register> {
-    let value: u64;
-    // SAFETY: reading an ID register has no side effects.
-    unsafe {
-        core::arch::asm!("mrs {0}, id_aa64pfr0_el1", out(reg) value, options(nomem, nostack, preserves_flags));
-    }
-    tock_registers::LocalRegisterCopy::new(value)
-}
-
 /// Reads the ID register op0 3, op1 0, CRn 0, CRm `crm`, op2 `op2` (the
 /// space HCR_EL2.TID3 traps for guests); 0 outside CRm 1-7.
 pub fn read_id_register(crm: u8, op2: u8) -> u64 {

@@ -257,6 +257,26 @@ impl<const ORDER: usize> Transaction<'_, ORDER> {
     }
 }
 
+/// What a VM's creation needs of an open allocation transaction; the
+/// runner's `Machine` hands out [`Transaction`]s on the hardware and a
+/// fake in the host tests.
+pub trait Allocations {
+    /// `Err(OutOfMemory)` once the heap refused one of its allocations.
+    fn check(&self) -> Result<(), OutOfMemory>;
+    /// Whether the heap refused one of its allocations.
+    fn failed(&self) -> bool;
+}
+
+impl<const ORDER: usize> Allocations for Transaction<'_, ORDER> {
+    fn check(&self) -> Result<(), OutOfMemory> {
+        Transaction::check(self)
+    }
+
+    fn failed(&self) -> bool {
+        Transaction::failed(self)
+    }
+}
+
 impl<const ORDER: usize> Drop for Transaction<'_, ORDER> {
     fn drop(&mut self) {
         if self.heap.depth.fetch_sub(1, Ordering::Relaxed) == 1 {

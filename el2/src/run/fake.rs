@@ -4,10 +4,11 @@
 //! that exit with hypercalls, WFI, WFE, UART writes and SGIs chosen by a
 //! seeded generator.
 
-use super::machine::{Machine, Taken, VcpuContext, VmRegisters};
+use super::machine::{Allocations, Machine, Refusal, Taken, VcpuContext, VmRegisters};
 use crate::devices::vgic::MAX_LIST_REGISTERS;
 use crate::guest::layout;
 use crate::memory::heap::OutOfMemory;
+use crate::memory::layout::MapKind;
 use crate::trap::exit::Syndrome;
 use crate::trap::fault::Injection;
 use aarch64_cpu::registers::ESR_EL2;
@@ -99,6 +100,20 @@ impl World {
 
     fn advance(&self, ticks: u64) -> u64 {
         self.clock.fetch_add(ticks, Ordering::Relaxed) + ticks
+    }
+}
+
+/// An allocation transaction that never refuses (the host tests' heap is
+/// the process's).
+pub struct FakeTxn;
+
+impl Allocations for FakeTxn {
+    fn check(&self) -> Result<(), OutOfMemory> {
+        Ok(())
+    }
+
+    fn failed(&self) -> bool {
+        false
     }
 }
 
@@ -284,6 +299,7 @@ impl Fake {
 impl Machine for Fake {
     type Saved = FakeSaved;
     type Stage2 = ();
+    type Txn = FakeTxn;
 
     fn counter(&self) -> u64 {
         self.world.now()
@@ -434,8 +450,25 @@ impl Machine for Fake {
 
     fn sync_for_guest(&self, _range: MemRange) {}
 
-    fn allocations_checked<T>(&self, build: impl FnOnce() -> T) -> Result<T, OutOfMemory> {
-        Ok(build())
+    fn allocations(&self, _refusal: Refusal) -> FakeTxn {
+        FakeTxn
+    }
+
+    fn heap_in_use(&self) -> usize {
+        0
+    }
+
+    fn map_at_el2(&self, _range: MemRange, _kind: MapKind) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn stage2(&self, vmid: u8, _ipa: MemRange, _pa: u64) -> Result<((), u64), String> {
+        Ok(((), u64::from(vmid)))
+    }
+
+    fn host_bytes(&self, _range: MemRange) -> &[u8] {
+        // A kernel without an Image header: placed at the start of RAM.
+        &[]
     }
 
     fn console_read_byte(&mut self) -> Option<u8> {

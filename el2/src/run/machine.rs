@@ -10,10 +10,11 @@
 //! stores into guest memory that the PV records need, and the console.
 //! Every decision about what those operations mean is the runner's.
 
-use crate::memory::heap::OutOfMemory;
+use crate::memory::layout::MapKind;
 use crate::trap::fault::Injection;
 use crate::trap::sysreg::DebugState;
 use crate::vcpu::GuestRegs;
+use alloc::string::String;
 use core::fmt;
 use platform::MemRange;
 
@@ -87,6 +88,19 @@ pub struct VcpuContext<S> {
     pub saved: S,
 }
 
+/// How an allocation transaction refuses allocations (`el2.fail-alloc=`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// None: the heap answers as it can.
+    None,
+    /// The `n`-th allocation (from 0) is refused.
+    Nth(u64),
+    /// The `n`-th and every later allocation is refused.
+    From(u64),
+}
+
+pub use crate::memory::heap::Allocations;
+
 /// The hardware under the runner, one value per pCPU.
 ///
 /// Calls that change what the guest sees take `&mut self`; the runner
@@ -99,6 +113,8 @@ pub trait Machine {
     type Saved: Default + Send;
     /// A VM's stage-2 tables, kept alive as long as the VM.
     type Stage2: Send + Sync;
+    /// An open allocation transaction ([`Self::allocations`]).
+    type Txn: Allocations;
 
     /// The physical counter (CNTPCT_EL0).
     fn counter(&self) -> u64;
@@ -176,10 +192,21 @@ pub trait Machine {
     /// Makes what was written to `range` visible to a guest that starts
     /// with its MMU and caches off (clean to PoC, invalidate the I-cache).
     fn sync_for_guest(&self, range: MemRange);
-    /// Runs `build` in an allocation transaction: an error if the heap
-    /// refused any of its allocations (a VM's reset then stops that VM
-    /// instead of the machine).
-    fn allocations_checked<T>(&self, build: impl FnOnce() -> T) -> Result<T, OutOfMemory>;
+    /// An allocation transaction of the hypervisor's heap: what is built
+    /// on one VM's behalf, with allocations refused as `refusal` says
+    /// (`el2.fail-alloc=`; `el2::memory::heap`).
+    fn allocations(&self, refusal: Refusal) -> Self::Txn;
+    /// Bytes of the heap in use (main heap and reserve).
+    fn heap_in_use(&self) -> usize;
+    /// Maps host memory `range` at EL2 (a VM's RAM read-write, its boot
+    /// modules read-only), if not mapped yet.
+    fn map_at_el2(&self, range: MemRange, kind: MapKind) -> Result<(), String>;
+    /// Stage-2 tables for VMID `vmid` mapping guest RAM `ipa` to host
+    /// memory at `pa`, and the VTTBR_EL2 value that selects them.
+    fn stage2(&self, vmid: u8, ipa: MemRange, pa: u64) -> Result<(Self::Stage2, u64), String>;
+    /// Host memory `range`, mapped at EL2 and not written while the VM
+    /// is created (a boot module's header).
+    fn host_bytes(&self, range: MemRange) -> &[u8];
 
     /// Reads a byte typed on the hypervisor's console, if any.
     fn console_read_byte(&mut self) -> Option<u8>;

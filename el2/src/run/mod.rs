@@ -20,6 +20,7 @@
 //! scheduler's decision: once the lock is released another pCPU may pick
 //! the vCPU and write 0, which must not be overtaken.
 
+mod create;
 mod devices;
 mod exits;
 mod hypercall;
@@ -32,6 +33,7 @@ mod fake;
 #[cfg(test)]
 mod tests;
 
+pub use create::create_vms;
 pub use lifecycle::register_vcpus;
 pub use machine::{Machine, Taken, VcpuContext, VmRegisters};
 pub use vm::{Vm, VmParts, VmState, guest_hcr};

@@ -4,7 +4,7 @@
 //! This module decides what a VM's memory holds at (re)start and what its
 //! vCPUs' PV records say; the [`Machine`] performs the stores.
 
-use super::machine::{Machine, VcpuContext, VmRegisters};
+use super::machine::{Allocations, Machine, Refusal, VcpuContext, VmRegisters};
 use crate::devices::emul::ConsoleSink;
 use crate::devices::emul::pl011::Pl011;
 use crate::devices::vgic::VGic;
@@ -295,15 +295,15 @@ impl<M: Machine> Vm<M> {
     pub(super) fn load(&self, machine: &M) -> Result<(), VmError> {
         // At a reset this is the one allocation a guest's action causes:
         // a heap that refuses it stops this VM, not the machine.
-        let dtb = machine
-            .allocations_checked(|| {
-                dt::build(
-                    &self.config,
-                    &self.layout,
-                    self.resets.load(Ordering::Relaxed),
-                )
-            })
-            .map_err(|_| VmError::out_of_memory(&self.config.node, "its device tree"))??;
+        let txn = machine.allocations(Refusal::None);
+        let dtb = dt::build(
+            &self.config,
+            &self.layout,
+            self.resets.load(Ordering::Relaxed),
+        )?;
+        txn.check()
+            .map_err(|_| VmError::out_of_memory(&self.config.node, "its device tree"))?;
+        drop(txn);
         let ram = self.placement.ram;
         machine.zero(ram);
         machine.copy(self.host_pa(self.layout.kernel_ipa), self.config.kernel);

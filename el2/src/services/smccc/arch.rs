@@ -10,6 +10,8 @@ use pvlock_abi::arch::{
 use pvlock_abi::smccc::{self, FunctionId};
 
 use super::{Call, Reply, Service};
+use tock_registers::LocalRegisterCopy;
+use tock_registers::register_bitfields;
 
 /// Whether the physical CPUs are exposed to one speculative-execution
 /// issue.
@@ -23,13 +25,25 @@ pub enum Exposure {
     Vulnerable,
 }
 
+register_bitfields! {u64,
+    /// The speculation-safety fields of ID_AA64PFR0_EL1 (Arm ARM D24.2.73)
+    /// that aarch64-cpu leaves out.
+    pub ID_AA64PFR0_CSV [
+        /// Meltdown-class speculation safe.
+        CSV3 OFFSET(60) NUMBITS(4) [],
+        /// Branch-target speculation safe (1), and across contexts with
+        /// branch history too (3: FEAT_CSV2_3).
+        CSV2 OFFSET(56) NUMBITS(4) [],
+    ],
+}
+
 /// The host's exposure to the issues the SMCCC workaround calls address;
 /// decides the SMCCC_ARCH_FEATURES answers for them.
 ///
-/// The arch layer derives it from the physical CPUs' ID registers:
-/// ID_AA64PFR0_EL1.CSV2 >= 1 clears Spectre v2, >= 3 Spectre-BHB, and
-/// Spectre v4 is always reported vulnerable (docs/abi.md §1). Host tests
-/// use [`Self::UNAFFECTED`].
+/// Derived from the physical CPUs' ID registers
+/// ([`Self::from_id_aa64pfr0`]): ID_AA64PFR0_EL1.CSV2 >= 1 clears Spectre
+/// v2, >= 3 Spectre-BHB, and Spectre v4 is always reported vulnerable
+/// (docs/abi.md §1). Host tests use [`Self::UNAFFECTED`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CpuVulnerabilities {
     /// Spectre v2 (CVE-2017-5715): SMCCC_ARCH_WORKAROUND_1.
@@ -48,6 +62,26 @@ impl CpuVulnerabilities {
         spectre_v4: Exposure::Unaffected,
         spectre_bhb: Exposure::Unaffected,
     };
+
+    /// What ID_AA64PFR0_EL1 = `pfr0` clears; what it does not stays
+    /// "vulnerable" (the hypervisor applies no firmware mitigation on a
+    /// guest's behalf).
+    pub fn from_id_aa64pfr0(pfr0: u64) -> Self {
+        let csv2 = LocalRegisterCopy::<u64, ID_AA64PFR0_CSV::Register>::new(pfr0)
+            .read(ID_AA64PFR0_CSV::CSV2);
+        let safe = |yes: bool| {
+            if yes {
+                Exposure::Unaffected
+            } else {
+                Exposure::Vulnerable
+            }
+        };
+        Self {
+            spectre_v2: safe(csv2 >= 1),
+            spectre_v4: Exposure::Vulnerable,
+            spectre_bhb: safe(csv2 >= 3),
+        }
+    }
 
     /// Possibly affected by all three: the safe answer when unknown.
     pub const VULNERABLE: Self = Self {

@@ -749,3 +749,32 @@ fn the_route_index_finds_every_route_and_nothing_else() {
         None
     );
 }
+
+#[test]
+fn speculation_exposure_follows_id_aa64pfr0_csv2() {
+    let csv2 = |value: u64| CpuVulnerabilities::from_id_aa64pfr0(value << 56);
+    assert_eq!(csv2(0), CpuVulnerabilities::VULNERABLE);
+    let one = csv2(1);
+    assert_eq!(
+        (one.spectre_v2, one.spectre_v4, one.spectre_bhb),
+        (
+            Exposure::Unaffected,
+            Exposure::Vulnerable,
+            Exposure::Vulnerable
+        )
+    );
+    let three = csv2(3);
+    assert_eq!(
+        (three.spectre_v2, three.spectre_v4, three.spectre_bhb),
+        (
+            Exposure::Unaffected,
+            Exposure::Vulnerable,
+            Exposure::Unaffected
+        )
+    );
+    // CSV3 (bits 63:60) and the fields below change nothing here.
+    assert_eq!(
+        CpuVulnerabilities::from_id_aa64pfr0((1 << 60) | 0x1111),
+        CpuVulnerabilities::VULNERABLE
+    );
+}
