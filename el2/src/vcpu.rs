@@ -37,8 +37,8 @@ pub enum PowerState {
 impl PowerState {
     /// The error CPU_ON answers for a target in this state, `None` if the
     /// target can be started (it is Off). Use it to rewrite X0 if the
-    /// target's state changed between [`crate::services::smccc::Dispatcher::dispatch`] and carrying
-    /// out [`crate::services::smccc::Action::CpuOn`] (see there).
+    /// target's state changed between [`crate::services::smccc::Dispatcher::dispatch`] and the runner
+    /// carrying out [`crate::trap::decision::Next::PowerOn`] (see there).
     ///
     /// DEN0022 "CPU_ON": ALREADY_ON, ON_PENDING.
     pub const fn cpu_on_error(self) -> Option<i32> {

@@ -48,9 +48,10 @@ use super::input::Input;
 use crate::guest::layout::{DTB_MAX_SIZE, RAM_BASE, vcpu_index, vcpu_mpidr};
 use crate::services::pv::{ConfigError, PvConfig, PvRegistry, RECORD_SIZE};
 use crate::services::smccc::{
-    Action, CpuVulnerabilities, Dispatcher, Exposure, PowerState, TableError, VmServices, VmView,
+    CpuVulnerabilities, Dispatcher, Exposure, PowerState, TableError, VmServices, VmView,
     dispatcher_for,
 };
+use crate::trap::decision::Next;
 use crate::vcpu::{GuestRegs, VcpuId, VmId};
 
 /// Most calls one input makes, so that one execution stays short.
@@ -352,11 +353,11 @@ impl Harness {
 
         if !self.table.implements(fid) {
             assert_eq!(reply, [u64::MAX, 0, 0, 0], "unowned id {fid:?}");
-            assert_eq!(action, Action::None, "unowned id {fid:?}");
+            assert_eq!(action, Next::Resume, "unowned id {fid:?}");
         }
         if let Some(constant) = self.table.constant_reply(before.x[0]) {
             assert_eq!(*constant, reply, "constant reply of {fid:?}");
-            assert_eq!(action, Action::None, "constant call {fid:?}");
+            assert_eq!(action, Next::Resume, "constant call {fid:?}");
         }
         if !fid.is_smc64() {
             // An SMC32 call reads W1..W17 only: the upper halves of
@@ -404,7 +405,7 @@ impl Harness {
     }
 
     /// Dispatches and checks what every call must leave alone.
-    fn dispatch(&self, caller: VcpuId, regs: &mut GuestRegs) -> Action {
+    fn dispatch(&self, caller: VcpuId, regs: &mut GuestRegs) -> Next {
         let before = regs.clone();
         let counted = self.table.counters().total();
         let action = self.table.dispatch(caller, regs, &self.view);
@@ -424,12 +425,19 @@ impl Harness {
 
     /// Checks `action` against what its service promises, then carries it
     /// out on the fake VM as the runner (`el2::run`) would.
-    fn check_action(&mut self, caller: VcpuId, fid: FunctionId, reply: &[u64; 4], action: Action) {
+    fn check_action(&mut self, caller: VcpuId, fid: FunctionId, reply: &[u64; 4], action: Next) {
         let vcpus = self.vcpus();
         let own = |target: VcpuId| target.vm == caller.vm && target.index < vcpus;
         match action {
-            Action::None | Action::CpuSuspend | Action::SystemOff => {}
-            Action::CpuOn {
+            Next::Resume | Next::StopVm => {}
+            // CPU_SUSPEND: a WFI with no deadline of its own.
+            Next::WaitForInterrupt { deadline } => {
+                assert!(psci::is_psci(fid), "{action:?} from {fid:?}");
+                assert_eq!(deadline, None, "{action:?} from {fid:?}");
+            }
+            // Only a trapped WFE asks for the spin path.
+            Next::OnSpin => panic!("{action:?} from {fid:?}"),
+            Next::PowerOn {
                 target,
                 entry,
                 context_id: _,
@@ -442,13 +450,13 @@ impl Harness {
                 assert_eq!(*state, PowerState::Off, "{action:?} of a vCPU not off");
                 *state = PowerState::OnPending;
             }
-            Action::CpuOff => {
+            Next::PowerOff => {
                 assert_eq!(fid, psci::CPU_OFF);
                 if let Some(state) = self.view.states.get_mut(usize::from(caller.index)) {
                     *state = PowerState::Off;
                 }
             }
-            Action::SystemReset => {
+            Next::ResetVm => {
                 assert!(psci::is_psci(fid), "{action:?} from {fid:?}");
                 self.registry.reset_all();
                 for (index, state) in self.view.states.iter_mut().enumerate() {
@@ -459,17 +467,17 @@ impl Harness {
                     };
                 }
             }
-            Action::Kick { target } => {
+            Next::Kick { target } => {
                 assert!(own(target), "{action:?} from {caller}");
                 assert_eq!(reply[0], 0, "{action:?} without SUCCESS");
             }
-            Action::YieldTo { target } => {
+            Next::YieldTo { target } => {
                 assert_eq!(fid, directed_yield::PV_SCHED_YIELD_TO);
                 assert!(own(target), "{action:?} from {caller}");
                 assert_ne!(target.index, caller.index, "{action:?} to itself");
                 assert_eq!(reply[0], ret_to_x0(directed_yield::NOT_YIELDED));
             }
-            Action::SetWfxPolicy { vm, vcpu, wfe: _ } => {
+            Next::SetWfxPolicy { vm, vcpu, wfe: _ } => {
                 assert_eq!(fid, control::PVLOCK_SET_WFX_POLICY);
                 assert!(
                     self.services.control,

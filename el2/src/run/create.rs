@@ -29,7 +29,7 @@ const ID_AA64PFR0_OP2: u8 = 0;
 /// and registers their vCPUs with a scheduler for the `pcpus` online;
 /// reports the others (naming node and property) and leaves them out.
 /// `fail_alloc` names a VM to create under fault injection
-/// (`el2.fail-alloc=`, [`create_failing_each_allocation`]). Returns how
+/// (`el2.fail-alloc=`, `create_failing_each_allocation`). Returns how
 /// many VMs were created.
 pub fn create_vms<M: Machine>(
     machine: &M,

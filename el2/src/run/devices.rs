@@ -2,7 +2,9 @@
 //! through the VM's device map (`guest::layout::device_map`) to its PL011
 //! or its virtual GIC; an access nothing answers gets a synchronous
 //! external abort. Also the SGI generation registers, which reach the
-//! virtual GIC as system-register traps.
+//! virtual GIC as system-register traps. Each access returns the vCPUs
+//! its virtual GIC change made an interrupt deliverable to; the decision
+//! carries them to `Runner::apply`.
 
 use super::machine::{Machine, VcpuContext};
 use super::vm::{MachineConsole, VgicCounters, Vm};
@@ -47,10 +49,10 @@ impl<'h, M: Machine> Runner<'h, M> {
                     abort.write,
                     format_args!("undecodable access at VA {far:#x}: {why}; abort"),
                 );
-                return Decision::Resume;
+                return Decision::RESUME;
             }
         };
-        match vm.devices.route(access.ipa, access.size) {
+        let targets = match vm.devices.route(access.ipa, access.size) {
             Some((&device, offset)) => {
                 let routed = Routed {
                     access,
@@ -65,20 +67,23 @@ impl<'h, M: Machine> Runner<'h, M> {
                     }
                 }
             }
-            None => self.abort_data_access(
-                vm,
-                vcpu,
-                ctx,
-                far,
-                access.write,
-                format_args!(
-                    "{} at IPA {:#x} outside its memory; synchronous external abort",
-                    if access.write { "write" } else { "read" },
-                    access.ipa
-                ),
-            ),
-        }
-        Decision::Resume
+            None => {
+                self.abort_data_access(
+                    vm,
+                    vcpu,
+                    ctx,
+                    far,
+                    access.write,
+                    format_args!(
+                        "{} at IPA {:#x} outside its memory; synchronous external abort",
+                        if access.write { "write" } else { "read" },
+                        access.ipa
+                    ),
+                );
+                VcpuMask::EMPTY
+            }
+        };
+        Decision::delivering(targets)
     }
 
     /// Injects a synchronous external abort for a data access at guest VA
@@ -115,7 +120,7 @@ impl<'h, M: Machine> Runner<'h, M> {
         vcpu: VcpuId,
         ctx: &mut VcpuContext<M::Saved>,
         routed: &Routed,
-    ) {
+    ) -> VcpuMask {
         let (access, offset) = (&routed.access, routed.offset);
         let mut uart = vm.console.lock();
         let result = if access.write {
@@ -132,7 +137,6 @@ impl<'h, M: Machine> Runner<'h, M> {
         };
         let targets = uart_line_follow(vm, &uart);
         drop(uart);
-        self.deliver(vm, Some(vcpu.index), targets);
         match result {
             Ok(()) => mmio::skip_instruction(&mut ctx.regs, access),
             Err(e) => self.abort_data_access(
@@ -144,6 +148,7 @@ impl<'h, M: Machine> Runner<'h, M> {
                 format_args!("UART {e}; abort"),
             ),
         }
+        targets
     }
 
     /// A guest access to its virtual GIC's distributor or redistributors.
@@ -156,7 +161,7 @@ impl<'h, M: Machine> Runner<'h, M> {
         vcpu: VcpuId,
         ctx: &mut VcpuContext<M::Saved>,
         routed: &Routed,
-    ) {
+    ) -> VcpuMask {
         let (access, offset) = (&routed.access, routed.offset);
         let ipa = access.ipa;
         let value = mmio::write_value(&ctx.regs, access);
@@ -179,7 +184,6 @@ impl<'h, M: Machine> Runner<'h, M> {
         if access.write {
             targets.insert(vcpu.index);
         }
-        self.deliver(vm, Some(vcpu.index), targets);
         match result {
             Ok(read) => {
                 if !access.write {
@@ -203,24 +207,25 @@ impl<'h, M: Machine> Runner<'h, M> {
                 format_args!("GIC access at IPA {ipa:#x}: {e}; abort"),
             ),
         }
+        targets
     }
 
     /// A guest write to an SGI generation register (it traps:
-    /// HCR_EL2.IMO).
+    /// HCR_EL2.IMO). Returns the vCPUs the SGI is now pending for.
     pub(super) fn send_sgi(
         &mut self,
         vm: &'h Vm<M>,
         vcpu: VcpuId,
         register: SgiRegister,
         value: u64,
-    ) {
+    ) -> VcpuMask {
         match register {
             SgiRegister::Group1 => {
                 VgicCounters::count(&vm.vgic_stats.sgis);
-                let woken = vm.vgic.lock().send_sgi(vcpu.index, value);
-                if let Ok(woken) = woken {
-                    self.deliver(vm, Some(vcpu.index), woken);
-                }
+                vm.vgic
+                    .lock()
+                    .send_sgi(vcpu.index, value)
+                    .unwrap_or_default()
             }
             // One Security state (GICD_CTLR.DS = 1): no other state's Group
             // 1 to send to; and every SGI is Group 1 unless the guest made
@@ -229,6 +234,7 @@ impl<'h, M: Machine> Runner<'h, M> {
             // docs/linux-guests.md says.
             SgiRegister::OtherGroup1 | SgiRegister::Group0 => {
                 log::debug!("{vcpu} ({}): {register:?} SGI write ignored", vm.name);
+                VcpuMask::EMPTY
             }
         }
     }

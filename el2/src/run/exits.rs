@@ -1,19 +1,19 @@
 //! Exit handling: one small handler per exit kind, each returning a
-//! [`Decision`]. Hypercalls are in `hypercall`, trapped device accesses in
-//! `devices`.
+//! [`Decision`] that `Runner::apply` carries out; a handler changes only
+//! its own vCPU's context. Hypercalls are in `hypercall`, trapped device
+//! accesses in `devices`.
 
 use super::machine::{Machine, Taken, VcpuContext};
 use super::vm::{VgicCounters, Vm};
 use super::{Decision, Runner};
+use crate::devices::vgic::VcpuMask;
 use crate::guest::layout;
-use crate::sched::PutReason;
-use crate::sched::onspin::{self, Spinner};
+use crate::trap::decision::Next;
 use crate::trap::exit::{Exit, VtimerState, WfxKind};
 use crate::trap::fault::GuestFault;
 use crate::trap::sysreg::{self, Emulated, SysregAccess};
 use crate::vcpu::VcpuId;
 use aarch64_cpu::registers::CNTV_CTL_EL0;
-use core::sync::atomic::Ordering;
 use tock_registers::LocalRegisterCopy;
 
 impl<'h, M: Machine> Runner<'h, M> {
@@ -40,10 +40,15 @@ impl<'h, M: Machine> Runner<'h, M> {
             } => {
                 ctx.regs.pc += 4;
                 vm.spin.lock().stats_mut().record_wfx(&exit);
-                match kind {
-                    WfxKind::Wfi => self.wait_for_interrupt(vm, vcpu, ctx, deadline_register),
-                    WfxKind::Wfe => self.on_spin(vm, vcpu, ctx),
-                }
+                Decision::new(match kind {
+                    // WFIT's deadline (Rt, in virtual counter ticks; Arm
+                    // ARM C6.2.397 "WFIT").
+                    WfxKind::Wfi => Next::WaitForInterrupt {
+                        deadline: deadline_register
+                            .map(|r| ctx.regs.reg(r).wrapping_add(vm.registers.cntvoff)),
+                    },
+                    WfxKind::Wfe => Next::OnSpin,
+                })
             }
             Exit::DataAbort(abort) => self.data_abort(vm, vcpu, ctx, abort),
             Exit::InstructionAbort { far: address } => {
@@ -55,7 +60,7 @@ impl<'h, M: Machine> Runner<'h, M> {
                     );
                 }
                 self.inject(ctx, GuestFault::InstructionAbort { address });
-                Decision::Resume
+                Decision::RESUME
             }
             Exit::SystemRegister(access) => self.system_register(vm, vcpu, ctx, access),
             Exit::Other { esr, .. } => {
@@ -66,16 +71,16 @@ impl<'h, M: Machine> Runner<'h, M> {
                     ctx.regs.pc
                 );
                 self.inject(ctx, GuestFault::Undefined);
-                Decision::Resume
+                Decision::RESUME
             }
             Exit::FpAccess => {
                 // The trapped instruction runs again once the state is in.
                 self.machine.load_fp(ctx);
-                Decision::Resume
+                Decision::RESUME
             }
             Exit::Fiq | Exit::SError => {
                 log::warn!("{vcpu} ({}): unexpected {}", vm.name, exit.class_name());
-                Decision::Resume
+                Decision::RESUME
             }
         }
     }
@@ -96,47 +101,20 @@ impl<'h, M: Machine> Runner<'h, M> {
                 // (and so unmasks) it, which fires again if due.
                 let intid = layout::TIMER.virt.intid();
                 let woken = vm.vgic.lock().raise_edge(intid, vcpu.index);
-                if let Ok(woken) = woken {
-                    self.deliver(vm, Some(vcpu.index), woken);
-                }
-                Decision::Resume
+                Decision::delivering(woken.unwrap_or_default())
             }
             Taken::Maintenance => {
+                // The list registers need a refill: the vCPU's own mark.
                 VgicCounters::count(&vm.vgic_stats.maintenance);
-                vm.irq_attention
-                    .fetch_or(1u64 << vcpu.index, Ordering::AcqRel);
-                Decision::Resume
+                Decision::delivering(VcpuMask::single(vcpu.index))
             }
             Taken::Hypervisor => {
                 // The slice tick or an IPI: also when the boot CPU looks
                 // for console input while it runs a vCPU.
                 self.forward_console_input(Some(vcpu));
-                Decision::Resume
+                Decision::RESUME
             }
         }
-    }
-
-    /// WFI blocks until the virtual timer fires or a wake-up; WFIT also
-    /// until its own deadline (Rt, in virtual counter ticks; Arm ARM
-    /// C6.2.397 "WFIT").
-    fn wait_for_interrupt(
-        &mut self,
-        vm: &'h Vm<M>,
-        vcpu: VcpuId,
-        ctx: &mut VcpuContext<M::Saved>,
-        deadline_register: Option<u8>,
-    ) -> Decision {
-        // WFI completes at once if an interrupt is pending for the vCPU
-        // (Arm ARM D1.6.2 "Wait for Interrupt"), masked by PSTATE or not:
-        // look, with the list registers read back first (the guest may
-        // have taken what they held).
-        if self.refresh_and_deliver(vm, vcpu, ctx) {
-            return Decision::Resume;
-        }
-        let own = deadline_register.map(|r| ctx.regs.reg(r).wrapping_add(vm.registers.cntvoff));
-        Decision::Put(PutReason::Wfi {
-            deadline: crate::trap::exit::wfi_deadline(self.vtimer_wait_deadline(vm, ctx), own),
-        })
     }
 
     /// A trapped system register: SGI generation, an ID register, or one
@@ -150,16 +128,16 @@ impl<'h, M: Machine> Runner<'h, M> {
         access: SysregAccess,
     ) -> Decision {
         if let Some(register) = sysreg::sgi_register(&access) {
-            self.send_sgi(vm, vcpu, register, ctx.regs.reg(access.rt));
+            let targets = self.send_sgi(vm, vcpu, register, ctx.regs.reg(access.rt));
             ctx.regs.pc += 4;
-            return Decision::Resume;
+            return Decision::delivering(targets);
         }
         if sysreg::is_id_read(&access) {
             let hw = self.machine.read_id_register(access.crm, access.op2);
             let value = sysreg::sanitize_id(access.crm, access.op2, hw);
             ctx.regs.set_reg(access.rt, value);
             ctx.regs.pc += 4;
-            return Decision::Resume;
+            return Decision::RESUME;
         }
         let value = ctx.regs.reg(access.rt);
         match sysreg::emulate(&access, value, &mut ctx.debug) {
@@ -180,55 +158,7 @@ impl<'h, M: Machine> Runner<'h, M> {
                 self.inject(ctx, GuestFault::Undefined);
             }
         }
-        Decision::Resume
-    }
-
-    /// WFE/WFET: KVM's `kvm_vcpu_on_spin` (`el2::sched::onspin`): hand the rest
-    /// of the slice to a preempted sibling, boosted ones first; else yield
-    /// plainly.
-    fn on_spin(
-        &mut self,
-        vm: &'h Vm<M>,
-        vcpu: VcpuId,
-        ctx: &mut VcpuContext<M::Saved>,
-    ) -> Decision {
-        let now = self.machine.counter();
-        let mut s = self.host.sched.lock();
-        let mut spin = vm.spin.lock();
-        // Lock order: the scheduler, then the spin state, then the virtual
-        // GIC (a leaf).
-        let gic = vm.vgic.lock();
-        // On the stack: a guest's WFE must not cost heap.
-        let mut candidates = [onspin::Candidate::NOT_PREEMPTED; platform::vm::MAX_VCPUS as usize];
-        let mut count = 0;
-        for (slot, v) in candidates.iter_mut().zip(s.vcpus(vm.id)) {
-            let waiting = s.can_yield_to(vcpu, v, self.pcpu, now).is_ok();
-            let locks = if waiting {
-                vm.lock_count_hint(&self.machine, v.index)
-            } else {
-                0
-            };
-            let pending = waiting && (gic.has_pending(v.index) || vm.vtimer_is_due(v.index, now));
-            *slot = spin.candidate(v.index, waiting, locks, pending);
-            count += 1;
-        }
-        drop(gic);
-        let plan = spin.plan(
-            Spinner::from_pstate(vcpu, ctx.regs.pstate),
-            &candidates[..count],
-        );
-        for choice in plan.iter() {
-            let yielded = s.yield_to(vcpu, choice.target, self.pcpu, now).is_ok();
-            spin.attempted(choice, yielded);
-            if yielded {
-                spin.descheduled(vcpu.index, ctx.regs.pstate);
-                vm.write_preempted(&self.machine, vcpu.index, 1);
-                return Decision::Yielded;
-            }
-        }
-        // No sibling took the slice: yield plainly, as before (the spinner
-        // stays in its spin loop until it is loaded again).
-        Decision::Put(PutReason::Yield)
+        Decision::RESUME
     }
 
     /// The virtual timer's part of a waiting vCPU's deadline, from the

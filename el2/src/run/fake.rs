@@ -72,6 +72,8 @@ pub struct World {
     pub injected: AtomicU64,
     /// FP/SIMD loads after an FP trap.
     pub fp_loads: AtomicU64,
+    /// Guest exits made (returns from `enter_guest`).
+    pub exits: AtomicU64,
 }
 
 impl World {
@@ -87,6 +89,7 @@ impl World {
             resets: Mutex::new(alloc::vec![false; vms]),
             injected: AtomicU64::new(0),
             fp_loads: AtomicU64::new(0),
+            exits: AtomicU64::new(0),
         })
     }
 
@@ -342,6 +345,7 @@ impl Machine for Fake {
 
     fn enter_guest(&mut self, ctx: &mut VcpuContext<FakeSaved>) -> (u64, u64) {
         let exit = self.run_guest(ctx);
+        self.world.exits.fetch_add(1, Ordering::Relaxed);
         self.fault = (exit.far, exit.hpfar);
         (exit.vector, exit.esr)
     }

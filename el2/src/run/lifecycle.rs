@@ -57,6 +57,8 @@ impl<'h, M: Machine> Runner<'h, M> {
     /// Starts stopping every vCPU of `vm` (SYSTEM_OFF / SYSTEM_RESET): the
     /// ones not running are turned off here, the running ones see the VM's
     /// state at their next exit (an IPI makes that soon).
+    #[cold]
+    #[inline(never)]
     pub(super) fn stop_vm(&self, vm: &Vm<M>, s: &mut Scheduler, reset: bool) {
         let to = if reset {
             VmState::Resetting
@@ -139,12 +141,7 @@ impl<'h, M: Machine> Runner<'h, M> {
         let now = self.machine.counter();
         let mut s = self.host.sched.lock();
         match s.power_on(boot, now) {
-            Ok(wakeup) => {
-                if let Some(value) = crate::services::pv::preempted_on_wake(wakeup) {
-                    vm.write_preempted(&self.machine, boot.index, value);
-                }
-                self.poke(wakeup);
-            }
+            Ok(wakeup) => self.woken(boot, wakeup),
             Err(e) => log::error!("vm {}: cannot restart: {e}", vm.name),
         }
     }

@@ -4,11 +4,15 @@
 //! and [`Runner::step`] runs one pass of it, so that the host tests can
 //! interleave several pCPUs over one [`Host`] with a fake machine.
 //!
-//! Decisions: an exit handler (`exits`, `hypercall`, `devices`) returns a
-//! `Decision`; `Runner::run_slice` applies it in one place: resume in
-//! place, or put the vCPU with a [`PutReason`] (the scheduler's input),
-//! or leave it to the scheduler, which already took the vCPU off this
-//! pCPU (a directed yield).
+//! Decisions: an exit handler (`exits`, `hypercall`, `devices`) decides
+//! and changes nothing but its own vCPU's context (results in registers,
+//! an injected exception, the PC stepped on); it returns a `Decision`:
+//! what happens next ([`Next`], the type the SMCCC dispatcher answers
+//! with too) and the vCPUs of the same VM a virtual GIC change made an
+//! interrupt deliverable to. `Runner::apply` (`apply`) carries it out in
+//! one place and says what the pCPU does: resume, put the vCPU with a
+//! [`PutReason`] (the scheduler's input), or save it because the
+//! scheduler already took it off this pCPU (a directed yield).
 //!
 //! Lock order (each lock only while holding the ones before it):
 //! the scheduler, then a VM's directed-yield state (`spin`), then its
@@ -20,6 +24,7 @@
 //! scheduler's decision: once the lock is released another pCPU may pick
 //! the vCPU and write 0, which must not be overtaken.
 
+mod apply;
 mod create;
 mod devices;
 mod exits;
@@ -43,6 +48,7 @@ use crate::memory::ownership::OwnershipMap;
 use crate::sched::{PutOutcome, PutReason, Scheduler, Wakeup};
 use crate::services::pv;
 use crate::services::wallclock::WallClock;
+use crate::trap::decision::Next;
 use crate::trap::exit::{Exit, Syndrome};
 use crate::vcpu::VcpuId;
 use alloc::boxed::Box;
@@ -95,9 +101,42 @@ impl<M: Machine> Host<M> {
     }
 }
 
-/// What happens after one exit; [`Runner::run_slice`] applies it.
+/// An exit handler's answer: what happens next, and the vCPUs of the
+/// exiting vCPU's VM that its virtual GIC change made an interrupt
+/// deliverable to (the only effect a handler leaves to the runner besides
+/// `next`). Neither `Copy` nor `Clone`: [`Runner::apply`] takes it, so a
+/// decision is applied at most once, and `#[must_use]`, so it is applied.
+#[must_use]
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Decision {
+    next: Next,
+    deliver: VcpuMask,
+}
+
+impl Decision {
+    /// Resume, nothing to deliver.
+    const RESUME: Self = Self::new(Next::Resume);
+
+    const fn new(next: Next) -> Self {
+        Self {
+            next,
+            deliver: VcpuMask::EMPTY,
+        }
+    }
+
+    /// Resume after telling `targets` of the interrupts now deliverable
+    /// to them.
+    const fn delivering(targets: VcpuMask) -> Self {
+        Self {
+            next: Next::Resume,
+            deliver: targets,
+        }
+    }
+}
+
+/// What the pCPU does once a decision is applied.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Decision {
+enum Applied {
     /// Enter the guest again.
     Resume,
     /// Leave the pCPU for this reason.
@@ -158,6 +197,13 @@ pub struct Runner<'h, M: Machine> {
     /// first pass (`pick_fresh`); later passes read the scheduler again.
     pick: Picked,
     pick_fresh: bool,
+    /// Decisions applied, and hypercalls answered from a constant reply
+    /// (a resume with nothing to apply), for the host tests' "every exit,
+    /// one decision" check.
+    #[cfg(test)]
+    applied: u64,
+    #[cfg(test)]
+    constant_replies: u64,
 }
 
 impl<'h, M: Machine> Runner<'h, M> {
@@ -169,6 +215,10 @@ impl<'h, M: Machine> Runner<'h, M> {
             loaded: None,
             pick: Picked::default(),
             pick_fresh: false,
+            #[cfg(test)]
+            applied: 0,
+            #[cfg(test)]
+            constant_replies: 0,
         }
     }
 
@@ -291,21 +341,21 @@ impl<'h, M: Machine> Runner<'h, M> {
         // its interrupt exits the guest to the expiry above.
         self.machine
             .arm_timer(picked.next_deadline.map_or(slice_end, |d| d.min(slice_end)));
-        let decision = self.run_guest(vm, vcpu, &mut loaded.ctx);
-        let reason = match decision {
-            Decision::Resume => {
+        let applied = self.run_guest(vm, vcpu, &mut loaded.ctx);
+        let reason = match applied {
+            Applied::Resume => {
                 if self.machine.counter() < slice_end || self.extend_slice(vm, vcpu, &loaded.ctx) {
                     self.loaded = Some(loaded);
                     return;
                 }
                 PutReason::SliceExpired
             }
-            Decision::Put(PutReason::PowerOff) => {
+            Applied::Put(PutReason::PowerOff) => {
                 self.power_off(vm, loaded);
                 return;
             }
-            Decision::Put(reason) => reason,
-            Decision::Yielded => {
+            Applied::Put(reason) => reason,
+            Applied::Yielded => {
                 self.vcpu_put(vm, vcpu, loaded);
                 return;
             }
@@ -313,15 +363,15 @@ impl<'h, M: Machine> Runner<'h, M> {
         self.put(vm, loaded, reason);
     }
 
-    /// Enters the guest until an exit whose decision needs more than
-    /// re-entering (or that re-entering in place would not see: an
-    /// interrupt, a slice end).
+    /// Enters the guest, handles each exit and applies its decision, until
+    /// one that needs more than re-entering (or that re-entering in place
+    /// would not see: an interrupt, a slice end).
     fn run_guest(
         &mut self,
         vm: &'h Vm<M>,
         vcpu: VcpuId,
         ctx: &mut VcpuContext<M::Saved>,
-    ) -> Decision {
+    ) -> Applied {
         let attention = 1u64 << vcpu.index;
         loop {
             // New interrupts for this vCPU (or a maintenance request) since
@@ -339,37 +389,59 @@ impl<'h, M: Machine> Runner<'h, M> {
             {
                 ctx.regs.x[..reply.len()].copy_from_slice(reply);
                 vm.count_exit(&Exit::Hvc { imm: 0 });
+                #[cfg(test)]
+                {
+                    self.constant_replies += 1;
+                }
                 // No look at the clock: the slice timer is armed, so a
                 // slice that ended meanwhile exits again at once as an
                 // interrupt, which takes the full path.
                 continue;
             }
-            // The syndrome, captured once: the fault address registers
-            // only for the exits they describe.
-            let (far, hpfar) = if Syndrome::has_fault_address(vector, esr) {
-                self.machine.fault_address()
-            } else {
-                (0, 0)
-            };
-            let exit = Exit::decode(Syndrome {
-                vector,
-                esr,
-                far,
-                hpfar,
-            });
-            vm.count_exit(&exit);
-            let decision = self.handle_exit(vm, vcpu, ctx, exit);
-            // The fast path: a hypercall or an emulated access that leaves
-            // the vCPU running inside its slice changes nothing the checks
-            // of the full pass read, so the guest goes straight back in.
-            // Interrupts (a slice tick, a reschedule IPI, a VM stopping)
-            // always take the full pass, and the armed slice timer ends
-            // the slice.
-            if decision == Decision::Resume && resumes_in_place(&exit) {
-                continue;
+            if let Some(applied) = self.handle_and_apply(vm, vcpu, ctx, vector, esr) {
+                return applied;
             }
-            return decision;
         }
+    }
+
+    /// One exit after the shortest path: decode it, handle it, apply the
+    /// decision; `None` if the guest may go straight back in. Out of line,
+    /// so that the loop around `enter_guest` stays small for the
+    /// constant hypercalls.
+    #[inline(never)]
+    fn handle_and_apply(
+        &mut self,
+        vm: &'h Vm<M>,
+        vcpu: VcpuId,
+        ctx: &mut VcpuContext<M::Saved>,
+        vector: u64,
+        esr: u64,
+    ) -> Option<Applied> {
+        // The syndrome, captured once: the fault address registers only
+        // for the exits they describe.
+        let (far, hpfar) = if Syndrome::has_fault_address(vector, esr) {
+            self.machine.fault_address()
+        } else {
+            (0, 0)
+        };
+        let exit = Exit::decode(Syndrome {
+            vector,
+            esr,
+            far,
+            hpfar,
+        });
+        vm.count_exit(&exit);
+        let decision = self.handle_exit(vm, vcpu, ctx, exit);
+        let applied = self.apply(vm, vcpu, ctx, decision);
+        // The fast path: a hypercall or an emulated access that leaves the
+        // vCPU running inside its slice changes nothing the checks of the
+        // full pass read, so the guest goes straight back in. Interrupts
+        // (a slice tick, a reschedule IPI, a VM stopping) always take the
+        // full pass, and the armed slice timer ends the slice.
+        if applied == Applied::Resume && resumes_in_place(&exit) {
+            return None;
+        }
+        Some(applied)
     }
 
     /// Puts the loaded vCPU with `reason` (not a power-off): the scheduler
@@ -614,35 +686,9 @@ impl<'h, M: Machine> Runner<'h, M> {
                         self.machine.send_reschedule(other);
                     }
                 }
-                Ok(wakeup) => {
-                    if let Some(value) = pv::preempted_on_wake(wakeup) {
-                        vm.write_preempted(&self.machine, index, value);
-                    }
-                    self.poke(wakeup);
-                }
+                Ok(wakeup) => self.woken(target, wakeup),
                 Err(_) => {}
             }
-        }
-    }
-
-    /// After the scheduler woke `vcpu` (caller holds the scheduler lock):
-    /// updates its PV "preempted" flag and pokes the pCPU it was queued on.
-    fn woken(&self, vcpu: VcpuId, wakeup: Wakeup) {
-        if let (Some(vm), Some(value)) = (
-            self.host.vms.get(usize::from(vcpu.vm.0)),
-            pv::preempted_on_wake(wakeup),
-        ) {
-            vm.write_preempted(&self.machine, vcpu.index, value);
-        }
-        self.poke(wakeup);
-    }
-
-    /// Sends the reschedule SGI where a wake-up needs it.
-    fn poke(&self, wakeup: Wakeup) {
-        if let Wakeup::Queued { pcpu, ipi: true } = wakeup
-            && pcpu != self.pcpu
-        {
-            self.machine.send_reschedule(pcpu);
         }
     }
 
@@ -701,8 +747,8 @@ impl<'h, M: Machine> Runner<'h, M> {
     }
 }
 
-/// Whether the guest may be re-entered at once after `exit` was handled
-/// with [`Decision::Resume`]: the exits a guest makes on its own
+/// Whether the guest may be re-entered at once after `exit`'s decision
+/// was applied with [`Applied::Resume`]: the exits a guest makes on its own
 /// (hypercalls, emulated MMIO and system registers, aborts injected back)
 /// change neither the VM's state nor this vCPU's slice, so the VM state,
 /// the slice end, the trap configuration and the slice timer stay as the

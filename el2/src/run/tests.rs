@@ -2,17 +2,20 @@
 //! pCPUs' steps interleaved in a seeded random order, with guests that
 //! yield, kick, send SGIs, write their UART, power vCPUs on and off, reset
 //! their VM once and finally power it off. After every step the runner's
-//! invariants must hold; in the end every VM must have powered off.
+//! invariants must hold, and a step that ran one VM's vCPU must have left
+//! every other VM as it was; in the end every VM must have powered off,
+//! with exactly one decision applied for every exit.
 
 use super::fake::{Fake, HZ, World};
 use super::{Host, Runner, Step, Vm, VmParts, VmState, register_vcpus};
+use crate::devices::vgic::VGic;
 use crate::guest::layout;
 use crate::guest::placement::VmPlacement;
 use crate::memory::ownership::OwnershipMap;
-use crate::sched::{CpuSet, Scheduler, VcpuState};
+use crate::sched::{BlockReason, CpuSet, Scheduler, VcpuState};
 use crate::services::smccc::CpuVulnerabilities;
 use crate::trap::exit::EXIT_CLASSES;
-use crate::vcpu::{VcpuId, VmId};
+use crate::vcpu::{GuestRegs, VcpuId, VmId};
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 use platform::{MemRange, VmConfig};
@@ -126,6 +129,87 @@ fn check_invariants(host: &Host<Fake>, runners: &[Runner<'_, Fake>], world: &Wor
     }
 }
 
+/// What a VM's guests could observe of it, and the scheduler's view of its
+/// vCPUs: what a step that ran another VM's vCPU must leave as it was.
+#[derive(Debug, PartialEq)]
+struct Observable {
+    state: VmState,
+    vcpus: Vec<Option<VcpuState>>,
+    /// The saved registers of the vCPUs not loaded.
+    regs: Vec<Option<GuestRegs>>,
+    vgic: VGic,
+    attention: u64,
+    /// The words the PV stores wrote into its RAM.
+    memory: Vec<(u64, u64)>,
+}
+
+impl Observable {
+    fn of(host: &Host<Fake>, world: &World, vm: &Vm<Fake>) -> Self {
+        let s = host.sched.lock();
+        let ram = vm.placement.ram;
+        Self {
+            state: vm.state(),
+            vcpus: (0..vm.vcpu_count())
+                .map(|index| s.state(VcpuId { vm: vm.id, index }))
+                .collect(),
+            regs: vm
+                .vcpus
+                .iter()
+                .map(|slot| slot.lock().as_ref().map(|ctx| ctx.regs.clone()))
+                .collect(),
+            vgic: vm.vgic.lock().clone(),
+            attention: vm.irq_attention.load(core::sync::atomic::Ordering::Acquire),
+            memory: world
+                .memory
+                .lock()
+                .range(ram.base..ram.end())
+                .map(|(&pa, &value)| (pa, value))
+                .collect(),
+        }
+    }
+
+    /// The parts of `self` that differ from `other`, by name.
+    fn differences(&self, other: &Self) -> Vec<&'static str> {
+        let mut differ = Vec::new();
+        let mut check = |same: bool, what| {
+            if !same {
+                differ.push(what);
+            }
+        };
+        check(self.state == other.state, "VM state");
+        check(self.vcpus == other.vcpus, "vCPU states");
+        check(self.regs == other.regs, "saved registers");
+        check(self.vgic == other.vgic, "virtual GIC");
+        check(self.attention == other.attention, "interrupt marks");
+        check(self.memory == other.memory, "PV records");
+        differ
+    }
+
+    /// `self` with the one change another VM's step may make to it: the
+    /// pCPU's timer expiry wakes a vCPU blocked there whose WFI deadline
+    /// has passed (it becomes runnable, and its record says preempted).
+    fn with_timer_wakes(mut self, after: &Self, vm: &Vm<Fake>, now: u64) -> Self {
+        for (index, (before, after)) in self.vcpus.iter_mut().zip(&after.vcpus).enumerate() {
+            let due = matches!(before, Some(VcpuState::Blocked(BlockReason::Wfi {
+                deadline: Some(d)
+            })) if *d <= now);
+            if due && *after == Some(VcpuState::Runnable) {
+                *before = Some(VcpuState::Runnable);
+                let record = vm
+                    .pv
+                    .lock_record(index as u16)
+                    .and_then(|r| vm.placement.host_pa(r.ipa));
+                for (pa, value) in &mut self.memory {
+                    if Some(*pa) == record {
+                        *value = 1;
+                    }
+                }
+            }
+        }
+        self
+    }
+}
+
 /// Runs `specs` on `pcpus` fake pCPUs until every VM is off; returns the
 /// console.
 fn run(seed: u64, pcpus: usize, specs: &[Spec]) -> Vec<alloc::string::String> {
@@ -137,10 +221,31 @@ fn run(seed: u64, pcpus: usize, specs: &[Spec]) -> Vec<alloc::string::String> {
     let mut done = alloc::vec![false; pcpus];
     for step in 0..200_000 {
         let pcpu = world.below(pcpus as u64) as usize;
+        // A step of a pCPU that runs a vCPU of VM A touches no other VM.
+        let running = runners[pcpu].running().map(|v| v.vm);
+        let others: Vec<(usize, Observable)> = host
+            .vms
+            .iter()
+            .enumerate()
+            .filter(|(_, vm)| running.is_some_and(|a| a != vm.id))
+            .map(|(i, vm)| (i, Observable::of(&host, &world, vm)))
+            .collect();
         if runners[pcpu].step() == Step::AllOff {
             done[pcpu] = true;
         }
         check_invariants(&host, &runners, &world, step);
+        let now = world.clock.load(core::sync::atomic::Ordering::Relaxed);
+        for (i, before) in others {
+            let vm = &host.vms[i];
+            let after = Observable::of(&host, &world, vm);
+            let changed = before.with_timer_wakes(&after, vm, now).differences(&after);
+            assert!(
+                changed.is_empty(),
+                "seed {seed} step {step}: a step of {running:?} on pCPU {pcpu} changed {}'s {}",
+                vm.name,
+                changed.join(", ")
+            );
+        }
         if done.iter().all(|&d| d) {
             break;
         }
@@ -161,6 +266,14 @@ fn run(seed: u64, pcpus: usize, specs: &[Spec]) -> Vec<alloc::string::String> {
             .collect::<Vec<_>>()
     );
     runners[0].step();
+    // Every exit got exactly one decision, applied once: a handled exit's
+    // through `Runner::apply`, a constant hypercall's in place.
+    let decided: u64 = runners.iter().map(|r| r.applied + r.constant_replies).sum();
+    assert_eq!(
+        decided,
+        world.exits.load(core::sync::atomic::Ordering::Relaxed),
+        "seed {seed}: decisions applied vs exits"
+    );
     host.print_summary(runners[0].machine());
     for vm in &host.vms {
         assert_eq!(

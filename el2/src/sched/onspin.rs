@@ -95,7 +95,7 @@
 //!   = `scheduler.runnable_on(pcpu)` read under the lock the run loop
 //!   already takes for `slice_end`. The [`WfxPolicies`] sit behind their
 //!   own leaf lock (nothing is locked while holding it), so that a control
-//!   VM's [`crate::services::smccc::Action::SetWfxPolicy`] can update them from
+//!   VM's [`crate::trap::decision::Next::SetWfxPolicy`] can update them from
 //!   another pCPU; each affected vCPU picks the change up at its next
 //!   entry.
 //! - **vcpu_load**: [`VmSpin::resumed`] (the vCPU is back from its spin,
@@ -621,7 +621,7 @@ pub fn hcr_traps(hcr: u64, wfe_trap: bool, wfi_trap: bool) -> u64 {
 /// Built from the VM description ([`Self::from_config`]: `wfe-trap`, its
 /// per-vCPU exceptions `wfe-trap-vcpus`, `wfi-trap`); a control VM changes
 /// the WFE policies at run time with PVLOCK_SET_WFX_POLICY
-/// ([`crate::services::smccc::Action::SetWfxPolicy`] -> [`Self::set`]). WFI's
+/// ([`crate::trap::decision::Next::SetWfxPolicy`] -> [`Self::set`]). WFI's
 /// setting is fixed for the VM's life. Nothing resets the table, not even
 /// the VM's SYSTEM_RESET: the settings are the host's, not the guest's.
 ///

@@ -70,7 +70,7 @@
 //! - **wake-up** (`wake`, `power_on`, `expire_timers*`): store
 //!   [`preempted_on_wake`] of the [`Wakeup`] (if `Some`) under the same
 //!   lock, for the same reason.
-//! - **PSCI CPU_ON** (`Action::CpuOn`): call [`PvRegistry::reset_vcpu`]
+//! - **PSCI CPU_ON** (`Next::PowerOn`): call [`PvRegistry::reset_vcpu`]
 //!   for the target *before* `power_on`, then write the wake value as
 //!   above.
 //! - **PSCI SYSTEM_RESET**: with every vCPU Off, call
@@ -79,7 +79,7 @@
 //!   zeroed, `reset()` each record instead); and call
 //!   [`PvRegistry::rebase_steal`] for every vCPU with its current steal
 //!   ticks, so the new guest's stolen time starts from 0.
-//! - **KICK** (`Action::Kick`): see [`crate::services::smccc::Action::Kick`].
+//! - **KICK** (`Next::Kick`): see [`crate::trap::decision::Next::Kick`].
 //!
 //! Guest memory at these IPAs is the VM's own RAM: the runner (`el2::run`) must
 //! write it through a mapping of that RAM, never through anything the

@@ -1,10 +1,12 @@
-//! The trap path's decoding: what a guest exit was and what it asks.
-//! An exit's syndrome becomes one typed [`exit::Exit`] (ESR fields in
-//! [`esr`], a data abort's access in [`mmio`], a system register's
-//! encoding and the registers el2 emulates in [`sysreg`]), and an
-//! exception el2 injects back is computed by [`fault`]. Pure functions of
-//! register values: nothing here holds state or touches hardware.
+//! The trap path's vocabulary: what a guest exit was and what happens
+//! next. An exit's syndrome becomes one typed [`exit::Exit`] (ESR fields
+//! in [`esr`], a data abort's access in [`mmio`], a system register's
+//! encoding and the registers el2 emulates in [`sysreg`]); an exception
+//! el2 injects back is computed by [`fault`]; every handler's answer is a
+//! [`decision::Next`]. Pure functions of register values and plain
+//! values: nothing here holds state or touches hardware.
 
+pub mod decision;
 pub mod esr;
 pub mod exit;
 pub mod fault;

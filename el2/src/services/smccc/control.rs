@@ -6,7 +6,8 @@ use pvlock_abi::control::{ALL_VCPUS, IDS, INVALID, KVM_FEATURES_BIT, PVLOCK_SET_
 use pvlock_abi::kvm::KvmFeatures;
 use pvlock_abi::smccc::{self, FunctionId};
 
-use super::{Action, Call, Reply, Service};
+use super::{Call, Reply, Service};
+use crate::trap::decision::Next;
 use crate::vcpu::VmId;
 
 /// PVLOCK_SET_WFX_POLICY for one control VM; registered by
@@ -17,7 +18,7 @@ use crate::vcpu::VmId;
 ///
 /// | call | answer |
 /// |---|---|
-/// | `0xC6000023`(X1 = VM, X2 = vCPU or [`ALL_VCPUS`], X3 = policy code) | X0 = 0 ([`SET`]) and [`Action::SetWfxPolicy`] |
+/// | `0xC6000023`(X1 = VM, X2 = vCPU or [`ALL_VCPUS`], X3 = policy code) | X0 = 0 ([`SET`]) and [`Next::SetWfxPolicy`] |
 /// | ... X1 names no VM ([`super::VmView::vm_vcpu_count`] is `None`; all 64 bits count) | -3 ([`INVALID`]), no action |
 /// | ... X2 neither [`ALL_VCPUS`] nor below that VM's vCPU count | -3, no action |
 /// | ... X3 not a policy code ([`TrapPolicy::from_abi`]) | -3, no action |
@@ -37,7 +38,7 @@ impl ControlService {
 
     /// The action a well-formed call asks for, `None` if any argument is
     /// bad.
-    fn parse(call: &Call<'_>) -> Option<Action> {
+    fn parse(call: &Call<'_>) -> Option<Next> {
         // SMC64: all 64 bits of every argument count.
         let vm = VmId(u16::try_from(call.arg(1)).ok()?);
         let vcpus = call.vm().vm_vcpu_count(vm)?;
@@ -46,7 +47,7 @@ impl ControlService {
             index => Some(u16::try_from(index).ok().filter(|&i| i < vcpus)?),
         };
         let wfe = TrapPolicy::from_abi(call.arg(3))?;
-        Some(Action::SetWfxPolicy { vm, vcpu, wfe })
+        Some(Next::SetWfxPolicy { vm, vcpu, wfe })
     }
 }
 
@@ -64,7 +65,7 @@ impl Service for ControlService {
             return Reply::not_supported();
         }
         match Self::parse(call) {
-            Some(action) => Reply::code(SET).with_action(action),
+            Some(action) => Reply::code(SET).then(action),
             None => Reply::code(INVALID),
         }
     }
@@ -170,7 +171,7 @@ mod tests {
 
     /// Dispatches from vCPU 1 of VM 0 with X1.. = `args` (garbage past
     /// them); checks X4..X30, PC and PSTATE are untouched.
-    fn call(table: &Dispatcher, view: &dyn VmView, x0: u64, args: &[u64]) -> ([u64; 4], Action) {
+    fn call(table: &Dispatcher, view: &dyn VmView, x0: u64, args: &[u64]) -> ([u64; 4], Next) {
         let mut regs = GuestRegs {
             x: core::array::from_fn(|n| 0xC3C3_0000_0000_0000 | n as u64),
             pc: 0xFFFF_8000_0000_2000,
@@ -195,14 +196,14 @@ mod tests {
         ([regs.x[0], regs.x[1], regs.x[2], regs.x[3]], action)
     }
 
-    fn set(table: &Dispatcher, view: &dyn VmView, args: [u64; 3]) -> ([u64; 4], Action) {
+    fn set(table: &Dispatcher, view: &dyn VmView, args: [u64; 3]) -> ([u64; 4], Next) {
         call(table, view, SET_WFX_POLICY, &args)
     }
 
-    fn ok(vm: u16, vcpu: Option<u16>, wfe: TrapPolicy) -> ([u64; 4], Action) {
+    fn ok(vm: u16, vcpu: Option<u16>, wfe: TrapPolicy) -> ([u64; 4], Next) {
         (
             [0, 0, 0, 0],
-            Action::SetWfxPolicy {
+            Next::SetWfxPolicy {
                 vm: VmId(vm),
                 vcpu,
                 wfe,
@@ -210,7 +211,7 @@ mod tests {
         )
     }
 
-    const INVALID: ([u64; 4], Action) = ([INVALID_PARAMETER, 0, 0, 0], Action::None);
+    const INVALID: ([u64; 4], Next) = ([INVALID_PARAMETER, 0, 0, 0], Next::Resume);
 
     #[test]
     fn abi_literals_are_the_constants_used() {
@@ -237,7 +238,7 @@ mod tests {
             assert!(!plain.services().any(|s| s.name() == "control"));
             for args in [[0, 0, 1], [2, control::ALL_VCPUS, 2], [9, 9, 9]] {
                 let answer = set(&plain, &view, args);
-                assert_eq!(answer, ([NOT_SUPPORTED, 0, 0, 0], Action::None), "{pv:?}");
+                assert_eq!(answer, ([NOT_SUPPORTED, 0, 0, 0], Next::Resume), "{pv:?}");
                 assert_eq!(answer, call(&plain, &view, unknown, &args));
             }
             assert_eq!(
@@ -330,7 +331,7 @@ mod tests {
             let (x, action) = set(&ctl, &view, args);
             assert_eq!(x[1..], [0, 0, 0]);
             match action {
-                Action::SetWfxPolicy { vm, vcpu, wfe } => {
+                Next::SetWfxPolicy { vm, vcpu, wfe } => {
                     assert_eq!(x[0], 0);
                     let count = view.vms[usize::from(vm.0)];
                     assert_eq!(u64::from(vm.0), args[0]);
@@ -340,7 +341,7 @@ mod tests {
                     }
                     assert_eq!(wfe.abi_code(), args[2]);
                 }
-                Action::None => assert_eq!(x[0], INVALID_PARAMETER, "{args:x?}"),
+                Next::Resume => assert_eq!(x[0], INVALID_PARAMETER, "{args:x?}"),
                 other => panic!("{other:?}"),
             }
         }

@@ -18,7 +18,7 @@
 //!    are zeroed, as KVM does — and leaves X4..X17 and every other register
 //!    untouched (DEN0028 "Register use in AArch64 SMC and HVC calls",
 //!    SMCCC ≥ 1.1);
-//! 4. returns the reply's [`Action`], which the caller carries out (start a
+//! 4. returns the reply's [`Next`], which the runner carries out (start a
 //!    vCPU, stop this one, block it, stop the VM, kick a sibling, yield to
 //!    a sibling, change a VM's WFE trap policy).
 //!
@@ -44,8 +44,8 @@
 //! restated), keep any per-VM state behind interior mutability (calls
 //! from the VM's vCPUs may run concurrently on several pCPUs, so services
 //! are `Sync` and take `&self`), read arguments with [`Call::arg`] (which
-//! applies the SMC32 truncation), return a [`Reply`], and add an [`Action`]
-//! variant if the scheduler has to act (a kick, a directed yield).
+//! applies the SMC32 truncation), return a [`Reply`], and add a [`Next`]
+//! variant if the runner has to act (a kick, a directed yield).
 //!
 //! [`Dispatcher::standard`] registers the two services every VM has:
 //! [`ArchService`] (SMCCC_VERSION, SMCCC_ARCH_FEATURES, the Spectre
@@ -107,12 +107,13 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::fmt;
 
-use platform::{Mpidr, TrapPolicy, VmConfig};
+use platform::{Mpidr, VmConfig};
 use pvlock_abi::catalog;
 use pvlock_abi::kvm::KvmFeatures;
 use pvlock_abi::smccc::{self, FunctionId, PRESERVED_FIRST, RESULT_REGS};
 
 use crate::services::pv::{ConfigError, PvConfig, PvRegistry};
+use crate::trap::decision::Next;
 /// A vCPU's power state, as the scheduler keeps it and PSCI reports it.
 pub use crate::vcpu::PowerState;
 use crate::vcpu::{GuestRegs, VcpuId, VmId};
@@ -262,124 +263,27 @@ impl From<RegisterError> for TableError {
     }
 }
 
-/// What the caller of [`Dispatcher::dispatch`] must do after the results
-/// are written. Deliberately exhaustive: a new variant must be handled by
-/// every caller.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Action {
-    /// Resume the caller.
-    None,
-    /// PSCI CPU_ON succeeded: set `target` up to start at `entry` in EL1h
-    /// with the MMU and caches off, DAIF masked, X0 = `context_id`, then
-    /// `Scheduler::power_on` it. The target was Off when the call was
-    /// answered; if it no longer is (another vCPU started it meanwhile),
-    /// rewrite the caller's X0 with `PowerState::cpu_on_error`. Holding the
-    /// lock that guards power states across dispatch and `power_on` avoids
-    /// the race altogether.
-    CpuOn {
-        /// The vCPU to start (same VM as the caller).
-        target: VcpuId,
-        /// Its entry point (IPA, checked to be in the VM's RAM).
-        entry: u64,
-        /// Its X0 at entry.
-        context_id: u64,
-    },
-    /// PSCI CPU_OFF: `put(PowerOff)` the caller. It next runs only after a
-    /// CPU_ON, from that call's entry point.
-    CpuOff,
-    /// PSCI CPU_SUSPEND: treat it as WFI (block until an interrupt is
-    /// pending), then resume after the call, as KVM does.
-    CpuSuspend,
-    /// PSCI SYSTEM_OFF: stop every vCPU of the VM.
-    SystemOff,
-    /// PSCI SYSTEM_RESET or SYSTEM_RESET2: restart the VM.
-    SystemReset,
-    /// A paravirtual kick (openEuler PV_SCHED_KICK_CPU, Anolis
-    /// PV_QSPINLOCK_KICK_CPU; docs/abi.md §3): wake `target` from its WFI-based
-    /// wait and yield to it if it is runnable. X0 already holds 0. The
-    /// caller, under the scheduler lock:
-    /// 1. `Scheduler::wake(target)`: a Blocked target becomes Runnable
-    ///    (store [`crate::services::pv::preempted_on_wake`] in its PV-lock record and
-    ///    IPI as the [`crate::sched::Wakeup`] says); a Running or Runnable
-    ///    one gets its kicked flag, so its current or next WFI returns at
-    ///    once; an Off one is left alone;
-    /// 2. if `target` is not the caller and is now Runnable, and the wake
-    ///    did not just queue it on an idle pCPU (where it runs at once),
-    ///    `Scheduler::yield_to(caller, target)` — a yield of the caller's
-    ///    own slice within its own VM (store 1 for the caller, as for a
-    ///    requeue); if refused, resume the caller.
-    ///
-    /// `target` is a vCPU of the caller's VM (checked); it may be the
-    /// caller itself (only the kicked flag is set) or Off.
-    Kick {
-        /// The vCPU to wake.
-        target: VcpuId,
-    },
-    /// PV_SCHED_YIELD_TO (`pvlock_abi::directed_yield`): give the rest of
-    /// the caller's slice to `target` if it is waiting for a pCPU. X0
-    /// already holds 1 ("not yielded"). The caller, under the scheduler
-    /// lock:
-    /// 1. `Scheduler::yield_to(caller, target, pcpu, now)`;
-    /// 2. on success writes X0 = 0 (`directed_yield::YIELDED`), stores 1
-    ///    in the caller's PV-lock "preempted" record (it now waits in a run
-    ///    queue, as for a requeue), records its deschedule snapshot
-    ///    ([`crate::sched::onspin::VmSpin::descheduled`] with its saved SPSR_EL2)
-    ///    and leaves the pCPU without a `put` (the scheduler has already
-    ///    requeued it; the runner's `Decision::Yielded`, `el2::run`);
-    /// 3. on refusal resumes the caller with X0 = 1 as written.
-    ///
-    /// Either way it counts the call
-    /// ([`crate::sched::onspin::SpinStats::record_pv_yield`]). No
-    /// wake-up: a blocked target stays blocked (that is KICK_CPU's job).
-    /// `target` is a vCPU of the caller's VM other than the caller
-    /// (checked).
-    YieldTo {
-        /// The vCPU to yield to.
-        target: VcpuId,
-    },
-    /// PVLOCK_SET_WFX_POLICY (`pvlock_abi::control`), from a control VM:
-    /// from now on, vCPU `vcpu` of VM `vm` — every vCPU of it with `None` —
-    /// traps WFE by policy `wfe`. X0 already holds 0
-    /// (`pvlock_abi::control::SET`). The caller looks the target VM up in
-    /// its VM table (it exists and the vCPU is one of its own: checked
-    /// through [`VmView::vm_vcpu_count`], and the table never changes),
-    /// locks that VM's [`crate::sched::onspin::WfxPolicies`] (a leaf lock; the
-    /// target may be the caller's own VM), calls
-    /// [`WfxPolicies::set`](crate::sched::onspin::WfxPolicies::set)`(vcpu, wfe)`
-    /// and resumes the caller. Each affected vCPU picks the policy up at
-    /// its next guest entry ([`crate::sched::onspin::WfxPolicies::hcr_for`]); a
-    /// running one needs no IPI, since it exits at the latest when its
-    /// slice ends. WFI's setting is not changed.
-    SetWfxPolicy {
-        /// The target VM (index in the hypervisor's VM table).
-        vm: VmId,
-        /// The target vCPU of that VM, `None` for all of them.
-        vcpu: Option<u16>,
-        /// The WFE trap policy to apply.
-        wfe: TrapPolicy,
-    },
-}
-
-/// A service's answer: the four result registers X0..X3 and an action.
+/// A service's answer: the four result registers X0..X3 and what happens
+/// to the caller next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Reply {
     /// X0..X3 as the caller will see them (unused results zero).
     pub x: [u64; RESULT_REGS],
-    /// What the dispatcher's caller must do.
-    pub action: Action,
+    /// What the runner does next with the caller.
+    pub next: Next,
 }
 
 impl Reply {
-    /// One result in X0, X1..X3 zero, no action.
+    /// One result in X0, X1..X3 zero; the caller resumes.
     pub const fn value(x0: u64) -> Self {
         Self::values([x0, 0, 0, 0])
     }
 
-    /// Four results, no action.
+    /// Four results; the caller resumes.
     pub const fn values(x: [u64; RESULT_REGS]) -> Self {
         Self {
             x,
-            action: Action::None,
+            next: Next::Resume,
         }
     }
 
@@ -398,10 +302,10 @@ impl Reply {
         Self::code(smccc::NOT_SUPPORTED)
     }
 
-    /// The same results with `action`.
+    /// The same results, and `next` for the caller.
     #[must_use]
-    pub const fn with_action(self, action: Action) -> Self {
-        Self { action, ..self }
+    pub const fn then(self, next: Next) -> Self {
+        Self { next, ..self }
     }
 }
 
@@ -480,7 +384,7 @@ pub trait Service: Send + Sync {
 
     /// Whether the reply to `fid` (one of [`Self::ids`]) is fixed once the
     /// table is built: it reads no argument, no caller, no VM state and no
-    /// clock, and asks for no [`Action`] (SMCCC_VERSION, PSCI_VERSION, the
+    /// clock, and asks the runner for nothing (SMCCC_VERSION, PSCI_VERSION, the
     /// vendor UID, KVM_FEATURES). The dispatcher answers such calls from a
     /// precomputed reply ([`Dispatcher::constant_reply`]), the hypervisor's
     /// shortest hypercall path. The default: no.
@@ -777,8 +681,9 @@ impl Dispatcher {
                 vm: &NoVm,
                 table: self,
             });
-            // A service that wants an action was wrong to call it constant.
-            if reply.action == Action::None {
+            // A service that wants more than a resume was wrong to call
+            // it constant.
+            if reply.next == Next::Resume {
                 constants.push((route.fid, reply.x, route.counter));
             }
         }
@@ -850,7 +755,11 @@ impl Dispatcher {
     /// `regs` (X0 = function id, X1..X17 arguments): writes the results to
     /// X0..X3 and returns what the caller must do. Never touches X4..X30,
     /// PC or PSTATE, and never panics, whatever the registers hold.
-    pub fn dispatch(&self, caller: VcpuId, regs: &mut GuestRegs, vm: &dyn VmView) -> Action {
+    /// Inlined into its one caller, the runner's hypercall handler: out of
+    /// line it cost up to 66 more instructions per directed yield and vCPU
+    /// switch (measured; docs/benchmarks.md).
+    #[inline(always)]
+    pub fn dispatch(&self, caller: VcpuId, regs: &mut GuestRegs, vm: &dyn VmView) -> Next {
         let fid = FunctionId::from_x0(regs.x[0]);
         // One index lookup routes and counts the call: this is every
         // hypercall's path, so no scan of the catalog here.
@@ -875,6 +784,6 @@ impl Dispatcher {
             None => Reply::not_supported(),
         };
         regs.x[..RESULT_REGS].copy_from_slice(&reply.x);
-        reply.action
+        reply.next
     }
 }

@@ -3,12 +3,12 @@
 //! | function | answer |
 //! |---|---|
 //! | PSCI_VERSION | 1.1 |
-//! | CPU_SUSPEND (32/64) | SUCCESS; [`Action::CpuSuspend`] — every power state is treated as standby and the call returns like WFI (DEN0022 lets an implementation enter a shallower state than asked; KVM does the same) |
-//! | CPU_OFF | [`Action::CpuOff`] (X0 = SUCCESS, never seen: the vCPU restarts from a later CPU_ON's entry) |
-//! | CPU_ON (32/64) | INVALID_PARAMETERS for an MPIDR with non-affinity bits or no such vCPU; ALREADY_ON / ON_PENDING for a target not Off; INVALID_ADDRESS for an entry outside the VM's RAM; else SUCCESS and [`Action::CpuOn`] |
+//! | CPU_SUSPEND (32/64) | SUCCESS; [`Next::WaitForInterrupt`] with no deadline — every power state is treated as standby and the call returns like WFI (DEN0022 lets an implementation enter a shallower state than asked; KVM does the same) |
+//! | CPU_OFF | [`Next::PowerOff`] (X0 = SUCCESS, never seen: the vCPU restarts from a later CPU_ON's entry) |
+//! | CPU_ON (32/64) | INVALID_PARAMETERS for an MPIDR with non-affinity bits or no such vCPU; ALREADY_ON / ON_PENDING for a target not Off; INVALID_ADDRESS for an entry outside the VM's RAM; else SUCCESS and [`Next::PowerOn`] |
 //! | AFFINITY_INFO (32/64) | 0 ON, 1 OFF, 2 ON_PENDING; INVALID_PARAMETERS for a level above 3 or an affinity no vCPU matches |
 //! | MIGRATE_INFO_TYPE | 2: no Trusted OS to migrate |
-//! | SYSTEM_OFF, SYSTEM_RESET | [`Action::SystemOff`] / [`Action::SystemReset`], X0 = INTERNAL_FAILURE (seen only if the call ever returned) |
+//! | SYSTEM_OFF, SYSTEM_RESET | [`Next::StopVm`] / [`Next::ResetVm`], X0 = INTERNAL_FAILURE (seen only if the call ever returned) |
 //! | SYSTEM_RESET2 (32/64) | type 0 (warm reset) or a vendor type (bit 31): as SYSTEM_RESET; else INVALID_PARAMETERS |
 //! | PSCI_FEATURES | 0 for each function above and for SMCCC_VERSION (CPU_SUSPEND: feature flags 0), else NOT_SUPPORTED |
 //! | MIGRATE, MIGRATE_INFO_UP_CPU, SYSTEM_SUSPEND, every other PSCI id | NOT_SUPPORTED (KVM's answers; MIGRATE_INFO_UP_CPU is only meaningful for a uniprocessor Trusted OS, MIGRATE_INFO_TYPE 0 or 1) |
@@ -25,7 +25,8 @@ use pvlock_abi::psci::{
 };
 use pvlock_abi::{FunctionId, arch};
 
-use super::{Action, Call, PowerState, Reply, Service, VmView};
+use super::{Call, PowerState, Reply, Service, VmView};
+use crate::trap::decision::Next;
 use crate::vcpu::VcpuId;
 
 /// Every PSCI function id: the service owns the whole PSCI block so that
@@ -90,9 +91,9 @@ impl Service for PsciService {
         match call.fid() {
             PSCI_VERSION => Reply::value(u64::from(psci::VERSION_1_1.raw())),
             CPU_SUSPEND | CPU_SUSPEND64 => {
-                Reply::psci(error::SUCCESS).with_action(Action::CpuSuspend)
+                Reply::psci(error::SUCCESS).then(Next::WaitForInterrupt { deadline: None })
             }
-            CPU_OFF => Reply::psci(error::SUCCESS).with_action(Action::CpuOff),
+            CPU_OFF => Reply::psci(error::SUCCESS).then(Next::PowerOff),
             CPU_ON | CPU_ON64 => cpu_on(call),
             AFFINITY_INFO | AFFINITY_INFO64 => {
                 Reply::psci(affinity_info(call.vm(), call.arg(1), call.arg(2)))
@@ -100,8 +101,8 @@ impl Service for PsciService {
             MIGRATE_INFO_TYPE => Reply::psci(TOS_NOT_PRESENT_OR_MP),
             // KVM leaves INTERNAL_FAILURE in X0: the call only "returns" if
             // the VM was not actually stopped.
-            SYSTEM_OFF => Reply::psci(error::INTERNAL_FAILURE).with_action(Action::SystemOff),
-            SYSTEM_RESET => Reply::psci(error::INTERNAL_FAILURE).with_action(Action::SystemReset),
+            SYSTEM_OFF => Reply::psci(error::INTERNAL_FAILURE).then(Next::StopVm),
+            SYSTEM_RESET => Reply::psci(error::INTERNAL_FAILURE).then(Next::ResetVm),
             SYSTEM_RESET2 | SYSTEM_RESET2_64 => system_reset2(call.arg(1)),
             PSCI_FEATURES => {
                 // PSCI_FEATURES takes a uint32 function id (W1).
@@ -156,7 +157,7 @@ fn cpu_on(call: &Call<'_>) -> Reply {
         vm: call.caller().vm,
         index,
     };
-    Reply::psci(error::SUCCESS).with_action(Action::CpuOn {
+    Reply::psci(error::SUCCESS).then(Next::PowerOn {
         target,
         entry,
         context_id,
@@ -218,7 +219,7 @@ fn system_reset2(reset_type: u64) -> Reply {
         Err(_) => true,
     };
     if accepted {
-        Reply::psci(error::INTERNAL_FAILURE).with_action(Action::SystemReset)
+        Reply::psci(error::INTERNAL_FAILURE).then(Next::ResetVm)
     } else {
         Reply::psci(error::INVALID_PARAMETERS)
     }

@@ -172,7 +172,7 @@ fn call_from(
     caller: u16,
     fid: u32,
     args: &[u64],
-) -> ([u64; 4], Action) {
+) -> ([u64; 4], Next) {
     let mut regs = GuestRegs {
         x: core::array::from_fn(|n| 0xA5A5_0000_0000_0000 | n as u64),
         pc: 0xFFFF_8000_0000_1000,
@@ -203,7 +203,7 @@ fn x0(vm: &Vm, fid: u32, args: &[u64]) -> u64 {
 fn x0_from(vm: &Vm, caller: u16, fid: u32, args: &[u64]) -> u64 {
     let (x, action) = call_from(&vm.table, &CLOCK, caller, fid, args);
     assert_eq!(x[1..], [0, 0, 0], "X1..X3 of {fid:#x}");
-    assert_eq!(action, Action::None, "{fid:#x}");
+    assert_eq!(action, Next::Resume, "{fid:#x}");
     x[0]
 }
 
@@ -242,7 +242,7 @@ fn call_uid_is_kvm_s_on_every_vm() {
         let vm = vm_with(config.lock, config.steal_time, config.ptp);
         let (x, action) = call_from(&vm.table, &CLOCK, 1, abi::CALL_UID, &[9, 9, 9]);
         assert_eq!(x, abi::UID_WORDS, "{config:?}");
-        assert_eq!(action, Action::None);
+        assert_eq!(action, Next::Resume);
         assert_ne!(x[0], 0xFFFF_FFFF, "word 0 must not read as -1");
         // Bits 63:32 of X0 are ignored.
         let mut regs = GuestRegs::default();
@@ -303,7 +303,7 @@ fn ptp_returns_wall_clock_and_counter() {
         ptp(&CLOCK, 0),
         (
             [wall[0], wall[1], VIRT_COUNT >> 32, VIRT_COUNT & 0xFFFF_FFFF],
-            Action::None
+            Next::Resume
         )
     );
     assert_eq!(
@@ -318,7 +318,7 @@ fn ptp_returns_wall_clock_and_counter() {
     assert_eq!(ptp(&CLOCK, 0xFFFF_FFFF_0000_0001).0, ptp(&CLOCK, 1).0);
     // Bad w1: -1, X1..X3 zero.
     for w1 in [2, 0xFFFF_FFFF, 0x8000_0000] {
-        assert_eq!(ptp(&CLOCK, w1), ([NOT_SUPPORTED, 0, 0, 0], Action::None));
+        assert_eq!(ptp(&CLOCK, w1), ([NOT_SUPPORTED, 0, 0, 0], Next::Resume));
     }
     // No wall clock: -1.
     let no_clock = FakeVm { wall: None };
@@ -494,7 +494,7 @@ fn kick(variant: Variant, kick: u32) {
         assert_eq!(x, [0, 0, 0, 0]);
         assert_eq!(
             action,
-            Action::Kick {
+            Next::Kick {
                 target: VcpuId {
                     vm: VM,
                     index: target
@@ -512,7 +512,7 @@ fn kick(variant: Variant, kick: u32) {
     ] {
         assert_eq!(
             call_from(&vm.table, &CLOCK, 1, kick, &[bad]),
-            ([NOT_SUPPORTED, 0, 0, 0], Action::None),
+            ([NOT_SUPPORTED, 0, 0, 0], Next::Resume),
             "{bad:#x}"
         );
     }
@@ -636,7 +636,7 @@ fn services_answer_only_on_vms_that_enabled_them() {
             for args in [[0u64, 0], [1, 0], [RAM_BASE, 0], [u64::from(fid), 0]] {
                 assert_eq!(
                     call_from(&vm.table, &CLOCK, 0, fid, &args),
-                    ([NOT_SUPPORTED, 0, 0, 0], Action::None),
+                    ([NOT_SUPPORTED, 0, 0, 0], Next::Resume),
                     "{config:?} {fid:#x}"
                 );
             }
@@ -776,7 +776,7 @@ fn no_register_contents_make_a_pv_service_panic() {
 }
 
 /// PV_SCHED_YIELD_TO: on every VM with a PV-lock variant, X0 = 1 ("not
-/// yielded" until the runner (`el2::run`) has yielded) and `Action::YieldTo` for a
+/// yielded" until the runner (`el2::run`) has yielded) and `Next::YieldTo` for a
 /// sibling; -3 for the caller itself; -1 for no such vCPU; nothing on VMs
 /// without PV-lock.
 #[test]
@@ -794,12 +794,12 @@ fn pv_sched_yield_to() {
                 );
                 if target == caller {
                     assert_eq!(x, [(-3i64) as u64, 0, 0, 0]);
-                    assert_eq!(action, Action::None);
+                    assert_eq!(action, Next::Resume);
                 } else {
                     assert_eq!(x, [1, 0, 0, 0], "{variant:?} {caller} -> {target}");
                     assert_eq!(
                         action,
-                        Action::YieldTo {
+                        Next::YieldTo {
                             target: VcpuId {
                                 vm: VM,
                                 index: target
@@ -819,7 +819,7 @@ fn pv_sched_yield_to() {
         ] {
             assert_eq!(
                 call_from(&vm.table, &CLOCK, 1, abi::YIELD_TO, &[bad]),
-                ([NOT_SUPPORTED, 0, 0, 0], Action::None),
+                ([NOT_SUPPORTED, 0, 0, 0], Next::Resume),
                 "{bad:#x}"
             );
         }
@@ -829,7 +829,7 @@ fn pv_sched_yield_to() {
         assert_eq!(x[0], 1);
         assert_eq!(
             action,
-            Action::YieldTo {
+            Next::YieldTo {
                 target: VcpuId { vm: VM, index: 0 }
             }
         );
@@ -862,7 +862,7 @@ fn pv_sched_yield_to() {
         let vm = vm_with(config.lock, config.steal_time, config.ptp);
         assert_eq!(
             call_from(&vm.table, &CLOCK, 0, abi::YIELD_TO, &[1]),
-            ([NOT_SUPPORTED, 0, 0, 0], Action::None),
+            ([NOT_SUPPORTED, 0, 0, 0], Next::Resume),
             "{config:?}"
         );
         assert_eq!(arch_features(&vm, abi::YIELD_TO), NOT_SUPPORTED);
@@ -913,7 +913,7 @@ fn constant_replies_are_exactly_what_dispatch_answers() {
                 constants += 1;
                 assert_eq!(vm.table.counters().count(fid), before + 1, "counted");
                 let (slow, action) = call_from(&vm.table, &CLOCK, 0, fid.raw(), &[]);
-                assert_eq!(action, Action::None);
+                assert_eq!(action, Next::Resume);
                 assert_eq!(fast, slow, "{fid:?} with {config:?}");
                 // Garbage in the upper half of W0's register and in the
                 // arguments changes nothing: the reply is constant.

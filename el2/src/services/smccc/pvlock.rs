@@ -10,8 +10,9 @@ use pvlock_abi::kvm::{KvmFeatures, func};
 use pvlock_abi::pvlock::{Variant, anolis, openeuler, seed_v2, seed_v3};
 use pvlock_abi::smccc::{self, FunctionId};
 
-use super::{Action, Call, Reply, Service};
+use super::{Call, Reply, Service};
 use crate::services::pv::PvRegistry;
+use crate::trap::decision::Next;
 use crate::vcpu::VcpuId;
 
 /// The ids each variant makes discoverable through SMCCC_ARCH_FEATURES
@@ -45,7 +46,7 @@ const fn arch_feature_ids(variant: Variant) -> &'static [FunctionId] {
 /// | openEuler | `0xC5000090` PV_SCHED_FEATURES(W1 = id) | 0 for `0xC5000090..=0xC5000093` |
 /// | openEuler | `0xC5000091` PV_SCHED_IPA_INIT(X1 = IPA) | 0, the caller's record is now at X1; NOT_SUPPORTED if refused |
 /// | openEuler | `0xC5000092` PV_SCHED_IPA_RELEASE | 0, no record |
-/// | openEuler | `0xC5000093` PV_SCHED_KICK_CPU(X1 = vCPU index) | 0 and [`Action::Kick`]; NOT_SUPPORTED for no such vCPU |
+/// | openEuler | `0xC5000093` PV_SCHED_KICK_CPU(X1 = vCPU index) | 0 and [`Next::Kick`]; NOT_SUPPORTED for no such vCPU |
 /// | Anolis | `0xC60000B0` PV_LOCK_FEATURES(W1 = id) | 0 for the four Anolis ids |
 /// | Anolis | `0xC60000B1` PV_LOCK_PREEMPTED(X1 = IPA) | as IPA_INIT |
 /// | Anolis | `0xC60000B2` PV_QSPINLOCK_FEATURES(W1 = id) | as PV_LOCK_FEATURES |
@@ -120,7 +121,7 @@ impl PvLockService {
         let index = call.arg(1);
         match u16::try_from(index) {
             Ok(index) if index < call.vm().vcpu_count() => {
-                Reply::code(smccc::SUCCESS).with_action(Action::Kick {
+                Reply::code(smccc::SUCCESS).then(Next::Kick {
                     target: VcpuId {
                         vm: caller.vm,
                         index,

@@ -7,7 +7,8 @@ use pvlock_abi::directed_yield::{
 use pvlock_abi::kvm::KvmFeatures;
 use pvlock_abi::smccc::{self, FunctionId};
 
-use super::{Action, Call, Reply, Service};
+use super::{Call, Reply, Service};
+use crate::trap::decision::Next;
 use crate::vcpu::VcpuId;
 
 /// PV_SCHED_YIELD_TO for one VM; registered by
@@ -16,7 +17,7 @@ use crate::vcpu::VcpuId;
 ///
 /// | call | answer |
 /// |---|---|
-/// | `0xC6000022` PV_SCHED_YIELD_TO(X1 = target vCPU index) | X0 = 1 ([`NOT_YIELDED`]) and [`Action::YieldTo`]; the runner (`el2::run`) rewrites X0 to 0 ([`pvlock_abi::directed_yield::YIELDED`]) if the yield happens |
+/// | `0xC6000022` PV_SCHED_YIELD_TO(X1 = target vCPU index) | X0 = 1 ([`NOT_YIELDED`]) and [`Next::YieldTo`]; the runner (`el2::run`) rewrites X0 to 0 ([`pvlock_abi::directed_yield::YIELDED`]) if the yield happens |
 /// | ... X1 = the caller's own index | -3 ([`TO_SELF`], INVALID_PARAMETER), no action |
 /// | ... X1 not a vCPU of the VM (all 64 bits count: SMC64) | -1 ([`UNKNOWN_VCPU`], NOT_SUPPORTED), no action |
 ///
@@ -58,7 +59,7 @@ impl Service for PvYieldService {
         if index == caller.index {
             return Reply::code(TO_SELF);
         }
-        Reply::code(NOT_YIELDED).with_action(Action::YieldTo {
+        Reply::code(NOT_YIELDED).then(Next::YieldTo {
             target: VcpuId {
                 vm: caller.vm,
                 index,

@@ -67,7 +67,7 @@ fn regs_for(x0: u64, args: &[u64]) -> GuestRegs {
 
 /// Dispatches one call and checks the SMCCC register rules: X4..X30, PC and
 /// PSTATE untouched. Returns X0..X3 and the action.
-fn call_on(table: &Dispatcher, vm: &FakeVm, x0: u64, args: &[u64]) -> ([u64; 4], Action) {
+fn call_on(table: &Dispatcher, vm: &FakeVm, x0: u64, args: &[u64]) -> ([u64; 4], Next) {
     let mut regs = regs_for(x0, args);
     let before = regs.clone();
     let action = table.dispatch(CALLER, &mut regs, vm);
@@ -82,7 +82,7 @@ fn standard() -> Dispatcher {
 
 /// Calls `fid` on a standard table and a 20-vCPU VM; returns X0 and the
 /// action, checking X1..X3 were zeroed (every call here returns one value).
-fn call(vm: &FakeVm, fid: FunctionId, args: &[u64]) -> (u64, Action) {
+fn call(vm: &FakeVm, fid: FunctionId, args: &[u64]) -> (u64, Next) {
     let (x, action) = call_on(&standard(), vm, u64::from(fid.raw()), args);
     assert_eq!(x[1..], [0, 0, 0], "X1..X3 not zeroed by {fid:?}");
     (x[0], action)
@@ -99,11 +99,11 @@ fn versions() {
     let vm = FakeVm::new(1);
     assert_eq!(
         call(&vm, abi_psci::PSCI_VERSION, &[7, 7, 7]),
-        (0x10001, Action::None)
+        (0x10001, Next::Resume)
     );
     assert_eq!(
         call(&vm, abi_arch::SMCCC_VERSION, &[7, 7, 7]),
-        (0x10001, Action::None)
+        (0x10001, Next::Resume)
     );
 }
 
@@ -139,7 +139,7 @@ fn unknown_yielding_and_malformed_ids_are_not_supported() {
     ] {
         let (x, action) = call_on(&table, &vm, x0, &[1, 2, 3]);
         assert_eq!(x, [NOT_SUPPORTED, 0, 0, 0], "{x0:#x}");
-        assert_eq!(action, Action::None);
+        assert_eq!(action, Next::Resume);
     }
     let (count, last) = table.counters().unnamed();
     assert_eq!(count, 10);
@@ -160,7 +160,7 @@ fn an_empty_table_supports_nothing() {
         abi_psci::CPU_ON64,
     ] {
         let (x, action) = call_on(&table, &vm, u64::from(fid.raw()), &[0, RAM_BASE, 0]);
-        assert_eq!((x, action), ([NOT_SUPPORTED, 0, 0, 0], Action::None));
+        assert_eq!((x, action), ([NOT_SUPPORTED, 0, 0, 0], Next::Resume));
     }
     assert_eq!(table.kvm_features(), kvm::KvmFeatures::new());
 }
@@ -253,7 +253,7 @@ fn cpu_on_starts_an_off_vcpu() {
     assert_eq!(x0, 0);
     assert_eq!(
         action,
-        Action::CpuOn {
+        Next::PowerOn {
             target: VcpuId {
                 vm: CALLER.vm,
                 index: 17
@@ -276,7 +276,7 @@ fn cpu_on_smc32_uses_the_low_32_bits_of_x1_to_x3() {
     assert_eq!(x0, 0);
     assert_eq!(
         action,
-        Action::CpuOn {
+        Next::PowerOn {
             target: VcpuId {
                 vm: CALLER.vm,
                 index: 17
@@ -290,7 +290,7 @@ fn cpu_on_smc32_uses_the_low_32_bits_of_x1_to_x3() {
     let (x0, action) = call(&vm, abi_psci::CPU_ON64, &[junk | 0x101, RAM_BASE, 0]);
     assert_eq!(
         (x0, action),
-        (psci_ret(error::INVALID_PARAMETERS), Action::None)
+        (psci_ret(error::INVALID_PARAMETERS), Next::Resume)
     );
 }
 
@@ -325,7 +325,7 @@ fn cpu_on_errors() {
             let got = call(&vm, fid, &[target, entry, 0]);
             assert_eq!(
                 got,
-                (psci_ret(code), Action::None),
+                (psci_ret(code), Next::Resume),
                 "{fid:?} {target:#x} {entry:#x}"
             );
         }
@@ -341,12 +341,12 @@ fn cpu_on_errors() {
 #[test]
 fn cpu_off_and_suspend() {
     let vm = FakeVm::new(1);
-    assert_eq!(call(&vm, abi_psci::CPU_OFF, &[]), (0, Action::CpuOff));
+    assert_eq!(call(&vm, abi_psci::CPU_OFF, &[]), (0, Next::PowerOff));
     for fid in [abi_psci::CPU_SUSPEND, abi_psci::CPU_SUSPEND64] {
         // Any power_state, entry and context: treated as standby (WFI).
         assert_eq!(
             call(&vm, fid, &[0x1_0000, RAM_BASE, 5]),
-            (0, Action::CpuSuspend)
+            (0, Next::WaitForInterrupt { deadline: None })
         );
     }
 }
@@ -410,7 +410,7 @@ fn migration_is_not_supported() {
     let vm = FakeVm::new(1);
     assert_eq!(
         call(&vm, abi_psci::MIGRATE_INFO_TYPE, &[]),
-        (2, Action::None)
+        (2, Next::Resume)
     );
     for fid in [
         abi_psci::MIGRATE,
@@ -423,7 +423,7 @@ fn migration_is_not_supported() {
     ] {
         assert_eq!(
             call(&vm, fid, &[0, RAM_BASE, 0]),
-            (NOT_SUPPORTED, Action::None),
+            (NOT_SUPPORTED, Next::Resume),
             "{fid:?}"
         );
     }
@@ -433,21 +433,18 @@ fn migration_is_not_supported() {
 fn system_off_and_reset() {
     let vm = FakeVm::new(1);
     let failed = psci_ret(error::INTERNAL_FAILURE);
-    assert_eq!(
-        call(&vm, abi_psci::SYSTEM_OFF, &[]),
-        (failed, Action::SystemOff)
-    );
+    assert_eq!(call(&vm, abi_psci::SYSTEM_OFF, &[]), (failed, Next::StopVm));
     assert_eq!(
         call(&vm, abi_psci::SYSTEM_RESET, &[]),
-        (failed, Action::SystemReset)
+        (failed, Next::ResetVm)
     );
     let reset2 = |fid, reset_type| call(&vm, fid, &[reset_type, 0xC00C1E]);
-    let invalid = (psci_ret(error::INVALID_PARAMETERS), Action::None);
+    let invalid = (psci_ret(error::INVALID_PARAMETERS), Next::Resume);
     for fid in [abi_psci::SYSTEM_RESET2, abi_psci::SYSTEM_RESET2_64] {
         for accepted in [0, 0x8000_0000, 0x8000_1234, 0xFFFF_FFFF] {
             assert_eq!(
                 reset2(fid, accepted),
-                (failed, Action::SystemReset),
+                (failed, Next::ResetVm),
                 "{accepted:#x}"
             );
         }
@@ -462,11 +459,11 @@ fn system_off_and_reset() {
     );
     assert_eq!(
         reset2(abi_psci::SYSTEM_RESET2, 0x1_0000_0000),
-        (failed, Action::SystemReset)
+        (failed, Next::ResetVm)
     );
     assert_eq!(
         reset2(abi_psci::SYSTEM_RESET2_64, 0x1_0000_0001),
-        (failed, Action::SystemReset)
+        (failed, Next::ResetVm)
     );
 }
 
@@ -516,11 +513,11 @@ fn arch_features_and_workarounds() {
         abi_arch::SMCCC_ARCH_WORKAROUND_3,
     ] {
         let (x, action) = call_on(&unaffected, &vm, u64::from(fid.raw()), &[1]);
-        assert_eq!((x, action), ([0, 0, 0, 0], Action::None));
+        assert_eq!((x, action), ([0, 0, 0, 0], Next::Resume));
     }
     assert_eq!(
         call(&vm, abi_arch::SMCCC_ARCH_SOC_ID, &[0]),
-        (NOT_SUPPORTED, Action::None)
+        (NOT_SUPPORTED, Next::Resume)
     );
 
     // A host that may be affected says so: the guest reports itself
@@ -657,7 +654,7 @@ fn services_register_into_one_table() {
     assert_eq!(table.services().count(), 3);
     assert_eq!(
         call_on(&table, &vm, u64::from(abi_psci::CPU_OFF.raw()), &[]).1,
-        Action::CpuOff
+        Next::PowerOff
     );
     assert!(alloc::format!("{}", squat.unwrap_err()).contains("already belongs to psci"));
 }
