@@ -50,6 +50,12 @@ pub const MAX_ITERATIONS: u64 = 100_000_000;
 pub const MAX_DURATION_MS: u64 = 86_400_000;
 /// Most `costs=` rounds.
 pub const MAX_COST_ROUNDS: u64 = 10_000_000;
+/// With `seed=`: each iteration's private work is drawn within this many
+/// percent of `private-work` either way.
+pub const PRIVATE_WORK_SPREAD_PERCENT: u64 = 10;
+/// With `seed=`: each vCPU waits up to this long, drawn at random, before
+/// its first acquisition.
+pub const MAX_START_OFFSET_US: u64 = 100;
 
 /// Which lock the vCPUs share (`lock=`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -98,6 +104,7 @@ impl LockKind {
 /// | `first-hold-ms=N` | each vCPU's first critical sections (see `long-holds`) last at least N ms of counter time (0..=1000): longer than a time slice, their holder is preempted inside them for sure (with more vCPUs than pCPUs) | 0 |
 /// | `long-holds=N` | how many of each vCPU's first critical sections `first-hold-ms` lengthens (1..=1000) | 1 |
 /// | `costs=N` | first measure N null hypercalls and N directed-yield round trips between vCPUs 0 and 1 (0..=10000000; 0: skip) | 0 |
+/// | `seed=N` | perturb the run, reproducibly: each vCPU draws, from N and its number, its start offset (up to [`MAX_START_OFFSET_US`]) and each iteration's private work (within [`PRIVATE_WORK_SPREAD_PERCENT`] of `private-work`); 0: no perturbation | 0 |
 /// | `timeout=S` | seconds to wait for a vCPU to come online, and for all to finish (1..=3600) | 60 |
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Settings {
@@ -111,6 +118,7 @@ pub struct Settings {
     pub first_hold_ms: u64,
     pub long_holds: u64,
     pub costs: u64,
+    pub seed: u64,
     pub timeout_secs: u64,
 }
 
@@ -127,6 +135,7 @@ impl Default for Settings {
             first_hold_ms: 0,
             long_holds: 1,
             costs: 0,
+            seed: 0,
             timeout_secs: 60,
         }
     }
@@ -162,6 +171,7 @@ impl Settings {
             first_hold_ms: args.number("first-hold-ms", d.first_hold_ms, 0, 1000)?,
             long_holds: args.number("long-holds", d.long_holds, 1, 1000)?,
             costs: args.number("costs", d.costs, 0, MAX_COST_ROUNDS)?,
+            seed: args.number("seed", d.seed, 0, u64::MAX)?,
             timeout_secs: args.number("timeout", d.timeout_secs, 1, 3600)?,
         })
     }
@@ -173,7 +183,7 @@ impl fmt::Display for Settings {
         write!(
             f,
             "lock={} iterations={} duration-ms={} cs-work={} private-work={} spin-limit={} \
-             halt-after={} first-hold-ms={} long-holds={} costs={} timeout={}",
+             halt-after={} first-hold-ms={} long-holds={} costs={} seed={} timeout={}",
             self.lock.name(),
             self.iterations,
             self.duration_ms,
@@ -184,6 +194,7 @@ impl fmt::Display for Settings {
             self.first_hold_ms,
             self.long_holds,
             self.costs,
+            self.seed,
             self.timeout_secs
         )
     }
@@ -203,6 +214,48 @@ pub fn private_work(state: u64, work: u64) -> u64 {
         x = mix(core::hint::black_box(x), i);
     }
     x
+}
+
+/// A vCPU's draws under `seed=` (see [`Settings`]): none without a seed.
+#[derive(Clone, Debug)]
+pub struct Perturbation {
+    rng: Option<prng::Rng>,
+    private_work: u64,
+}
+
+impl Perturbation {
+    /// vCPU `cpu`'s draws for a run with `settings`.
+    pub fn new(settings: &Settings, cpu: usize) -> Self {
+        let rng = (settings.seed != 0).then(|| {
+            // Distinct, reproducible streams per (seed, vCPU).
+            prng::Rng::new(prng::xorshift64(
+                settings.seed ^ (cpu as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+            ))
+        });
+        Self {
+            rng,
+            private_work: settings.private_work,
+        }
+    }
+
+    /// How long to wait before the first acquisition, in microseconds.
+    pub fn start_offset_us(&mut self) -> u64 {
+        self.rng
+            .as_mut()
+            .map_or(0, |r| r.below(MAX_START_OFFSET_US + 1))
+    }
+
+    /// The private work of the next iteration.
+    pub fn private_work(&mut self) -> u64 {
+        let w = self.private_work;
+        match self.rng.as_mut() {
+            None => w,
+            Some(r) => {
+                let spread = w * PRIVATE_WORK_SPREAD_PERCENT / 100;
+                w - spread + r.below(2 * spread + 1)
+            }
+        }
+    }
 }
 
 /// The data the lock protects. Every field is read and written with
@@ -426,15 +479,18 @@ impl fmt::Display for YieldLine {
     }
 }
 
-/// `lockbench: result: lock=pv vcpus=4 acquisitions=40000 elapsed-ns=2383237000
-/// worst-wait-ns=30105000`: the run's figures in counter time, for
-/// `cargo xtask bench` (nanoseconds of counter time; under QEMU with
-/// `-icount shift=0` one nanosecond is one instruction).
+/// `lockbench: result: lock=pv vcpus=4 acquisitions=40000 contended=3100
+/// elapsed-ns=2383237000 worst-wait-ns=30105000`: the run's figures in
+/// counter time, for `cargo xtask bench` (nanoseconds of counter time;
+/// under QEMU with `-icount shift=0` one nanosecond is one instruction).
+/// `contended` counts the acquisitions that found the lock taken: the
+/// hand-offs between vCPUs that decide a contended figure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ResultLine {
     pub lock: LockKind,
     pub vcpus: u64,
     pub acquisitions: u64,
+    pub contended: u64,
     pub elapsed_ns: u64,
     pub worst_wait_ns: u64,
 }
@@ -463,6 +519,7 @@ impl ResultLine {
             lock,
             vcpus: field("vcpus")?.parse().ok()?,
             acquisitions: field("acquisitions")?.parse().ok()?,
+            contended: field("contended")?.parse().ok()?,
             elapsed_ns: field("elapsed-ns")?.parse().ok()?,
             worst_wait_ns: field("worst-wait-ns")?.parse().ok()?,
         })
@@ -473,13 +530,57 @@ impl fmt::Display for ResultLine {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{PREFIX}{}lock={} vcpus={} acquisitions={} elapsed-ns={} worst-wait-ns={}",
+            "{PREFIX}{}lock={} vcpus={} acquisitions={} contended={} elapsed-ns={} \
+             worst-wait-ns={}",
             Self::TEXT,
             self.lock.name(),
             self.vcpus,
             self.acquisitions,
+            self.contended,
             self.elapsed_ns,
             self.worst_wait_ns
+        )
+    }
+}
+
+/// The start of one vCPU's line, `lockbench: vcpu 2: 9000 acquisitions,
+/// 8100 contended, ...` (the rest is for people): what a fairness figure
+/// needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VcpuLine {
+    pub cpu: u64,
+    pub acquisitions: u64,
+    pub contended: u64,
+}
+
+impl VcpuLine {
+    const TEXT: &'static str = " vcpu ";
+
+    /// Finds the line anywhere in `line` (a hypervisor may prefix it).
+    pub fn parse(line: &str) -> Option<Self> {
+        let at = line.find(PREFIX)? + PREFIX.len();
+        let rest = line[at..].strip_prefix(Self::TEXT)?;
+        let (cpu, rest) = rest.split_once(": ")?;
+        let (acquisitions, rest) = rest.split_once(" acquisitions, ")?;
+        let (contended, _) = rest.split_once(" contended")?;
+        Some(Self {
+            cpu: cpu.parse().ok()?,
+            acquisitions: acquisitions.parse().ok()?,
+            contended: contended.parse().ok()?,
+        })
+    }
+}
+
+impl fmt::Display for VcpuLine {
+    /// The line's start; the guest goes on after it.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{PREFIX}{}{}: {} acquisitions, {} contended",
+            Self::TEXT,
+            self.cpu,
+            self.acquisitions,
+            self.contended
         )
     }
 }
@@ -596,12 +697,13 @@ mod tests {
         assert!(settings("long-holds=0").is_err());
         assert!(settings("long-holds=1001").is_err());
         // The words round-trip.
-        let s = settings("lock=ticket iterations=3 timeout=9").unwrap();
+        let s = settings("lock=ticket iterations=3 seed=18446744073709551615 timeout=9").unwrap();
+        assert_eq!(s.seed, u64::MAX);
         assert_eq!(settings(&s.to_string()).unwrap(), s);
         assert_eq!(
             Settings::default().to_string(),
             "lock=pv iterations=10000 duration-ms=0 cs-work=40 private-work=40 spin-limit=128 \
-             halt-after=16 first-hold-ms=0 long-holds=1 costs=0 timeout=60"
+             halt-after=16 first-hold-ms=0 long-holds=1 costs=0 seed=0 timeout=60"
         );
     }
 
@@ -664,6 +766,39 @@ mod tests {
     }
 
     #[test]
+    fn a_seed_perturbs_reproducibly_and_within_bounds() {
+        let plain = Settings::default();
+        let mut none = Perturbation::new(&plain, 3);
+        assert_eq!(none.start_offset_us(), 0);
+        assert!((0..100).all(|_| none.private_work() == plain.private_work));
+        let seeded = Settings {
+            seed: 7,
+            private_work: 1000,
+            ..plain
+        };
+        let draws = |cpu| {
+            let mut p = Perturbation::new(&seeded, cpu);
+            let offset = p.start_offset_us();
+            let works: Vec<u64> = (0..1000).map(|_| p.private_work()).collect();
+            (offset, works)
+        };
+        let (offset, works) = draws(0);
+        assert_eq!(draws(0), (offset, works.clone()), "the same seed, the same run");
+        assert_ne!(draws(1).1, works, "each vCPU its own stream");
+        assert!(offset <= MAX_START_OFFSET_US);
+        assert!(works.iter().all(|&w| (900..=1100).contains(&w)), "{works:?}");
+        // The draws spread over the band, around its middle.
+        let (low, high) = (works.iter().min(), works.iter().max());
+        assert!(low < Some(&920) && high > Some(&1080), "{low:?} {high:?}");
+        let mean = works.iter().sum::<u64>() as f64 / works.len() as f64;
+        assert!((990.0..1010.0).contains(&mean), "{mean}");
+        let offsets: Vec<u64> = (0..32)
+            .map(|cpu| Perturbation::new(&seeded, cpu).start_offset_us())
+            .collect();
+        assert!(offsets.iter().any(|&o| o != offsets[0]), "{offsets:?}");
+    }
+
+    #[test]
     fn lines_round_trip() {
         let data = DataLine {
             acquisitions: 8000,
@@ -693,20 +828,40 @@ mod tests {
             lock: LockKind::PvTicket,
             vcpus: 4,
             acquisitions: 40_000,
+            contended: 3_100,
             elapsed_ns: 2_000_000_000,
             worst_wait_ns: 30_105_000,
         };
         assert_eq!(
             result.to_string(),
-            "lockbench: result: lock=pv-ticket vcpus=4 acquisitions=40000 elapsed-ns=2000000000 \
-             worst-wait-ns=30105000"
+            "lockbench: result: lock=pv-ticket vcpus=4 acquisitions=40000 contended=3100 \
+             elapsed-ns=2000000000 worst-wait-ns=30105000"
         );
         assert_eq!(ResultLine::parse(&format!("[vm0] {result}")), Some(result));
         assert_eq!(result.per_second(), 20_000.0);
         assert_eq!(
             ResultLine::parse(
-                "lockbench: result: lock=mcs vcpus=4 acquisitions=1 elapsed-ns=1 worst-wait-ns=1"
+                "lockbench: result: lock=mcs vcpus=4 acquisitions=1 contended=0 elapsed-ns=1 \
+                 worst-wait-ns=1"
             ),
+            None
+        );
+        // A line without the contended count is not a result.
+        assert_eq!(
+            ResultLine::parse(
+                "lockbench: result: lock=pv vcpus=4 acquisitions=1 elapsed-ns=1 worst-wait-ns=1"
+            ),
+            None
+        );
+        let vcpu = VcpuLine {
+            cpu: 2,
+            acquisitions: 9000,
+            contended: 8100,
+        };
+        let printed = format!("[vm0] {vcpu}, 12 looks (0 owner unknown, 3 preempted)\r");
+        assert_eq!(VcpuLine::parse(&printed), Some(vcpu));
+        assert_eq!(
+            VcpuLine::parse("lockbench: vcpu x: 1 acquisitions, 0 contended"),
             None
         );
         let cost = CostLine {

@@ -1,10 +1,13 @@
-//! `cargo xtask bench`: the lock benchmark of docs/benchmarks.md, run
-//! under deterministic QEMU (`-accel tcg,thread=single -icount
-//! shift=0,sleep=off`: every instruction is one nanosecond of virtual
-//! time, so a configuration gives the same figures in every run).
+//! `cargo xtask bench`: the lock benchmark of docs/benchmarks.md, in two
+//! timing modes (`bench_report` says what each can show):
+//! deterministic QEMU (`-accel tcg,thread=single -icount
+//! shift=0,sleep=off`: one instruction is one nanosecond of virtual time),
+//! each run perturbed by a recorded seed (lockbench `seed=`: start offsets
+//! and private work within +-10%), and multi-threaded TCG, the pCPUs in
+//! parallel on the host's cores, each run a plain repeat.
 //!
-//! Each matrix cell is one QEMU run of el2 with a `lockbench` VM whose
-//! vCPUs hammer one lock for a fixed span of virtual time:
+//! Each run is one QEMU boot of el2 with a `lockbench` VM whose vCPUs
+//! hammer one lock for a fixed span of counter time:
 //!
 //! | mode | guest lock | VM services |
 //! |---|---|---|
@@ -12,15 +15,17 @@
 //! | pv | PV queued lock (yield to a preempted holder, sleep until kicked) | openEuler PV-lock (preempted flag, KICK_CPU), directed yield, `boost = "off"` |
 //! | pv+boost | the same | the same with `boost = "on"`: el2's critical-section heuristics |
 //!
-//! With `--hog` every cell also runs beside a second VM whose vCPUs (one
-//! per pCPU) never stop computing. One more run measures the costs: a
-//! null hypercall (SMCCC_VERSION) and a directed yield between two vCPUs
-//! of one pCPU, in instructions (`lockbench costs=N`).
+//! Every point of the matrix runs [`RUNS`] times ([`QUICK_RUNS`] with
+//! `--quick`). With `--hog` every point also runs beside a second VM whose
+//! vCPUs (one per pCPU) never stop computing. One more run measures the
+//! costs under icount, exactly: a null hypercall (SMCCC_VERSION) and a
+//! directed yield between two vCPUs of one pCPU, in instructions
+//! (`lockbench costs=N`).
 //!
-//! The results (every cell) go to `target/xtask/bench/results.json`; the
-//! table, the headline figures against the targets, and an SVG plot per
-//! pCPU count go to `docs/benchmarks.md` and `docs/benchmarks-*.svg`
-//! ([`crate::bench_report`]).
+//! The results (every run, every point's statistics) go to
+//! `target/xtask/bench/results.json`; the tables, the headline figures
+//! against the targets, and an SVG plot per group go to
+//! `docs/benchmarks.md` and `docs/benchmarks-*.svg` ([`crate::bench_report`]).
 
 use std::fmt::Write as _;
 use std::fs;
@@ -30,10 +35,12 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use guest_driver::lockbench::{self, CostLine, DataLine, LockKind, ResultLine, YieldLine};
+use guest_driver::lockbench::{
+    self, CostLine, DataLine, LockKind, ResultLine, VcpuLine, YieldLine,
+};
 use pvlock_abi::pvlock::Variant;
 
-use crate::bench_report::{self, Cell, Costs, Mode, Targets};
+use crate::bench_report::{self, Cell, Costs, Mode, Point, Range, TARGETS, Timing};
 use crate::boottest::{BootTest, Check, Kernel, Outcome as Expected};
 use crate::cli::BenchOpts;
 use crate::guests::{self, Guests};
@@ -62,35 +69,55 @@ const RUN_TIMEOUT: Duration = Duration::from_secs(300);
 const CS_WORK: u64 = 40;
 const PRIVATE_WORK: u64 = 40;
 
-/// One run to make: a matrix cell.
+/// Runs per point of the full matrix, and of `--quick`.
+pub const RUNS: u32 = 5;
+pub const QUICK_RUNS: u32 = 3;
+
+/// One run to make: a point of the matrix, and which of its runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Plan {
-    pub pcpus: u32,
-    pub vcpus: u32,
-    pub mode: Mode,
-    pub hog: bool,
+    pub point: Point,
+    pub run: u32,
 }
 
-/// The matrix: pCPUs 2 and 4, vCPUs 1x, 2x and 4x the pCPUs, every mode;
-/// `quick`: 2 pCPUs, 1x and 2x; `hog`: every cell again beside the hogs.
+impl Plan {
+    /// The perturbation seed: icount runs are exact, so each of a point's
+    /// runs is made different by its own seed (1, 2, ...); a
+    /// multi-threaded run differs by itself.
+    pub fn seed(&self) -> Option<u64> {
+        (self.point.timing == Timing::Icount).then_some(u64::from(self.run) + 1)
+    }
+}
+
+/// The matrix: both timing modes; pCPUs 2 and 4, vCPUs 1x, 2x and 4x the
+/// pCPUs, every mode; `quick`: 2 pCPUs, 1x and 2x; `hog`: every point
+/// again beside the hogs. Each point [`RUNS`] times ([`QUICK_RUNS`]),
+/// the runs of a timing mode in rounds over its points, so that a host
+/// disturbance spreads over the points rather than sinking one.
 pub fn matrix(quick: bool, hog: bool) -> Vec<Plan> {
-    let (pcpus, ratios): (&[u32], &[u32]) = if quick {
-        (&[2], &[1, 2])
+    let (pcpus, ratios, runs): (&[u32], &[u32], u32) = if quick {
+        (&[2], &[1, 2], QUICK_RUNS)
     } else {
-        (&[2, 4], &[1, 2, 4])
+        (&[2, 4], &[1, 2, 4], RUNS)
     };
     let hogs: &[bool] = if hog { &[false, true] } else { &[false] };
     let mut plans = Vec::new();
-    for &hog in hogs {
-        for &p in pcpus {
-            for &ratio in ratios {
-                for mode in Mode::ALL {
-                    plans.push(Plan {
-                        pcpus: p,
-                        vcpus: p * ratio,
-                        mode,
-                        hog,
-                    });
+    for timing in [Timing::Icount, Timing::Mttcg] {
+        for run in 0..runs {
+            for &hog in hogs {
+                for &p in pcpus {
+                    for &ratio in ratios {
+                        for mode in Mode::ALL {
+                            let point = Point {
+                                timing,
+                                pcpus: p,
+                                hog,
+                                vcpus: p * ratio,
+                                mode,
+                            };
+                            plans.push(Plan { point, run });
+                        }
+                    }
                 }
             }
         }
@@ -106,25 +133,28 @@ fn lock_of(mode: Mode) -> LockKind {
     }
 }
 
-/// lockbench's command line for a cell.
-fn settings(mode: Mode, duration_ms: u64) -> lockbench::Settings {
+/// lockbench's command line for a run.
+fn settings(mode: Mode, duration_ms: u64, seed: Option<u64>) -> lockbench::Settings {
     lockbench::Settings {
         lock: lock_of(mode),
         duration_ms,
         cs_work: CS_WORK,
         private_work: PRIVATE_WORK,
+        seed: seed.unwrap_or(0),
         timeout_secs: 600,
         ..lockbench::Settings::default()
     }
 }
 
-/// The benchmarked VM of a cell.
+/// The benchmarked VM of a run.
 fn bench_vm(plan: &Plan, duration_ms: u64) -> VmConfig {
+    let point = &plan.point;
+    let args = settings(point.mode, duration_ms, plan.seed());
     let mut vm = VmConfig {
         guest: GUEST.into(),
-        ..VmConfig::smp_demo(plan.vcpus, &settings(plan.mode, duration_ms).to_string(), 1)
+        ..VmConfig::smp_demo(point.vcpus, &args.to_string(), 1)
     };
-    match plan.mode {
+    match point.mode {
         Mode::Vanilla => {
             vm.pv_lock = Some(PvLock::Off);
             vm.pv_time = Some(false);
@@ -132,7 +162,7 @@ fn bench_vm(plan: &Plan, duration_ms: u64) -> VmConfig {
         }
         Mode::Pv | Mode::PvBoost => {
             vm.pv_lock = Some(PvLock::Variant(Variant::OpenEuler));
-            vm.boost = Some(plan.mode == Mode::PvBoost);
+            vm.boost = Some(point.mode == Mode::PvBoost);
         }
     }
     vm
@@ -158,8 +188,9 @@ pub(crate) fn hog_vm(pcpus: u32, duration_ms: u64) -> VmConfig {
     }
 }
 
-/// The boot "test" a run is: el2 under icount with the cell's VMs.
-fn boot(name: String, smp: u32, vms: Vec<VmConfig>) -> BootTest {
+/// The boot "test" a run is: el2 with the run's VMs, under icount or
+/// multi-threaded TCG.
+fn boot(name: String, smp: u32, vms: Vec<VmConfig>, timing: Timing) -> BootTest {
     BootTest {
         name,
         timeout: RUN_TIMEOUT,
@@ -170,7 +201,7 @@ fn boot(name: String, smp: u32, vms: Vec<VmConfig>) -> BootTest {
         vms,
         machine: Machine {
             smp,
-            icount: true,
+            icount: timing == Timing::Icount,
             ..Machine::default()
         },
     }
@@ -178,20 +209,25 @@ fn boot(name: String, smp: u32, vms: Vec<VmConfig>) -> BootTest {
 
 impl Plan {
     fn name(&self) -> String {
+        let p = &self.point;
         format!(
-            "pcpus={} vcpus={} mode={}{}",
-            self.pcpus,
-            self.vcpus,
-            self.mode.name(),
-            if self.hog { " hog" } else { "" }
+            "{} pcpus={} vcpus={} mode={}{} run={}",
+            p.timing.name(),
+            p.pcpus,
+            p.vcpus,
+            p.mode.name(),
+            if p.hog { " hog" } else { "" },
+            self.run
         )
     }
 }
 
-/// What one cell's console says about the benchmarked VM (`vm0`).
-pub fn parse_cell(plan: &Plan, console: &str) -> Result<Cell, String> {
+/// What one run's console says about the benchmarked VM (`vm0`).
+/// `wall_secs` is how long the run took.
+pub fn parse_cell(plan: &Plan, console: &str, wall_secs: f64) -> Result<Cell, String> {
+    let point = plan.point;
     // With two VMs every guest line is prefixed with its VM's name.
-    let ours = |line: &&str| !plan.hog || line.starts_with("[vm0]");
+    let ours = |line: &&str| !point.hog || line.starts_with("[vm0]");
     let lines: Vec<&str> = console
         .lines()
         .map(|l| l.trim_end_matches('\r'))
@@ -209,26 +245,49 @@ pub fn parse_cell(plan: &Plan, console: &str) -> Result<Cell, String> {
         .iter()
         .filter_map(|l| DataLine::parse(l))
         .any(|d| d.acquisitions == result.acquisitions && d.lost_updates == 0);
-    if result.lock != lock_of(plan.mode) || result.vcpus != u64::from(plan.vcpus) {
+    if result.lock != lock_of(point.mode) || result.vcpus != u64::from(point.vcpus) {
         return Err(format!(
             "the guest ran lock={} with {} vCPUs, not lock={} with {}",
             result.lock.name(),
             result.vcpus,
-            lock_of(plan.mode).name(),
-            plan.vcpus
+            lock_of(point.mode).name(),
+            point.vcpus
+        ));
+    }
+    let mut per_vcpu = vec![None; point.vcpus as usize];
+    for line in lines.iter().filter_map(|l| VcpuLine::parse(l)) {
+        if let Some(slot) = usize::try_from(line.cpu)
+            .ok()
+            .and_then(|i| per_vcpu.get_mut(i))
+        {
+            *slot = Some(line.acquisitions);
+        }
+    }
+    let per_vcpu: Vec<u64> = per_vcpu
+        .iter()
+        .enumerate()
+        .map(|(cpu, n)| n.ok_or(format!("no \"lockbench: vcpu {cpu}:\" line")))
+        .collect::<Result<_, _>>()?;
+    if per_vcpu.iter().sum::<u64>() != result.acquisitions {
+        return Err(format!(
+            "the vCPUs' lines add up to {} acquisitions, the result line says {}",
+            per_vcpu.iter().sum::<u64>(),
+            result.acquisitions
         ));
     }
     Ok(Cell {
-        pcpus: plan.pcpus,
-        vcpus: plan.vcpus,
-        mode: plan.mode,
-        hog: plan.hog,
+        point,
+        run: plan.run,
+        seed: plan.seed(),
         acquisitions: result.acquisitions,
+        contended: result.contended,
+        per_vcpu,
         virtual_ns: result.elapsed_ns,
         worst_wait_ns: result.worst_wait_ns,
         yields: yields.yielded,
         kicks: yields.kicks,
         data_ok,
+        wall_secs,
     })
 }
 
@@ -331,6 +390,67 @@ impl Bench {
     }
 }
 
+/// The host's cores: a multi-threaded group with more pCPUs is marked.
+fn host_cores() -> u32 {
+    std::thread::available_parallelism().map_or(1, |n| n.get() as u32)
+}
+
+/// One line of progress for a finished run.
+fn run_line(cell: &Cell) -> String {
+    format!(
+        "{:>12} acq/s  {:>7} contended  fairness {}  worst wait {:>8.3} ms  {} yields  {} kicks  \
+         data {}  ({:.1} s)",
+        group_thousands(cell.throughput()),
+        cell.contended,
+        cell.fairness()
+            .map_or_else(|| "-".to_string(), |f| format!("{f:.2}")),
+        cell.worst_wait_ns as f64 / 1e6,
+        cell.yields,
+        cell.kicks,
+        if cell.data_ok { "ok" } else { "LOST UPDATES" },
+        cell.wall_secs
+    )
+}
+
+/// Makes one run of `plan`.
+fn run_plan(b: &Bench, plan: &Plan, duration_ms: u64) -> Result<Cell, String> {
+    let start = Instant::now();
+    let mut vms = vec![bench_vm(plan, duration_ms)];
+    if plan.point.hog {
+        vms.push(hog_vm(plan.point.pcpus, duration_ms));
+    }
+    let t = boot(
+        format!("bench {}", plan.name()),
+        plan.point.pcpus,
+        vms,
+        plan.point.timing,
+    );
+    b.run(&t)
+        .and_then(|console| parse_cell(plan, &console, start.elapsed().as_secs_f64()))
+}
+
+/// The cost run: null hypercalls and directed yields between two vCPUs
+/// of one pCPU, under icount (exact).
+fn run_costs(b: &Bench) -> Result<Costs, String> {
+    let cost_args = lockbench::Settings {
+        costs: COST_ROUNDS,
+        duration_ms: 1,
+        ..settings(Mode::Pv, 1, None)
+    };
+    let cost_vm = VmConfig {
+        guest: GUEST.into(),
+        pv_lock: Some(PvLock::Variant(Variant::OpenEuler)),
+        ..VmConfig::smp_demo(2, &cost_args.to_string(), 1)
+    };
+    b.run(&boot(
+        "bench costs".into(),
+        1,
+        vec![cost_vm],
+        Timing::Icount,
+    ))
+    .and_then(|console| parse_costs(&console))
+}
+
 pub fn bench(ws: &Workspace, o: &BenchOpts) -> Result<ExitCode> {
     let dir = ws.xtask_dir()?.join("bench");
     let b = Bench::prepare(ws, &o.build, dir.join("logs"), false)?;
@@ -340,62 +460,38 @@ pub fn bench(ws: &Workspace, o: &BenchOpts) -> Result<ExitCode> {
         DURATION_MS
     };
     let plans = matrix(o.quick, o.hog);
+    let cores = host_cores();
     println!(
-        "bench: {} runs of {duration_ms} ms of virtual time each, plus the cost run, under \
-         -icount shift=0 (1 instruction = 1 ns)",
-        plans.len()
+        "bench: {} runs of {duration_ms} ms of counter time each ({} per point), under -icount \
+         shift=0 (1 instruction = 1 ns, perturbed by seeds) and multi-threaded TCG ({cores} host \
+         cores), plus the cost run",
+        plans.len(),
+        if o.quick { QUICK_RUNS } else { RUNS }
     );
+    let wall = Instant::now();
     let mut failures: Vec<String> = Vec::new();
     let mut cells: Vec<Cell> = Vec::new();
     for (i, plan) in plans.iter().enumerate() {
         let name = plan.name();
-        print!("[{:>2}/{}] {name:<34} ", i + 1, plans.len());
+        print!("[{:>3}/{}] {name:<48} ", i + 1, plans.len());
         let _ = std::io::stdout().flush();
-        let start = Instant::now();
-        let mut vms = vec![bench_vm(plan, duration_ms)];
-        if plan.hog {
-            vms.push(hog_vm(plan.pcpus, duration_ms));
-        }
-        let t = boot(format!("bench {name}"), plan.pcpus, vms);
-        let secs = || start.elapsed().as_secs_f64();
-        match b.run(&t).and_then(|console| parse_cell(plan, &console)) {
+        match run_plan(&b, plan, duration_ms) {
             Ok(cell) => {
-                println!(
-                    "{:>12} acq/s  worst wait {:>8.3} ms  {} yields  {} kicks  data {}  ({:.1} s)",
-                    group_thousands(cell.throughput()),
-                    cell.worst_wait_ns as f64 / 1e6,
-                    cell.yields,
-                    cell.kicks,
-                    if cell.data_ok { "ok" } else { "LOST UPDATES" },
-                    secs()
-                );
+                println!("{}", run_line(&cell));
                 if !cell.data_ok {
                     failures.push(format!("{name}: lost updates"));
                 }
                 cells.push(cell);
             }
             Err(why) => {
-                println!("FAILED: {why} ({:.1} s)", secs());
+                println!("FAILED: {why}");
                 failures.push(format!("{name}: {why}"));
             }
         }
     }
     print!("[cost] null hypercall and directed yield, 2 vCPUs on 1 pCPU ");
     let _ = std::io::stdout().flush();
-    let cost_args = lockbench::Settings {
-        costs: COST_ROUNDS,
-        duration_ms: 1,
-        ..settings(Mode::Pv, 1)
-    };
-    let cost_vm = VmConfig {
-        guest: GUEST.into(),
-        pv_lock: Some(PvLock::Variant(Variant::OpenEuler)),
-        ..VmConfig::smp_demo(2, &cost_args.to_string(), 1)
-    };
-    let costs = match b
-        .run(&boot("bench costs".into(), 1, vec![cost_vm]))
-        .and_then(|console| parse_costs(&console))
-    {
+    let costs = match run_costs(&b) {
         Ok(c) => {
             println!(
                 "{:.1} and {:.1} instructions",
@@ -411,23 +507,41 @@ pub fn bench(ws: &Workspace, o: &BenchOpts) -> Result<ExitCode> {
     };
 
     let summary = bench_report::summarize(&cells, costs.as_ref());
-    let verdicts = bench_report::verdicts(&summary, &Targets::default());
+    let verdicts = bench_report::verdicts(&summary, &TARGETS);
     let meta = [
         (
             "command",
-            format!("cargo xtask bench{}", if o.quick { " --quick" } else { "" }),
+            format!(
+                "cargo xtask bench{}{}",
+                if o.quick { " --quick" } else { "" },
+                if o.hog { " --hog" } else { "" }
+            ),
         ),
         ("duration_ms", duration_ms.to_string()),
+        (
+            "runs_per_point",
+            (if o.quick { QUICK_RUNS } else { RUNS }).to_string(),
+        ),
         (
             "qemu",
             qemu::check_version().unwrap_or_else(|e| format!("unknown: {e}")),
         ),
         (
-            "accel",
+            "accel_icount",
             "-accel tcg,thread=single -icount shift=0,sleep=off".into(),
         ),
+        ("accel_mttcg", "-accel tcg (multi-threaded)".into()),
+        ("host_cores", cores.to_string()),
         ("cs_work", CS_WORK.to_string()),
         ("private_work", PRIVATE_WORK.to_string()),
+        (
+            "runs",
+            format!("{} of {} completed", cells.len(), plans.len()),
+        ),
+        (
+            "wall_minutes",
+            format!("{:.1}", wall.elapsed().as_secs_f64() / 60.0),
+        ),
     ];
     let results = dir.join("results.json");
     fs::write(
@@ -442,7 +556,16 @@ pub fn bench(ws: &Workspace, o: &BenchOpts) -> Result<ExitCode> {
         println!("summary: {}", path.display());
     }
     if o.docs {
-        write_docs(ws, &cells, costs.as_ref(), &summary, &verdicts, o.quick)?;
+        let command = &meta[0].1;
+        write_docs(
+            ws,
+            &cells,
+            costs.as_ref(),
+            &summary,
+            &verdicts,
+            command,
+            cores,
+        )?;
     }
     for v in &verdicts {
         println!(
@@ -454,6 +577,10 @@ pub fn bench(ws: &Workspace, o: &BenchOpts) -> Result<ExitCode> {
             if v.met { "met" } else { "MISSED" }
         );
     }
+    println!(
+        "bench: {:.1} minutes of wall time",
+        wall.elapsed().as_secs_f64() / 60.0
+    );
     if failures.is_empty() {
         println!(
             "bench: {} runs, all completed with exact data",
@@ -472,37 +599,49 @@ pub fn bench(ws: &Workspace, o: &BenchOpts) -> Result<ExitCode> {
 /// collapse: the demo said 1.3x where the bench said 13x.)
 const DEMO_DURATION_MS: u64 = DURATION_MS;
 
+/// Runs per mode of the demo: enough for a median and a range.
+const DEMO_RUNS: u32 = 3;
+
 /// The default `cargo xtask run`: the point of the project in one screen.
-/// Two runs of lockbench with 4 vCPUs on 2 pCPUs (2x overcommit)
-/// under -icount, consoles shown: the plain ticket lock without PV
-/// services, then the PV queued lock with every service and the boosts;
-/// then the comparison.
+/// Lockbench with 4 vCPUs on 2 pCPUs (2x overcommit) under -icount, each
+/// mode [`DEMO_RUNS`] times with its own perturbation seed (the first
+/// run's console shown): the plain ticket lock without PV services, then
+/// the PV queued lock with every service and the boosts; then the
+/// comparison, medians with their ranges.
 pub fn demo(ws: &Workspace, build: &crate::cli::BuildOpts) -> Result<ExitCode> {
-    let b = Bench::prepare(ws, build, ws.xtask_dir()?.join("demo"), true)?;
-    let plans = [Mode::Vanilla, Mode::PvBoost].map(|mode| Plan {
-        pcpus: 2,
-        vcpus: 4,
-        mode,
-        hog: false,
-    });
+    let mut b = Bench::prepare(ws, build, ws.xtask_dir()?.join("demo"), true)?;
     let mut cells = Vec::new();
-    for plan in &plans {
-        eprintln!(
-            "xtask: demo run {}: lockbench, 4 vCPUs on 2 pCPUs, lock={}, {DEMO_DURATION_MS} ms of \
-             virtual time (-icount)",
-            plan.mode.name(),
-            lock_of(plan.mode).name()
-        );
-        let t = boot(
-            format!("demo {}", plan.name()),
-            plan.pcpus,
-            vec![bench_vm(plan, DEMO_DURATION_MS)],
-        );
-        match b.run(&t).and_then(|console| parse_cell(plan, &console)) {
-            Ok(cell) => cells.push(cell),
-            Err(why) => {
-                eprintln!("xtask: FAILED: demo run {}: {why}", plan.mode.name());
-                return Ok(ExitCode::FAILURE);
+    for mode in [Mode::Vanilla, Mode::PvBoost] {
+        for run in 0..DEMO_RUNS {
+            let plan = Plan {
+                point: Point {
+                    timing: Timing::Icount,
+                    pcpus: 2,
+                    hog: false,
+                    vcpus: 4,
+                    mode,
+                },
+                run,
+            };
+            b.echo = run == 0;
+            eprintln!(
+                "xtask: demo run {} {}/{DEMO_RUNS}: lockbench, 4 vCPUs on 2 pCPUs, lock={}, \
+                 {DEMO_DURATION_MS} ms of virtual time (-icount, seed {}){}",
+                mode.name(),
+                run + 1,
+                lock_of(mode).name(),
+                plan.seed().unwrap_or(0),
+                if run == 0 { "" } else { ", console not shown" }
+            );
+            match run_plan(&b, &plan, DEMO_DURATION_MS) {
+                Ok(cell) => {
+                    eprintln!("xtask: {}", run_line(&cell));
+                    cells.push(cell);
+                }
+                Err(why) => {
+                    eprintln!("xtask: FAILED: demo run {}: {why}", plan.name());
+                    return Ok(ExitCode::FAILURE);
+                }
             }
         }
     }
@@ -516,40 +655,71 @@ pub fn demo(ws: &Workspace, build: &crate::cli::BuildOpts) -> Result<ExitCode> {
     })
 }
 
-/// The demo's table: one row per run, and the speed-up of the last over
-/// the first.
+/// The demo's table: one row per mode, medians with their ranges over the
+/// runs, and the speed-up of the last mode over the first.
 pub fn comparison(cells: &[Cell]) -> String {
     let mut out = String::from(
-        "lock benchmark, 4 vCPUs on 2 pCPUs (2x overcommit), virtual time under -icount:\n\n\
-         | mode     | lock          | acquisitions/s | worst wait | directed yields | kicks | data |\n\
-         |----------|---------------|---------------:|-----------:|----------------:|------:|------|\n",
+        "lock benchmark, 4 vCPUs on 2 pCPUs (2x overcommit), virtual time under -icount, \
+         median [smallest-largest] of each mode's runs:\n\n\
+         | mode     | lock          | runs | acquisitions/s | worst wait | fairness | data |\n\
+         |----------|---------------|-----:|---------------:|-----------:|---------:|------|\n",
     );
-    for c in cells {
+    let mut modes: Vec<Mode> = cells.iter().map(|c| c.point.mode).collect();
+    modes.dedup();
+    let range = |mode: Mode, f: &dyn Fn(&Cell) -> f64| {
+        let values: Vec<f64> = cells
+            .iter()
+            .filter(|c| c.point.mode == mode)
+            .map(f)
+            .collect();
+        Range::of(&values)
+    };
+    for &mode in &modes {
+        let Some(acq) = range(mode, &Cell::throughput) else {
+            continue;
+        };
+        let worst = range(mode, &|c| c.worst_wait_ns as f64 / 1e6);
+        let fair = range(mode, &|c| c.fairness().unwrap_or(f64::NAN));
+        let ok = cells
+            .iter()
+            .filter(|c| c.point.mode == mode)
+            .all(|c| c.data_ok);
         let _ = writeln!(
             out,
-            "| {:<8} | {:<13} | {:>14} | {:>7.3} ms | {:>15} | {:>5} | {} |",
-            c.mode.name(),
-            match lock_of(c.mode) {
+            "| {:<8} | {:<13} | {:>4} | {} [{}-{}] | {} | {} | {} |",
+            mode.name(),
+            match lock_of(mode) {
                 LockKind::Ticket => "plain ticket",
                 LockKind::Pv => "PV queued",
                 LockKind::PvTicket => "PV ticket",
             },
-            group_thousands(c.throughput()),
-            c.worst_wait_ns as f64 / 1e6,
-            c.yields,
-            c.kicks,
-            if c.data_ok { "ok" } else { "LOST UPDATES" }
+            acq.n,
+            group_thousands(acq.median),
+            group_thousands(acq.min),
+            group_thousands(acq.max),
+            worst.map_or_else(|| "-".into(), |w| format!("{:.3} ms", w.max)),
+            fair.map_or_else(|| "-".into(), |f| format!("{:.2}", f.min)),
+            if ok { "ok" } else { "LOST UPDATES" }
         );
     }
-    if let [first, .., last] = cells
-        && first.throughput() > 0.0
+    if let [first, .., last] = modes.as_slice()
+        && let (Some(a), Some(b)) = (
+            range(*first, &Cell::throughput),
+            range(*last, &Cell::throughput),
+        )
+        && a.median > 0.0
+        && a.max > 0.0
+        && a.min > 0.0
     {
         let _ = writeln!(
             out,
-            "\n{} is {:.1}x {} at 2x overcommit (`cargo xtask bench` runs the whole matrix).",
-            last.mode.name(),
-            last.throughput() / first.throughput(),
-            first.mode.name()
+            "\n{} is {:.1}x {} at 2x overcommit (runs against each other: {:.1}x to {:.1}x; \
+             `cargo xtask bench` runs the whole matrix).",
+            last.name(),
+            b.median / a.median,
+            first.name(),
+            b.min / a.max,
+            b.max / a.min
         );
     }
     out
@@ -562,31 +732,40 @@ fn write_docs(
     costs: Option<&Costs>,
     summary: &bench_report::Summary,
     verdicts: &[bench_report::Verdict],
-    quick: bool,
+    command: &str,
+    host_cores: u32,
 ) -> Result<()> {
     let docs = ws.root.join("docs");
     let mut generated = String::new();
     let _ = writeln!(
         generated,
-        "_Generated by `cargo xtask bench{}`; do not edit between the markers._\n",
-        if quick { " --quick" } else { "" }
+        "_Generated by `{command}`; do not edit between the markers._\n"
     );
-    generated += &bench_report::markdown(cells, costs, summary, verdicts);
-    let mut groups: Vec<(u32, bool)> = cells.iter().map(|c| (c.pcpus, c.hog)).collect();
-    groups.sort_unstable();
+    generated += &bench_report::markdown(cells, costs, summary, verdicts, host_cores);
+    let mut groups: Vec<(Timing, u32, bool)> = cells
+        .iter()
+        .map(|c| (c.point.timing, c.point.pcpus, c.point.hog))
+        .collect();
+    groups.sort_unstable_by_key(|&(t, p, h)| (t != Timing::Icount, p, h));
     groups.dedup();
-    for (pcpus, hog) in groups {
+    for (timing, pcpus, hog) in groups {
         let file = format!(
-            "benchmarks-{pcpus}pcpus{}.svg",
-            if hog { "-hog" } else { "" }
+            "benchmarks-{pcpus}pcpus{}{}.svg",
+            if hog { "-hog" } else { "" },
+            if timing == Timing::Mttcg {
+                "-mttcg"
+            } else {
+                ""
+            }
         );
         let path = docs.join(&file);
-        fs::write(&path, bench_report::svg_plot(cells, pcpus, hog))
+        fs::write(&path, bench_report::svg_plot(cells, timing, pcpus, hog))
             .with_context(|| format!("cannot write {}", path.display()))?;
         let _ = writeln!(
             generated,
-            "\n![Lock throughput against overcommit, {pcpus} pCPUs{}]({file})",
-            if hog { ", with CPU hogs" } else { "" }
+            "\n![Lock throughput against overcommit, {pcpus} pCPUs{}, {}]({file})",
+            if hog { ", with CPU hogs" } else { "" },
+            timing.name()
         );
     }
     let md = docs.join("benchmarks.md");
@@ -618,47 +797,77 @@ mod tests {
     use super::*;
     use guest_driver::bootargs::BootArgs;
 
+    fn point(timing: Timing, vcpus: u32, mode: Mode) -> Point {
+        Point {
+            timing,
+            pcpus: 2,
+            hog: false,
+            vcpus,
+            mode,
+        }
+    }
+
     #[test]
     fn the_matrices() {
         let full = matrix(false, false);
-        assert_eq!(full.len(), 2 * 3 * 3);
-        assert!(full.iter().all(|p| !p.hog));
-        let cells: Vec<(u32, u32)> = full
+        // 2 timings x 2 pCPU counts x 3 ratios x 3 modes, each RUNS times.
+        assert_eq!(full.len(), 2 * 2 * 3 * 3 * RUNS as usize);
+        assert!(full.iter().all(|p| !p.point.hog));
+        let mut points: Vec<(Timing, u32, u32)> = full
             .iter()
-            .filter(|p| p.mode == Mode::Vanilla)
-            .map(|p| (p.pcpus, p.vcpus))
+            .filter(|p| p.point.mode == Mode::Vanilla && p.run == 0)
+            .map(|p| (p.point.timing, p.point.pcpus, p.point.vcpus))
             .collect();
-        assert_eq!(cells, [(2, 2), (2, 4), (2, 8), (4, 4), (4, 8), (4, 16)]);
+        points.dedup();
+        let sizes = [(2, 2), (2, 4), (2, 8), (4, 4), (4, 8), (4, 16)];
+        let expected: Vec<(Timing, u32, u32)> = [Timing::Icount, Timing::Mttcg]
+            .iter()
+            .flat_map(|&t| sizes.map(|(p, v)| (t, p, v)))
+            .collect();
+        assert_eq!(points, expected);
+        // Every point runs RUNS times, with runs 0.. in rounds.
+        for plan in &full {
+            let runs: Vec<u32> = full
+                .iter()
+                .filter(|p| p.point == plan.point)
+                .map(|p| p.run)
+                .collect();
+            assert_eq!(runs, (0..RUNS).collect::<Vec<_>>());
+        }
+        // Icount runs are perturbed by their own seeds, multi-threaded ones
+        // are plain repeats.
+        for plan in &full {
+            match plan.point.timing {
+                Timing::Icount => assert_eq!(plan.seed(), Some(u64::from(plan.run) + 1)),
+                Timing::Mttcg => assert_eq!(plan.seed(), None),
+            }
+        }
         let quick = matrix(true, false);
-        assert_eq!(quick.len(), 6);
+        assert_eq!(quick.len(), 2 * 2 * 3 * QUICK_RUNS as usize);
         // The quick matrix still has what the summary needs: 2 pCPUs at
-        // 1x and 2x, vanilla and PV+boost.
-        for (vcpus, mode) in [
-            (2, Mode::Vanilla),
-            (4, Mode::Vanilla),
-            (2, Mode::PvBoost),
-            (4, Mode::PvBoost),
-        ] {
-            assert!(
-                quick
-                    .iter()
-                    .any(|p| p.pcpus == 2 && p.vcpus == vcpus && p.mode == mode)
-            );
+        // 1x and 2x, vanilla and PV+boost, in both timings.
+        for timing in [Timing::Icount, Timing::Mttcg] {
+            for (vcpus, mode) in [
+                (2, Mode::Vanilla),
+                (4, Mode::Vanilla),
+                (2, Mode::PvBoost),
+                (4, Mode::PvBoost),
+            ] {
+                assert!(quick.iter().any(|p| p.point == point(timing, vcpus, mode)));
+            }
         }
         let with_hog = matrix(true, true);
-        assert_eq!(with_hog.len(), 12);
-        assert_eq!(with_hog.iter().filter(|p| p.hog).count(), 6);
+        assert_eq!(with_hog.len(), 2 * quick.len());
+        assert_eq!(with_hog.iter().filter(|p| p.point.hog).count(), quick.len());
     }
 
     #[test]
     fn modes_configure_guest_and_vm() {
-        let plan = |mode| Plan {
-            pcpus: 2,
-            vcpus: 4,
-            mode,
-            hog: false,
+        let plan = |mode, run| Plan {
+            point: point(Timing::Icount, 4, mode),
+            run,
         };
-        let vanilla = bench_vm(&plan(Mode::Vanilla), 200);
+        let vanilla = bench_vm(&plan(Mode::Vanilla, 0), 200);
         assert_eq!(
             (vanilla.pv_lock, vanilla.pv_time, vanilla.boost),
             (Some(PvLock::Off), Some(false), Some(false))
@@ -666,15 +875,25 @@ mod tests {
         let told = lockbench::Settings::from_bootargs(&BootArgs::new(&vanilla.bootargs)).unwrap();
         assert_eq!((told.lock, told.duration_ms), (LockKind::Ticket, 200));
         assert_eq!((told.cs_work, told.private_work), (CS_WORK, PRIVATE_WORK));
-        let pv = bench_vm(&plan(Mode::Pv), 200);
-        let boost = bench_vm(&plan(Mode::PvBoost), 200);
-        for (vm, on) in [(&pv, false), (&boost, true)] {
+        assert_eq!(told.seed, 1);
+        let pv = bench_vm(&plan(Mode::Pv, 2), 200);
+        let boost = bench_vm(&plan(Mode::PvBoost, 0), 200);
+        for (vm, on, seed) in [(&pv, false, 3), (&boost, true, 1)] {
             assert_eq!(vm.pv_lock, Some(PvLock::Variant(Variant::OpenEuler)));
             assert_eq!(vm.boost, Some(on));
             let told = lockbench::Settings::from_bootargs(&BootArgs::new(&vm.bootargs)).unwrap();
-            assert_eq!(told.lock, LockKind::Pv);
+            assert_eq!((told.lock, told.seed), (LockKind::Pv, seed));
             assert_eq!(vm.vcpus, 4);
         }
+        let mt = bench_vm(
+            &Plan {
+                point: point(Timing::Mttcg, 4, Mode::PvBoost),
+                run: 4,
+            },
+            200,
+        );
+        let told = lockbench::Settings::from_bootargs(&BootArgs::new(&mt.bootargs)).unwrap();
+        assert_eq!(told.seed, 0, "multi-threaded runs are not perturbed");
         let hog = hog_vm(2, 200);
         let told = lockbench::Settings::from_bootargs(&BootArgs::new(&hog.bootargs)).unwrap();
         assert_eq!(
@@ -682,16 +901,20 @@ mod tests {
             (2, 400),
             "outlives the benchmark"
         );
-        let t = boot("x".into(), 2, vec![pv]);
+        let t = boot("x".into(), 2, vec![pv.clone()], Timing::Icount);
         assert!(t.machine.icount && t.machine.virtualization);
         assert_eq!(t.machine.smp, 2);
+        assert!(!boot("x".into(), 2, vec![pv], Timing::Mttcg).machine.icount);
     }
 
-    fn console(vm: &str, lock: LockKind, vcpus: u64, acquisitions: u64, lost: u64) -> String {
+    /// A run's console: `per_vcpu` acquisitions, `lost` lost updates.
+    fn console(vm: &str, lock: LockKind, per_vcpu: &[u64], lost: u64) -> String {
+        let acquisitions = per_vcpu.iter().sum();
         let result = ResultLine {
             lock,
-            vcpus,
+            vcpus: per_vcpu.len() as u64,
             acquisitions,
+            contended: 250,
             elapsed_ns: 200_000_000,
             worst_wait_ns: 1_500_000,
         };
@@ -710,35 +933,63 @@ mod tests {
             halts: 30,
             kicks: 25,
         };
-        format!("el2: banner\r\n{vm}{data}\r\n{vm}{yields}\r\n{vm}{result}\r\n")
+        let mut out = String::from("el2: banner\r\n");
+        for (cpu, &n) in per_vcpu.iter().enumerate() {
+            let line = VcpuLine {
+                cpu: cpu as u64,
+                acquisitions: n,
+                contended: n / 2,
+            };
+            out += &format!("{vm}{line}, 3 looks (0 owner unknown, 1 preempted)\r\n");
+        }
+        out + &format!("{vm}{data}\r\n{vm}{yields}\r\n{vm}{result}\r\n")
     }
 
     #[test]
-    fn cells_come_from_the_guests_lines() {
+    fn runs_come_from_the_guests_lines() {
         let plan = Plan {
-            pcpus: 2,
-            vcpus: 4,
-            mode: Mode::PvBoost,
-            hog: false,
+            point: point(Timing::Icount, 4, Mode::PvBoost),
+            run: 1,
         };
-        let cell = parse_cell(&plan, &console("", LockKind::Pv, 4, 10_000, 0)).unwrap();
+        let per_vcpu = [1_000, 4_000, 2_000, 3_000];
+        let cell = parse_cell(&plan, &console("", LockKind::Pv, &per_vcpu, 0), 2.5).unwrap();
         assert_eq!(
             (cell.acquisitions, cell.virtual_ns, cell.worst_wait_ns),
             (10_000, 200_000_000, 1_500_000)
         );
         assert_eq!((cell.yields, cell.kicks, cell.data_ok), (7, 25, true));
+        assert_eq!((cell.contended, cell.run, cell.seed), (250, 1, Some(2)));
+        assert_eq!(cell.per_vcpu, per_vcpu);
+        assert_eq!((cell.fairness(), cell.wall_secs), (Some(0.25), 2.5));
         assert_eq!(cell.throughput(), 50_000.0);
-        let lost = parse_cell(&plan, &console("", LockKind::Pv, 4, 10_000, 3)).unwrap();
+        let lost = parse_cell(&plan, &console("", LockKind::Pv, &per_vcpu, 3), 1.0).unwrap();
         assert!(!lost.data_ok);
         // The wrong lock or vCPU count is an error, not a figure.
-        assert!(parse_cell(&plan, &console("", LockKind::Ticket, 4, 1, 0)).is_err());
-        assert!(parse_cell(&plan, &console("", LockKind::Pv, 8, 1, 0)).is_err());
-        assert!(parse_cell(&plan, "el2: nothing\r\n").is_err());
+        assert!(parse_cell(&plan, &console("", LockKind::Ticket, &per_vcpu, 0), 1.0).is_err());
+        assert!(parse_cell(&plan, &console("", LockKind::Pv, &[1; 8], 0), 1.0).is_err());
+        assert!(parse_cell(&plan, "el2: nothing\r\n", 1.0).is_err());
+        // So is a missing vCPU line, or lines that do not add up.
+        let full = console("", LockKind::Pv, &per_vcpu, 0);
+        let without = full.replace("lockbench: vcpu 2: 2000", "lockbench: vcpu 9: 2000");
+        let err = parse_cell(&plan, &without, 1.0).unwrap_err();
+        assert!(err.contains("no \"lockbench: vcpu 2:\" line"), "{err}");
+        let wrong = full.replace("vcpu 3: 3000", "vcpu 3: 3001");
+        assert!(
+            parse_cell(&plan, &wrong, 1.0)
+                .unwrap_err()
+                .contains("add up")
+        );
         // Beside the hogs only vm0's lines count.
-        let hog = Plan { hog: true, ..plan };
-        let both = console("[vm1] ", LockKind::Ticket, 2, 99, 0)
-            + &console("[vm0] ", LockKind::Pv, 4, 10_000, 0);
-        assert_eq!(parse_cell(&hog, &both).unwrap().acquisitions, 10_000);
+        let hog = Plan {
+            point: Point {
+                hog: true,
+                ..plan.point
+            },
+            ..plan
+        };
+        let both = console("[vm1] ", LockKind::Ticket, &[99, 1], 0)
+            + &console("[vm0] ", LockKind::Pv, &per_vcpu, 0);
+        assert_eq!(parse_cell(&hog, &both, 1.0).unwrap().acquisitions, 10_000);
     }
 
     #[test]
@@ -758,29 +1009,46 @@ mod tests {
     }
 
     #[test]
-    fn the_demo_table() {
-        let cell = |mode, acquisitions| Cell {
-            pcpus: 2,
-            vcpus: 4,
-            mode,
-            hog: false,
+    fn the_demo_table_gives_medians_and_ranges() {
+        let cell = |mode, run, acquisitions| Cell {
+            point: point(Timing::Icount, 4, mode),
+            run,
+            seed: Some(u64::from(run) + 1),
             acquisitions,
+            contended: 300,
+            per_vcpu: vec![acquisitions / 4; 4],
             virtual_ns: 100_000_000,
-            worst_wait_ns: 2_500_000,
+            worst_wait_ns: 2_500_000 + u64::from(run),
             yields: 3,
             kicks: 40,
             data_ok: true,
+            wall_secs: 1.0,
         };
-        let table = comparison(&[cell(Mode::Vanilla, 10_000), cell(Mode::PvBoost, 65_000)]);
+        let cells = [
+            cell(Mode::Vanilla, 0, 10_000),
+            cell(Mode::Vanilla, 1, 8_000),
+            cell(Mode::Vanilla, 2, 12_000),
+            cell(Mode::PvBoost, 0, 65_000),
+            cell(Mode::PvBoost, 1, 60_000),
+            cell(Mode::PvBoost, 2, 70_000),
+        ];
+        let table = comparison(&cells);
         assert!(
-            table.contains("| vanilla  | plain ticket  |        100,000 |   2.500 ms |"),
+            table.contains(
+                "| vanilla  | plain ticket  |    3 | 100,000 [80,000-120,000] | 2.500 ms | 1.00 | ok |"
+            ),
             "{table}"
         );
         assert!(
-            table.contains("| pv+boost | PV queued     |        650,000 |"),
+            table.contains("| pv+boost | PV queued     |    3 | 650,000 [600,000-700,000] |"),
             "{table}"
         );
-        assert!(table.contains("pv+boost is 6.5x vanilla"), "{table}");
+        assert!(
+            table.contains(
+                "pv+boost is 6.5x vanilla at 2x overcommit (runs against each other: 5.0x to 8.8x"
+            ),
+            "{table}"
+        );
     }
 
     #[test]

@@ -27,29 +27,10 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 
 use crate::bench_report::{coord, nice_ticks, svg_open, svg_y_grid, to_pretty_json, xml_escape};
+pub use crate::measure::{Range, Timing};
 
 /// Physical CPUs of every run of the matrix.
 pub const PCPUS: u32 = 2;
-
-/// How QEMU kept time.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum Timing {
-    /// Multi-threaded TCG: the pCPUs run in parallel, as on hardware.
-    #[serde(rename = "mttcg")]
-    Mttcg,
-    /// `-accel tcg,thread=single -icount shift=0,sleep=off`: deterministic.
-    #[serde(rename = "icount")]
-    Icount,
-}
-
-impl Timing {
-    pub fn name(self) -> &'static str {
-        match self {
-            Timing::Mttcg => "mttcg",
-            Timing::Icount => "icount",
-        }
-    }
-}
 
 /// Which kernel ran, and where.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -115,39 +96,6 @@ pub struct Run {
     pub ops_per_sec: BTreeMap<String, f64>,
     /// Wall-clock seconds the run took (boot included).
     pub wall_secs: f64,
-}
-
-/// Median, minimum and maximum of some values.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Range {
-    pub median: f64,
-    pub min: f64,
-    pub max: f64,
-    pub n: usize,
-}
-
-impl Range {
-    /// `None` for no (finite) values; the median of an even count is the
-    /// mean of the middle two.
-    pub fn of(values: &[f64]) -> Option<Range> {
-        let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
-        if v.is_empty() {
-            return None;
-        }
-        v.sort_by(f64::total_cmp);
-        let n = v.len();
-        let median = if n % 2 == 1 {
-            v[n / 2]
-        } else {
-            (v[n / 2 - 1] + v[n / 2]) / 2.0
-        };
-        Some(Range {
-            median,
-            min: v[0],
-            max: v[n - 1],
-            n,
-        })
-    }
 }
 
 /// The reference ops/s per test for `timing`: the median of the stock
@@ -685,15 +633,6 @@ mod tests {
             ops_per_sec: values.iter().map(|(t, v)| (t.to_string(), *v)).collect(),
             wall_secs: 1.0,
         }
-    }
-
-    #[test]
-    fn ranges_take_the_median_of_odd_and_even_counts() {
-        assert_eq!(Range::of(&[]), None);
-        let r = Range::of(&[3.0, 1.0, 2.0]).unwrap();
-        assert_eq!((r.median, r.min, r.max, r.n), (2.0, 1.0, 3.0, 3));
-        assert_eq!(Range::of(&[4.0, 1.0, 2.0, 3.0]).unwrap().median, 2.5);
-        assert_eq!(Range::of(&[f64::NAN, 1.0]).unwrap().n, 1);
     }
 
     #[test]

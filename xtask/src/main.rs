@@ -18,6 +18,7 @@ mod linux;
 mod linuxpv;
 mod linuxpvtest;
 mod linuxtest;
+mod measure;
 mod qemu;
 mod setup;
 mod soak;

@@ -19,6 +19,7 @@
 //! | `first-hold-ms=N` | each vCPU's first critical section lasts at least N ms: with more vCPUs than pCPUs and N above the hypervisor's time slice (el2: 4 ms), its holder is surely preempted inside it | 0 |
 //! | `long-holds=N` | how many of each vCPU's first critical sections last `first-hold-ms` | 1 |
 //! | `costs=N` | first time N null hypercalls (vCPU 0 alone) and N directed-yield round trips between vCPUs 0 and 1 | 0 (off) |
+//! | `seed=N` | perturb the run reproducibly: per-vCPU start offsets (up to 100 µs) and private work within ±10% per iteration, drawn from N; 0: none | 0 |
 //! | `timeout=S` | seconds to wait for a vCPU to come online, and for the others once vCPU 0 is done | 60 |
 //!
 //! Each vCPU sets up its paravirtual records (`rt::pv::init_cpu`), waits
@@ -46,7 +47,7 @@
 //! lockbench: data ok: 40000 acquisitions, 0 lost updates
 //! lockbench: yields: 801 calls, 387 yielded, 1240 halts, 1236 kicks
 //! lockbench: 40000 acquisitions in 2383.237 ms: 16784 per second, worst wait 30.105 ms
-//! lockbench: result: lock=pv vcpus=4 acquisitions=40000 elapsed-ns=2383237000 worst-wait-ns=30105000
+//! lockbench: result: lock=pv vcpus=4 acquisitions=40000 contended=39996 elapsed-ns=2383237000 worst-wait-ns=30105000
 //! lockbench: all checks passed
 //! ```
 //!
@@ -64,7 +65,7 @@ mod guest {
     use guest_driver::lock::{Paravirt, QueuedLock, TicketLock, WaitStats};
     use guest_driver::lockbench::{
         self, ALL_PASSED, CostLine, LockKind, PREFIX, PV_UNAVAILABLE, ResultLine, Settings, Shared,
-        YieldLine,
+        VcpuLine, YieldLine,
     };
     use guest_driver::println;
     use guest_driver::pv::{Conduit, CpuInit, YieldResult};
@@ -420,6 +421,7 @@ mod guest {
         let mut stats = WaitStats::default();
         let mut worst_wait = 0;
         let mut state = cpu as u64 + 1;
+        let mut perturb = lockbench::Perturbation::new(s, cpu);
         let mut count_inside = 0;
         let hold = time::to_ticks(Duration::from_millis(s.first_hold_ms));
         let (iterations, deadline) = match s.duration_ms {
@@ -431,6 +433,12 @@ mod guest {
                     .saturating_add(time::to_ticks(Duration::from_millis(ms))),
             ),
         };
+        // A perturbed run's start offset, before this vCPU's busy time.
+        let offset = time::to_ticks(Duration::from_micros(perturb.start_offset_us()));
+        let arrived = time::counter();
+        while time::counter().wrapping_sub(arrived) < offset {
+            core::hint::spin_loop();
+        }
         let start = time::counter();
         let mut i = 0;
         while i < iterations && (deadline == u64::MAX || time::counter() < deadline) {
@@ -451,7 +459,7 @@ mod guest {
             }
             shared.update(cpu, s.cs_work);
             drop(shared);
-            state = lockbench::private_work(state, s.private_work);
+            state = lockbench::private_work(state, perturb.private_work());
             i += 1;
         }
         core::hint::black_box(state);
@@ -484,11 +492,13 @@ mod guest {
             };
             let st = r.stats;
             println!(
-                "{PREFIX} vcpu {cpu}: {} acquisitions, {} contended, {} looks ({} owner unknown, \
-                 {} preempted), {} yield calls, {} yielded, {} halts, worst wait {:.3} ms, in \
-                 {:.3} ms",
-                st.acquisitions,
-                st.contended,
+                "{}, {} looks ({} owner unknown, {} preempted), {} yield calls, {} yielded, {} \
+                 halts, worst wait {:.3} ms, in {:.3} ms",
+                VcpuLine {
+                    cpu: cpu as u64,
+                    acquisitions: st.acquisitions,
+                    contended: st.contended,
+                },
                 st.looks,
                 st.owner_unknown,
                 st.saw_preempted,
@@ -573,6 +583,7 @@ mod guest {
             lock: s.lock,
             vcpus: vcpus as u64,
             acquisitions: total.acquisitions,
+            contended: total.contended,
             elapsed_ns: nanos(elapsed),
             worst_wait_ns: nanos(worst_wait),
         };
