@@ -661,8 +661,8 @@ pub fn comparison(cells: &[Cell]) -> String {
     let mut out = String::from(
         "lock benchmark, 4 vCPUs on 2 pCPUs (2x overcommit), virtual time under -icount, \
          median [smallest-largest] of each mode's runs:\n\n\
-         | mode     | lock          | runs | acquisitions/s | worst wait | fairness | data |\n\
-         |----------|---------------|-----:|---------------:|-----------:|---------:|------|\n",
+         | mode     | lock          | runs |              acquisitions/s | worst wait | fairness | data |\n\
+         |----------|---------------|-----:|----------------------------:|-----------:|---------:|------|\n",
     );
     let mut modes: Vec<Mode> = cells.iter().map(|c| c.point.mode).collect();
     modes.dedup();
@@ -686,7 +686,7 @@ pub fn comparison(cells: &[Cell]) -> String {
             .all(|c| c.data_ok);
         let _ = writeln!(
             out,
-            "| {:<8} | {:<13} | {:>4} | {} [{}-{}] | {} | {} | {} |",
+            "| {:<8} | {:<13} | {:>4} | {:>27} | {:>10} | {:>8} | {} |",
             mode.name(),
             match lock_of(mode) {
                 LockKind::Ticket => "plain ticket",
@@ -694,9 +694,12 @@ pub fn comparison(cells: &[Cell]) -> String {
                 LockKind::PvTicket => "PV ticket",
             },
             acq.n,
-            group_thousands(acq.median),
-            group_thousands(acq.min),
-            group_thousands(acq.max),
+            format!(
+                "{} [{}-{}]",
+                group_thousands(acq.median),
+                group_thousands(acq.min),
+                group_thousands(acq.max)
+            ),
             worst.map_or_else(|| "-".into(), |w| format!("{:.3} ms", w.max)),
             fair.map_or_else(|| "-".into(), |f| format!("{:.2}", f.min)),
             if ok { "ok" } else { "LOST UPDATES" }
@@ -1035,12 +1038,12 @@ mod tests {
         let table = comparison(&cells);
         assert!(
             table.contains(
-                "| vanilla  | plain ticket  |    3 | 100,000 [80,000-120,000] | 2.500 ms | 1.00 | ok |"
+                "| vanilla  | plain ticket  |    3 |    100,000 [80,000-120,000] |   2.500 ms |     1.00 | ok |"
             ),
             "{table}"
         );
         assert!(
-            table.contains("| pv+boost | PV queued     |    3 | 650,000 [600,000-700,000] |"),
+            table.contains("| pv+boost | PV queued     |    3 |   650,000 [600,000-700,000] |"),
             "{table}"
         );
         assert!(
