@@ -783,10 +783,17 @@ mod tests {
             (offset, works)
         };
         let (offset, works) = draws(0);
-        assert_eq!(draws(0), (offset, works.clone()), "the same seed, the same run");
+        assert_eq!(
+            draws(0),
+            (offset, works.clone()),
+            "the same seed, the same run"
+        );
         assert_ne!(draws(1).1, works, "each vCPU its own stream");
         assert!(offset <= MAX_START_OFFSET_US);
-        assert!(works.iter().all(|&w| (900..=1100).contains(&w)), "{works:?}");
+        assert!(
+            works.iter().all(|&w| (900..=1100).contains(&w)),
+            "{works:?}"
+        );
         // The draws spread over the band, around its middle.
         let (low, high) = (works.iter().min(), works.iter().max());
         assert!(low < Some(&920) && high > Some(&1080), "{low:?} {high:?}");
