@@ -187,9 +187,14 @@ impl<'h, M: Machine> Runner<'h, M> {
             }
         };
         self.woken(target, wakeup);
-        // A target queued on an idle pCPU starts there at once: no need to
-        // yield.
-        if target == caller || matches!(wakeup, Wakeup::Queued { ipi: true, .. }) {
+        // A target queued on an idle pCPU, or preempting the vCPU running
+        // where it waits, starts there at once: no need to yield.
+        if target == caller
+            || matches!(
+                wakeup,
+                Wakeup::Queued { ipi: true, .. } | Wakeup::Preempting { .. }
+            )
+        {
             return Applied::Resume;
         }
         match s.yield_to(caller, target, self.pcpu, now) {
@@ -297,12 +302,18 @@ impl<'h, M: Machine> Runner<'h, M> {
         self.poke(wakeup);
     }
 
-    /// Sends the reschedule SGI where a wake-up needs it.
+    /// Sends the reschedule SGI where a wake-up needs it: to an idle pCPU
+    /// given work (not this one, which looks at the scheduler next anyway),
+    /// and to a pCPU whose running vCPU must give way, this one included
+    /// (its vCPU may be re-entered in place; the SGI makes it exit and
+    /// pass through the scheduler).
     pub(super) fn poke(&self, wakeup: Wakeup) {
-        if let Wakeup::Queued { pcpu, ipi: true } = wakeup
-            && pcpu != self.pcpu
-        {
-            self.machine.send_reschedule(pcpu);
+        match wakeup {
+            Wakeup::Queued { pcpu, ipi: true } if pcpu != self.pcpu => {
+                self.machine.send_reschedule(pcpu);
+            }
+            Wakeup::Preempting { pcpu } => self.machine.send_reschedule(pcpu),
+            _ => {}
         }
     }
 }

@@ -33,6 +33,9 @@ pub struct VcpuStats {
     /// Times its slice was extended because it was inside a critical
     /// section (`Scheduler::extend_slice`).
     pub extensions: u64,
+    /// Times its slice was cut short for a vCPU woken with less CPU time
+    /// (wake-up preemption).
+    pub wakeup_preemptions: u64,
 }
 
 impl AddAssign<&VcpuStats> for VcpuStats {
@@ -47,6 +50,7 @@ impl AddAssign<&VcpuStats> for VcpuStats {
         self.yielded_to += other.yielded_to;
         self.migrations += other.migrations;
         self.extensions += other.extensions;
+        self.wakeup_preemptions += other.wakeup_preemptions;
     }
 }
 
@@ -101,7 +105,7 @@ impl fmt::Display for Summary<'_> {
         write!(
             f,
             "run {} steal {} blocked {} in {} preempted {} blocks {} yields {} yielded-to {} \
-             migrations {} extended {}",
+             migrations {} extended {} wakeup-preemptions {}",
             ms(s.run_ticks),
             ms(s.steal_ticks),
             ms(s.blocked_ticks),
@@ -111,7 +115,8 @@ impl fmt::Display for Summary<'_> {
             s.yields,
             s.yielded_to,
             s.migrations,
-            s.extensions
+            s.extensions,
+            s.wakeup_preemptions
         )
     }
 }
@@ -135,7 +140,7 @@ mod tests {
         assert_eq!(total.scheduled_in, 6);
         assert_eq!(
             alloc::format!("{}", a.display(62_500_000)),
-            "run 1000.0 ms steal 10.0 ms blocked 0.0 ms in 3 preempted 0 blocks 0 yields 0 yielded-to 0 migrations 0 extended 0"
+            "run 1000.0 ms steal 10.0 ms blocked 0.0 ms in 3 preempted 0 blocks 0 yields 0 yielded-to 0 migrations 0 extended 0 wakeup-preemptions 0"
         );
         assert!(alloc::format!("{}", a.display(0)).starts_with("run 62500000 ticks"));
     }

@@ -877,7 +877,9 @@ fn can_yield_to_agrees_with_yield_to() {
             }
         }
     }
-    assert!(accepted > 100, "{accepted}");
+    // (Wake-up preemptions cut slices short, so some yields find no slice
+    // left to give.)
+    assert!(accepted > 50, "{accepted}");
     // Every kind of refusal came up.
     refusals.sort_by_key(|d| alloc::format!("{d:?}"));
     refusals.dedup();
@@ -1130,4 +1132,215 @@ fn work_per_operation_grows_linearly() {
         "x16 machine: work per operation grew {:.1}x ({small:?} -> {large:?})",
         growth(small, large)
     );
+}
+
+/// One pCPU, two vCPUs of one VM: `a` runs with `b` blocked in WFI since
+/// 0; the scheduler at `now`, `a` scheduled in at `since`.
+fn one_pcpu_a_running_b_blocked(since: u64) -> (Scheduler, VcpuId, VcpuId) {
+    let mut s = scheduler(1, &[2]);
+    let (a, b) = (vcpu(0, 0), vcpu(0, 1));
+    assert_eq!(s.pick_next(0, 0), Some(a));
+    assert_eq!(s.put(a, 0, 0, PutReason::Yield), Ok(PutOutcome::Requeued));
+    assert_eq!(s.pick_next(0, 0), Some(b));
+    assert_eq!(
+        s.put(b, 0, 0, PutReason::Wfi { deadline: None }),
+        Ok(PutOutcome::Blocked)
+    );
+    assert_eq!(s.pick_next(0, 0), Some(a));
+    if since > 0 {
+        // Renewed in place: `a` has run since 0.
+        assert_eq!(
+            s.put(a, 0, since, PutReason::SliceExpired),
+            Ok(PutOutcome::KeepRunning)
+        );
+    }
+    (s, a, b)
+}
+
+#[test]
+fn a_woken_vcpu_with_less_cpu_time_preempts_the_running_one() {
+    let (mut s, a, b) = one_pcpu_a_running_b_blocked(0);
+    // `a` has run 1.5 slices, `b` nothing: `b` is owed more than the
+    // wake-up granularity, so `a`'s slice ends now and `b` waits at the
+    // head.
+    let now = SLICE + SLICE / 2;
+    assert_eq!(s.slice_end(a), Some(SLICE));
+    let _ = s.put(a, 0, SLICE, PutReason::SliceExpired);
+    assert_eq!(s.wake(b, now), Ok(Wakeup::Preempting { pcpu: 0 }));
+    assert_eq!(s.slice_end(a), Some(now));
+    assert_eq!(s.state(b), Some(VcpuState::Runnable));
+    assert_eq!(s.stats(a, now).unwrap().wakeup_preemptions, 1);
+    // The runner puts `a` at its (new) slice end; `b` runs next.
+    assert_eq!(
+        s.put(a, 0, now, PutReason::SliceExpired),
+        Ok(PutOutcome::Requeued)
+    );
+    assert_eq!(s.pick_next(0, now), Some(b));
+}
+
+#[test]
+fn a_woken_vcpu_without_enough_credit_waits_its_turn() {
+    let (mut s, a, b) = one_pcpu_a_running_b_blocked(0);
+    // `a` has run less than the granularity: no preemption.
+    let now = SLICE / WAKEUP_GRANULARITY_DIVISOR - 1;
+    assert_eq!(
+        s.wake(b, now),
+        Ok(Wakeup::Queued {
+            pcpu: 0,
+            ipi: false
+        })
+    );
+    assert_eq!(s.slice_end(a), Some(SLICE));
+    assert_eq!(s.stats(a, now).unwrap().wakeup_preemptions, 0);
+}
+
+#[test]
+fn the_preempted_vcpu_keeps_its_minimum_run() {
+    // `a` was scheduled in (renewed) long ago but picked again just now:
+    // it keeps `slice / MIN_RUN_DIVISOR` from its scheduling-in.
+    let mut s = scheduler(1, &[2]);
+    let (a, b) = (vcpu(0, 0), vcpu(0, 1));
+    assert_eq!(s.pick_next(0, 0), Some(a));
+    assert_eq!(
+        s.put(a, 0, SLICE, PutReason::Yield),
+        Ok(PutOutcome::Requeued)
+    );
+    assert_eq!(s.pick_next(0, SLICE), Some(b));
+    assert_eq!(
+        s.put(b, 0, SLICE, PutReason::Wfi { deadline: None }),
+        Ok(PutOutcome::Blocked)
+    );
+    // `a` again, scheduled in at SLICE with a vruntime of SLICE; `b` has 0.
+    assert_eq!(s.pick_next(0, SLICE), Some(a));
+    let now = SLICE + 1;
+    assert_eq!(s.wake(b, now), Ok(Wakeup::Preempting { pcpu: 0 }));
+    assert_eq!(s.slice_end(a), Some(SLICE + SLICE / MIN_RUN_DIVISOR));
+}
+
+#[test]
+fn a_waiting_vcpu_given_an_interrupt_moves_ahead() {
+    // One pCPU: `a` runs, `c` waits at the head of the queue, `b` (never
+    // run) behind it. An interrupt for `b` while it waits puts it ahead of
+    // `c` and ends `a`'s slice.
+    let mut s = scheduler(1, &[3]);
+    let (a, b, c) = (vcpu(0, 0), vcpu(0, 1), vcpu(0, 2));
+    assert_eq!(s.pick_next(0, 0), Some(a));
+    let _ = s.put(a, 0, SLICE, PutReason::SliceExpired);
+    assert_eq!(s.pick_next(0, SLICE), Some(b));
+    let _ = s.put(b, 0, SLICE + 10, PutReason::Yield);
+    assert_eq!(s.pick_next(0, SLICE + 10), Some(c));
+    let _ = s.put(c, 0, 2 * SLICE + 10, PutReason::SliceExpired);
+    // Queue: a (run SLICE), b (run 10), c (run SLICE); a runs.
+    assert_eq!(s.pick_next(0, 2 * SLICE + 10), Some(a));
+    let now = 2 * SLICE + 500;
+    assert_eq!(s.wake(b, now), Ok(Wakeup::Preempting { pcpu: 0 }));
+    assert!(s.is_kicked(b), "its next WFI still returns at once");
+    assert_eq!(s.slice_end(a), Some(now));
+    let _ = s.put(a, 0, now, PutReason::SliceExpired);
+    assert_eq!(s.pick_next(0, now), Some(b));
+}
+
+#[test]
+fn no_wakeup_preemption_over_a_directed_yield() {
+    let (mut s, a, b) = one_pcpu_a_running_b_blocked(0);
+    let mut s2 = scheduler(1, &[3]);
+    core::mem::swap(&mut s, &mut s2);
+    // Three vCPUs: `a` runs and hands its slice to `c`; `b` then wakes
+    // with less CPU time but does not overtake the hand-over.
+    let c = vcpu(0, 2);
+    assert_eq!(s.pick_next(0, 0), Some(a));
+    let _ = s.put(a, 0, SLICE, PutReason::SliceExpired);
+    assert_eq!(s.pick_next(0, SLICE), Some(b));
+    assert_eq!(
+        s.put(b, 0, SLICE, PutReason::Wfi { deadline: None }),
+        Ok(PutOutcome::Blocked)
+    );
+    assert_eq!(s.pick_next(0, SLICE), Some(c));
+    let _ = s.put(c, 0, 3 * SLICE, PutReason::SliceExpired);
+    assert_eq!(s.pick_next(0, 3 * SLICE), Some(a));
+    assert_eq!(s.yield_to(a, c, 0, 3 * SLICE + 10), Ok(()));
+    assert_eq!(
+        s.wake(b, 3 * SLICE + 20),
+        Ok(Wakeup::Queued {
+            pcpu: 0,
+            ipi: false
+        })
+    );
+    assert_eq!(s.pick_next(0, 3 * SLICE + 20), Some(c));
+    drop(s2);
+}
+
+/// One pCPU shared by a vCPU that always computes (VM 0) and one that
+/// runs `burst` ticks, blocks in WFI and is woken `gap` ticks later by an
+/// interrupt it sent itself (VM 1), for `until` ticks. Returns each one's
+/// run ticks, the woken vCPU's worst and median wait from its wake-up to
+/// being scheduled in, and the preemptions the hog saw.
+fn hog_and_self_waker(burst: u64, gap: u64, until: u64) -> ([u64; 2], u64, u64, u64) {
+    let mut s = scheduler(1, &[1, 1]);
+    let (hog, waker) = (vcpu(0, 0), vcpu(1, 0));
+    let mut now = 0;
+    // When the waker's interrupt arrives while it is blocked.
+    let mut wake_at: Option<u64> = None;
+    // When it was woken and not yet scheduled in.
+    let mut woken_at: Option<u64> = None;
+    let mut waits = Vec::new();
+    while now < until {
+        let running = s.pick_next(0, now).expect("someone is runnable");
+        let slice_end = s.slice_end(running).unwrap();
+        if running == waker {
+            if let Some(at) = woken_at.take() {
+                waits.push(now - at);
+            }
+            if now + burst <= slice_end {
+                now += burst;
+                let _ = s.put(waker, 0, now, PutReason::Wfi { deadline: None });
+                wake_at = Some(now + gap);
+            } else {
+                now = slice_end;
+                let _ = s.put(waker, 0, now, PutReason::SliceExpired);
+            }
+            continue;
+        }
+        // The hog runs to its slice end, unless the waker's interrupt
+        // comes first and cuts the slice short.
+        match wake_at {
+            Some(at) if at < slice_end => {
+                now = at.max(now);
+                wake_at = None;
+                woken_at = Some(now);
+                let _ = s.wake(waker, now);
+                // Runs on to its (possibly shortened) slice end.
+                now = s.slice_end(hog).unwrap().max(now);
+            }
+            _ => now = slice_end,
+        }
+        let _ = s.put(hog, 0, now, PutReason::SliceExpired);
+    }
+    let run = |v| s.stats(v, now).unwrap().run_ticks;
+    waits.sort_unstable();
+    let worst = waits.last().copied().unwrap_or(0);
+    let median = waits.get(waits.len() / 2).copied().unwrap_or(0);
+    let preemptions = s.stats(hog, now).unwrap().wakeup_preemptions;
+    ([run(hog), run(waker)], worst, median, preemptions)
+}
+
+#[test]
+fn wakeups_are_served_fast_but_buy_no_more_than_a_fair_share() {
+    // A waker that wants nearly the whole pCPU (300 of every 310 ticks)
+    // against a hog: it gets about half, not more, however often it is
+    // woken, and each wake-up waits at most the preempted vCPU's minimum
+    // run or one slice, never a queue of slices.
+    let until = 2_000 * SLICE;
+    let ([hog, waker], worst, median, preemptions) = hog_and_self_waker(300, 10, until);
+    let share = waker as f64 / (hog + waker) as f64;
+    assert!((0.45..=0.55).contains(&share), "waker's share {share}");
+    assert!(preemptions > 100, "{preemptions} wake-up preemptions");
+    assert!(worst <= SLICE, "worst wait {worst}");
+    assert!(median <= SLICE / MIN_RUN_DIVISOR, "median wait {median}");
+    // A waker that wants little (10 of every 1010 ticks) gets all it wants,
+    // at once.
+    let ([hog, waker], _, median, _) = hog_and_self_waker(10, 1_000, until);
+    let share = waker as f64 / (hog + waker) as f64;
+    assert!(share > 0.009, "small waker's share {share}");
+    assert!(median <= SLICE / MIN_RUN_DIVISOR, "median wait {median}");
 }

@@ -47,6 +47,7 @@
 //! | WFI that completes at once, slice renewed | [`PutOutcome::KeepRunning`] | none: it never left |
 //! | directed yield (`yield_to`), the yielder | requeued | 1, as `Requeued` |
 //! | wake-up of a blocked vCPU, CPU_ON, timer expiry | [`Wakeup::Queued`] | [`preempted_on_wake`]: 1 |
+//! | wake-up that preempts the pCPU's running vCPU | [`Wakeup::Preempting`] | 1 (the woken vCPU waits until that one has passed through the scheduler) |
 //! | wake-up of a running or runnable vCPU | [`Wakeup::Kicked`] | none (already 0 / 1) |
 //!
 //! So a vCPU that blocked itself reads 0 until it becomes runnable while
@@ -603,12 +604,13 @@ pub const fn preempted_on_put(outcome: PutOutcome) -> Option<u64> {
 
 /// The `preempted` value to store when a wake-up (`Scheduler::wake`,
 /// `power_on`, a WFI deadline) answered `wakeup`, or `None` to leave the
-/// record alone: 1 when the vCPU became Runnable while not running
-/// ([`Wakeup::Queued`]); nothing for [`Wakeup::Kicked`] (already running,
-/// 0, or already runnable, 1) or [`Wakeup::Ignored`] (Off).
+/// record alone: 1 when the vCPU became (or stays) Runnable while not
+/// running ([`Wakeup::Queued`], [`Wakeup::Preempting`]: it waits until the
+/// running vCPU has left); nothing for [`Wakeup::Kicked`] (already
+/// running, 0, or already runnable, 1) or [`Wakeup::Ignored`] (Off).
 pub const fn preempted_on_wake(wakeup: Wakeup) -> Option<u64> {
     match wakeup {
-        Wakeup::Queued { .. } => Some(VcpuState64::PREEMPTED),
+        Wakeup::Queued { .. } | Wakeup::Preempting { .. } => Some(VcpuState64::PREEMPTED),
         Wakeup::Kicked { .. } | Wakeup::Ignored => None,
     }
 }
@@ -655,7 +657,7 @@ pub const fn stolen_ns(steal_ticks: u64, counter_hz: u64) -> u64 {
 mod tests {
     use super::*;
     use crate::sched::CpuSet;
-    use crate::sched::{InitialState, PutReason, Scheduler};
+    use crate::sched::{InitialState, MIN_RUN_DIVISOR, PutReason, Scheduler};
     use crate::vcpu::PowerState;
     use crate::vcpu::{VcpuId, VmId};
     use alloc::vec;
@@ -965,6 +967,7 @@ mod tests {
             preempted_on_wake(Wakeup::Queued { pcpu: 3, ipi: true }),
             Some(1)
         );
+        assert_eq!(preempted_on_wake(Wakeup::Preempting { pcpu: 3 }), Some(1));
         assert_eq!(
             preempted_on_wake(Wakeup::Kicked {
                 running_on: Some(1)
@@ -1103,11 +1106,15 @@ mod tests {
         assert_eq!(h.pick(0), Some(0));
         h.check();
         // Still 0 while it stays blocked...
-        h.now = 180;
+        h.now = 155;
         assert_eq!(h.reads(1), 0);
-        // ...1 once a wake-up makes it runnable while vCPU 0 has the pCPU...
+        // ...1 once a wake-up makes it runnable while vCPU 0 has the pCPU
+        // (it has had less CPU time, so vCPU 0's slice now ends once vCPU
+        // 0 has run the minimum: wake-up preemption)...
         h.wake(1);
         assert_eq!(h.reads(1), 1);
+        let first = VcpuId { vm: h.vm, index: 0 };
+        assert_eq!(h.s.slice_end(first), Some(150 + 100 / MIN_RUN_DIVISOR));
         h.check();
         // ...and a second wake-up changes nothing.
         h.wake(1);
@@ -1123,7 +1130,7 @@ mod tests {
         h.check();
 
         // Directed yield: the yielder is preempted, the target runs.
-        h.now = 190;
+        h.now = 160;
         assert!(h.yield_to(0, 1, 0));
         assert_eq!(h.pick(0), Some(1));
         assert_eq!((h.reads(0), h.reads(1)), (1, 0));
