@@ -107,7 +107,7 @@ impl<M: Machine> Host<M> {
 /// `next`). Neither `Copy` nor `Clone`: [`Runner::apply`] takes it, so a
 /// decision is applied at most once, and `#[must_use]`, so it is applied.
 #[must_use]
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub(crate) struct Decision {
     next: Next,
     deliver: VcpuMask,

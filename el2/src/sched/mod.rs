@@ -87,8 +87,9 @@
 //! for, it moves to the head of that queue and the running vCPU's slice
 //! ends now — or, if that one was scheduled in less than `slice /
 //! MIN_RUN_DIVISOR` ago, once it has run that long ([`Wakeup::Preempting`]:
-//! the caller sends that pCPU the reschedule SGI). Not while a directed
-//! yield has already named the pCPU's next vCPU. The credit a wake-up can
+//! the caller sends that pCPU the reschedule SGI). A directed yield's
+//! hand-over still goes first: `pick_next` takes it before any queue. The
+//! credit a wake-up can
 //! spend is what the woken vCPU did not use, and a vCPU back from a block
 //! keeps at most the fairness margin of it (below), so a guest that wakes
 //! itself over and over (self-sent SGIs, short timers) is served fast but
@@ -1073,14 +1074,11 @@ impl Scheduler {
     /// `pcpu`'s queue, has had at least the wake-up granularity less CPU
     /// time than the vCPU running there, it moves to the head of the queue
     /// and the running vCPU's slice ends now, or once it has run the
-    /// minimum since it was scheduled in. Not while a directed yield has
-    /// already chosen `pcpu`'s next vCPU.
+    /// minimum since it was scheduled in.
     fn preempt_for(&mut self, slot: usize, pcpu: usize, now: u64) -> Option<Wakeup> {
-        let p = self.pcpus.get(pcpu)?;
-        let current = p.current?;
-        if p.handoff.is_some() || current == slot {
-            return None;
-        }
+        // A pCPU with a directed yield's hand-over pending has no current
+        // vCPU (the yielder was requeued), so nothing is preempted then.
+        let current = self.pcpus.get(pcpu)?.current?;
         let granularity = self.slice / WAKEUP_GRANULARITY_DIVISOR;
         if self.vcpus[slot].vruntime.saturating_add(granularity) > self.vruntime_at(current, now) {
             return None;

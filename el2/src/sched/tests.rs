@@ -1241,13 +1241,12 @@ fn a_waiting_vcpu_given_an_interrupt_moves_ahead() {
 }
 
 #[test]
-fn no_wakeup_preemption_over_a_directed_yield() {
-    let (mut s, a, b) = one_pcpu_a_running_b_blocked(0);
-    let mut s2 = scheduler(1, &[3]);
-    core::mem::swap(&mut s, &mut s2);
-    // Three vCPUs: `a` runs and hands its slice to `c`; `b` then wakes
-    // with less CPU time but does not overtake the hand-over.
-    let c = vcpu(0, 2);
+fn a_wakeup_does_not_overtake_a_directed_yield() {
+    // One pCPU, three vCPUs: `a` hands its slice to `c`; `b`, woken before
+    // the pCPU picks again and with less CPU time than either, does not
+    // preempt anyone (nobody runs) and waits behind the hand-over.
+    let mut s = scheduler(1, &[3]);
+    let (a, b, c) = (vcpu(0, 0), vcpu(0, 1), vcpu(0, 2));
     assert_eq!(s.pick_next(0, 0), Some(a));
     let _ = s.put(a, 0, SLICE, PutReason::SliceExpired);
     assert_eq!(s.pick_next(0, SLICE), Some(b));
@@ -1267,7 +1266,9 @@ fn no_wakeup_preemption_over_a_directed_yield() {
         })
     );
     assert_eq!(s.pick_next(0, 3 * SLICE + 20), Some(c));
-    drop(s2);
+    // Once `c` runs, `b` (vruntime far below) preempts it as usual.
+    let now = 3 * SLICE + 20 + SLICE / MIN_RUN_DIVISOR;
+    assert_eq!(s.wake(b, now), Ok(Wakeup::Preempting { pcpu: 0 }));
 }
 
 /// One pCPU shared by a vCPU that always computes (VM 0) and one that
