@@ -206,7 +206,7 @@ fn scheduler_entries_cost_no_allocation_once_reserved() {
     let mut sched = Scheduler::new(CpuSet::first_n(pcpus), 1000);
     sched.reserve_vm(vcpus).expect("room");
     let txn = HEAP.begin_failing_at(0);
-    let vm = sched.add_vm().expect("vm");
+    let vm = sched.add_vm(el2::sched::DEFAULT_WEIGHT).expect("vm");
     for _ in 0..vcpus {
         sched
             .add_vcpu(vm, None, InitialState::Runnable, 0)

@@ -104,6 +104,7 @@ impl LockKind {
 /// | `first-hold-ms=N` | each vCPU's first critical sections (see `long-holds`) last at least N ms of counter time (0..=1000): longer than a time slice, their holder is preempted inside them for sure (with more vCPUs than pCPUs) | 0 |
 /// | `long-holds=N` | how many of each vCPU's first critical sections `first-hold-ms` lengthens (1..=1000) | 1 |
 /// | `costs=N` | first measure N null hypercalls and N directed-yield round trips between vCPUs 0 and 1 (0..=10000000; 0: skip) | 0 |
+/// | `self-sgi=N` | after every N-th acquisition a vCPU sends itself SGI [`SELF_SGI`] and waits for it with WFI (0..=1000000; 0: never): a guest that wakes itself with interrupts, for the fair-share tests | 0 |
 /// | `seed=N` | perturb the run, reproducibly: each vCPU draws, from N and its number, its start offset (up to [`MAX_START_OFFSET_US`]) and each iteration's private work (within [`PRIVATE_WORK_SPREAD_PERCENT`] of `private-work`); 0: no perturbation | 0 |
 /// | `timeout=S` | seconds to wait for a vCPU to come online, and for all to finish (1..=3600) | 60 |
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -118,9 +119,13 @@ pub struct Settings {
     pub first_hold_ms: u64,
     pub long_holds: u64,
     pub costs: u64,
+    pub self_sgi: u64,
     pub seed: u64,
     pub timeout_secs: u64,
 }
+
+/// The SGI a vCPU sends itself with `self-sgi=N`.
+pub const SELF_SGI: u32 = 2;
 
 impl Default for Settings {
     fn default() -> Self {
@@ -135,6 +140,7 @@ impl Default for Settings {
             first_hold_ms: 0,
             long_holds: 1,
             costs: 0,
+            self_sgi: 0,
             seed: 0,
             timeout_secs: 60,
         }
@@ -171,6 +177,7 @@ impl Settings {
             first_hold_ms: args.number("first-hold-ms", d.first_hold_ms, 0, 1000)?,
             long_holds: args.number("long-holds", d.long_holds, 1, 1000)?,
             costs: args.number("costs", d.costs, 0, MAX_COST_ROUNDS)?,
+            self_sgi: args.number("self-sgi", d.self_sgi, 0, 1_000_000)?,
             seed: args.number("seed", d.seed, 0, u64::MAX)?,
             timeout_secs: args.number("timeout", d.timeout_secs, 1, 3600)?,
         })
@@ -183,7 +190,7 @@ impl fmt::Display for Settings {
         write!(
             f,
             "lock={} iterations={} duration-ms={} cs-work={} private-work={} spin-limit={} \
-             halt-after={} first-hold-ms={} long-holds={} costs={} seed={} timeout={}",
+             halt-after={} first-hold-ms={} long-holds={} costs={} self-sgi={} seed={} timeout={}",
             self.lock.name(),
             self.iterations,
             self.duration_ms,
@@ -194,6 +201,7 @@ impl fmt::Display for Settings {
             self.first_hold_ms,
             self.long_holds,
             self.costs,
+            self.self_sgi,
             self.seed,
             self.timeout_secs
         )
@@ -696,6 +704,8 @@ mod tests {
         assert!(settings("first-hold-ms=1001").is_err());
         assert!(settings("long-holds=0").is_err());
         assert!(settings("long-holds=1001").is_err());
+        assert_eq!(settings("self-sgi=7").unwrap().self_sgi, 7);
+        assert!(settings("self-sgi=1000001").is_err());
         // The words round-trip.
         let s = settings("lock=ticket iterations=3 seed=18446744073709551615 timeout=9").unwrap();
         assert_eq!(s.seed, u64::MAX);
@@ -703,7 +713,7 @@ mod tests {
         assert_eq!(
             Settings::default().to_string(),
             "lock=pv iterations=10000 duration-ms=0 cs-work=40 private-work=40 spin-limit=128 \
-             halt-after=16 first-hold-ms=0 long-holds=1 costs=0 seed=0 timeout=60"
+             halt-after=16 first-hold-ms=0 long-holds=1 costs=0 self-sgi=0 seed=0 timeout=60"
         );
     }
 

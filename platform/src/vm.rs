@@ -87,6 +87,10 @@ pub mod property {
     /// for the VM (string: [`value::ON`](super::value::ON) or
     /// [`value::OFF`](super::value::OFF)).
     pub const BOOST: &str = "boost";
+    /// `cpu-weight`: the VM's share of CPU time relative to the other VMs
+    /// (u32, [`MIN_CPU_WEIGHT`](super::MIN_CPU_WEIGHT) to
+    /// [`MAX_CPU_WEIGHT`](super::MAX_CPU_WEIGHT)).
+    pub const CPU_WEIGHT: &str = "cpu-weight";
 }
 
 /// The words the binding's string-valued switches take, besides the
@@ -129,6 +133,16 @@ pub const DEFAULT_CONTROL: bool = false;
 
 /// `boost` when the node does not say: on.
 pub const DEFAULT_BOOST: bool = true;
+
+/// `cpu-weight` when the node does not say, and the range it may take:
+/// cgroup v2's `cpu.weight` scale (default 100, 1 to 10000), so a VM of
+/// weight 200 is owed twice the CPU time of a VM of weight 100 while both
+/// want more than they get.
+pub const DEFAULT_CPU_WEIGHT: u32 = 100;
+/// The smallest `cpu-weight`.
+pub const MIN_CPU_WEIGHT: u32 = 1;
+/// The largest `cpu-weight`.
+pub const MAX_CPU_WEIGHT: u32 = 10_000;
 
 /// When a vCPU's WFE traps to the hypervisor (HCR_EL2.TWE): KVM's
 /// `kvm-arm.wfe_trap_policy`, per VM (`wfe-trap`) and per vCPU
@@ -271,6 +285,12 @@ pub struct VmConfig {
     /// `false`, on-spin is KVM's plain round robin and slices end on time.
     /// [`DEFAULT_BOOST`] when absent.
     pub boost: bool,
+    /// `cpu-weight`: the VM's CPU weight, [`MIN_CPU_WEIGHT`] to
+    /// [`MAX_CPU_WEIGHT`]. VMs that all want more CPU time than they get
+    /// receive it in proportion to their weights, and a VM's share is
+    /// divided equally among its runnable vCPUs. [`DEFAULT_CPU_WEIGHT`]
+    /// when absent.
+    pub cpu_weight: u32,
 }
 
 impl VmConfig {
@@ -278,7 +298,7 @@ impl VmConfig {
     /// default (no initrd, empty bootargs, any CPU, [`DEFAULT_PV_LOCK`],
     /// [`DEFAULT_PV_TIME`], [`DEFAULT_KVM_PTP`], [`DEFAULT_WFE_TRAP`] with
     /// no per-vCPU exception, [`DEFAULT_WFI_TRAP`], [`DEFAULT_CONTROL`],
-    /// [`DEFAULT_BOOST`]).
+    /// [`DEFAULT_BOOST`], [`DEFAULT_CPU_WEIGHT`]).
     /// Does not check the values: that is the parser's job.
     pub fn new(node: &str, name: &str, vcpus: u32, memory_size: u64, kernel: MemRange) -> Self {
         VmConfig {
@@ -298,6 +318,7 @@ impl VmConfig {
             wfi_trap: DEFAULT_WFI_TRAP,
             control: DEFAULT_CONTROL,
             boost: DEFAULT_BOOST,
+            cpu_weight: DEFAULT_CPU_WEIGHT,
         }
     }
 
@@ -405,7 +426,22 @@ impl VmNode<'_, '_, '_> {
             .unwrap_or(DEFAULT_WFI_TRAP);
         config.control = self.switch(property::CONTROL)?.unwrap_or(DEFAULT_CONTROL);
         config.boost = self.switch(property::BOOST)?.unwrap_or(DEFAULT_BOOST);
+        config.cpu_weight = self.cpu_weight()?;
         Ok(config)
+    }
+
+    fn cpu_weight(&self) -> Result<u32, PlatformError> {
+        let Some(weight) = self.tree.u32_prop(self.node, property::CPU_WEIGHT)? else {
+            return Ok(DEFAULT_CPU_WEIGHT);
+        };
+        if !(MIN_CPU_WEIGHT..=MAX_CPU_WEIGHT).contains(&weight) {
+            return Err(self.tree.bad(
+                self.node,
+                property::CPU_WEIGHT,
+                format!("{weight}, expected {MIN_CPU_WEIGHT} to {MAX_CPU_WEIGHT}"),
+            ));
+        }
+        Ok(weight)
     }
 
     /// `label`, or the node name without its `@`.

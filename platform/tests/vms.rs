@@ -9,8 +9,8 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use common::{Node, cells, string, strings, virt};
 use platform::vm::{
-    DEFAULT_BOOST, DEFAULT_CONTROL, DEFAULT_KVM_PTP, DEFAULT_PV_LOCK, DEFAULT_PV_TIME,
-    DEFAULT_WFE_TRAP, DEFAULT_WFI_TRAP, MAX_VCPUS, VM_COMPATIBLE, pv_lock_name,
+    DEFAULT_BOOST, DEFAULT_CONTROL, DEFAULT_CPU_WEIGHT, DEFAULT_KVM_PTP, DEFAULT_PV_LOCK,
+    DEFAULT_PV_TIME, DEFAULT_WFE_TRAP, DEFAULT_WFI_TRAP, MAX_VCPUS, VM_COMPATIBLE, pv_lock_name,
 };
 use platform::{ErrorKind, MemRange, Platform, PlatformError, TrapPolicy, VmConfig};
 use pvlock_abi::pvlock::Variant;
@@ -153,6 +153,8 @@ fn optional_properties_default() {
     assert!(config.wfi_trap);
     assert!(!config.control);
     assert!(config.boost, "boost is on by default");
+    assert_eq!(config.cpu_weight, DEFAULT_CPU_WEIGHT);
+    assert_eq!(DEFAULT_CPU_WEIGHT, 100, "cgroup v2's cpu.weight default");
     assert_eq!(config.wfe_trap_of(1), TrapPolicy::Auto);
     // VmConfig::new gives the same defaults as the parser.
     let new = VmConfig::new("/chosen/vm@0", "vm0", 2, 256 * MIB, config.kernel);
@@ -404,6 +406,26 @@ fn vcpus_must_be_1_to_64() {
     let why = bad_value(vm(0).prop("vcpus", cells(&[65])), "vcpus");
     assert!(why.starts_with("65"), "{why}");
     bad_value(vm(0).prop("vcpus", cells(&[u32::MAX])), "vcpus");
+}
+
+#[test]
+fn cpu_weight_is_1_to_10000() {
+    for weight in [1, 100, 250, 10_000] {
+        let vms = parse_vms(vec![vm(0).prop("cpu-weight", cells(&[weight]))]);
+        assert_eq!(vms[0].as_ref().unwrap().cpu_weight, weight);
+    }
+    for weight in [0, 10_001, u32::MAX] {
+        let why = bad_value(vm(0).prop("cpu-weight", cells(&[weight])), "cpu-weight");
+        assert_eq!(why, format!("{weight}, expected 1 to 10000"));
+    }
+    let why = bad_value(vm(0).prop("cpu-weight", cells(&[1, 2])), "cpu-weight");
+    assert_eq!(why, "expected 4 bytes, found 8");
+    bad_value(vm(0).prop("cpu-weight", string("100")), "cpu-weight");
+    let error = vm_error(vm(3).prop("cpu-weight", cells(&[0])));
+    assert_eq!(
+        error.to_string(),
+        "device tree node /chosen/vm@3, property \"cpu-weight\": bad value: 0, expected 1 to 10000"
+    );
 }
 
 #[test]

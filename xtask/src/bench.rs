@@ -50,7 +50,7 @@ use crate::vm::{PvLock, VmConfig};
 use crate::{FATAL_GRACE, Workspace, image, suite};
 
 /// The guest every run boots.
-const GUEST: &str = "lockbench";
+pub(crate) const GUEST: &str = "lockbench";
 
 /// Virtual time each cell's vCPUs hammer the lock: long enough for dozens
 /// of 4 ms time slices, so that preemption, not start-up, sets the figure.

@@ -124,6 +124,13 @@ pub enum Check {
     /// check, and el2's `summary:   vgic:` line agrees
     /// ([`crate::irqtest::check`]).
     Irq { vcpus: usize, rounds: u64 },
+    /// VMs held to their shares of the pCPU time, `owed_percent` per VM
+    /// (percent of the machine), while VM `tricky_vm` used every guest hint
+    /// ([`crate::sharetest::check`]).
+    Shares {
+        tricky_vm: usize,
+        owed_percent: Vec<u32>,
+    },
     /// The hostile guest in VM `vm` got every documented answer, and el2's
     /// summary of that VM counted its storms
     /// ([`crate::hostiletest::check`]).
@@ -1159,6 +1166,13 @@ impl Check {
             Check::LockSoak { vcpus } => crate::soak::check_lock(lines, *vcpus),
             Check::Irq { vcpus, rounds } => crate::irqtest::check(lines, *vcpus, *rounds),
             Check::Hostile { vm } => crate::hostiletest::check(lines, *vm),
+            Check::Shares {
+                tricky_vm,
+                owed_percent,
+            } => {
+                let owed: Vec<f64> = owed_percent.iter().map(|&p| f64::from(p) / 100.0).collect();
+                crate::sharetest::check(lines, *tricky_vm, &owed)
+            }
             Check::PvServices { expect, vcpus } => check_pv_check(lines, expect, *vcpus),
             Check::LockContention {
                 lock,
@@ -2150,7 +2164,7 @@ mod tests {
         assert_eq!(
             tests[0].vms[0].bootargs,
             "lock=pv iterations=10000 duration-ms=0 cs-work=40 private-work=40 spin-limit=128 \
-             halt-after=4294967295 first-hold-ms=10 long-holds=8 costs=0 seed=0 timeout=60"
+             halt-after=4294967295 first-hold-ms=10 long-holds=8 costs=0 self-sgi=0 seed=0 timeout=60"
         );
         assert!(
             tests[1].vms[0]

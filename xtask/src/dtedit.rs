@@ -285,6 +285,7 @@ mod tests {
                 pv_time: None,
                 boost: None,
                 control: None,
+                cpu_weight: None,
             }],
         }
     }

@@ -21,6 +21,7 @@ mod linuxtest;
 mod measure;
 mod qemu;
 mod setup;
+mod sharetest;
 mod soak;
 mod suite;
 mod sys;
@@ -273,6 +274,7 @@ pub fn prepare_launch(ws: &Workspace, o: &RunOpts) -> Result<Launch> {
         pv_time: g.pv_time,
         boost: None,
         control: None,
+        cpu_weight: None,
     };
     if machine.uefi.is_some() {
         // The VMs and their payloads go on the EFI system partition.

@@ -122,6 +122,7 @@ pub fn test(ws: &Workspace, o: &TestOpts) -> Result<ExitCode> {
     all.extend(linuxtest::tests(&linux_dir));
     all.extend(linuxpvtest::tests(&ws.xtask_dir()?));
     all.extend(irqtest::tests());
+    all.extend(crate::sharetest::tests());
     all.extend(hostiletest::tests());
     all.extend(uefi::tests());
     let tests: Vec<BootTest> = all

@@ -219,6 +219,7 @@ pub fn prepare(
                 pv_time: config.pv_time,
                 boost: config.boost,
                 control: config.control,
+                cpu_weight: config.cpu_weight,
             });
         }
     }
@@ -477,6 +478,7 @@ mod tests {
             pv_time: None,
             boost: None,
             control: None,
+            cpu_weight: None,
         }
     }
 

@@ -143,6 +143,9 @@ pub struct VmConfig {
     /// The node's `control` (`on`/`off`); not written when `None` (el2's
     /// default, off).
     pub control: Option<bool>,
+    /// The node's `cpu-weight`; not written when `None` (el2's default,
+    /// 100).
+    pub cpu_weight: Option<u32>,
 }
 
 impl VmConfig {
@@ -160,6 +163,7 @@ impl VmConfig {
             pv_time: None,
             boost: None,
             control: None,
+            cpu_weight: None,
         }
     }
 
@@ -236,6 +240,7 @@ pub struct VmNode {
     pub pv_time: Option<bool>,
     pub boost: Option<bool>,
     pub control: Option<bool>,
+    pub cpu_weight: Option<u32>,
 }
 
 impl VmNode {
@@ -277,6 +282,9 @@ impl VmNode {
             if let Some(on) = switch {
                 props.push((name, Value::Str(on_off(on))));
             }
+        }
+        if let Some(weight) = self.cpu_weight {
+            props.push(("cpu-weight", Value::U32(weight)));
         }
         props
     }
@@ -370,6 +378,7 @@ pub fn plan(ram_size: u64, el2_image_size: u64, vms: &[Resolved<'_>]) -> Result<
                 pv_time: vm.config.pv_time,
                 boost: vm.config.boost,
                 control: vm.config.control,
+                cpu_weight: vm.config.cpu_weight,
             });
         }
     }
@@ -464,6 +473,9 @@ impl Plan {
                 }
                 if let Some(on) = n.control {
                     let _ = write!(line, ", control {}", on_off(on));
+                }
+                if let Some(weight) = n.cpu_weight {
+                    let _ = write!(line, ", cpu-weight {weight}");
                 }
                 if !n.bootargs.is_empty() {
                     let _ = write!(line, ", bootargs \"{}\"", n.bootargs);
@@ -678,6 +690,7 @@ mod tests {
                 pv_time: Some(false),
                 boost: Some(false),
                 control: Some(true),
+                cpu_weight: Some(250),
             }],
         };
         assert_eq!(
@@ -695,6 +708,7 @@ mod tests {
              \t\t\tpv-time = \"off\";\n\
              \t\t\tboost = \"off\";\n\
              \t\t\tcontrol = \"on\";\n\
+             \t\t\tcpu-weight = <250>;\n\
              \t\t};\n"
         );
         assert!(

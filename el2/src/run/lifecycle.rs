@@ -22,7 +22,9 @@ pub fn register_vcpus<M: Machine>(
     vm: &Vm<M>,
     now: u64,
 ) -> Result<(), String> {
-    let id = sched.add_vm().map_err(|e| alloc::format!("{e}"))?;
+    let id = sched
+        .add_vm(vm.config.cpu_weight)
+        .map_err(|e| alloc::format!("{e}"))?;
     if id != vm.id {
         return Err(alloc::format!(
             "scheduler numbered the VM {} instead of {}",

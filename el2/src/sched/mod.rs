@@ -48,24 +48,61 @@
 //!
 //! [`Scheduler::pick_next`] takes, in order:
 //! 1. a vCPU handed over by [`Scheduler::yield_to`];
-//! 2. the head of its own queue — unless the head of another queue that
-//!    may run here has had at least [`FAIRNESS_MARGIN_SLICES`] slices less
-//!    CPU time; then that one moves here;
+//! 2. its own queue's candidate (the head, unless another VM queued there
+//!    is owed more: "Fair share" below) — unless the head of another queue
+//!    that may run here has had at least [`FAIRNESS_MARGIN_SLICES`] slices
+//!    less CPU time, and then that one moves here, or a sibling of the
+//!    candidate (same VM) queued elsewhere has had that margin less than
+//!    the candidate, and then the sibling moves here;
 //! 3. with an empty queue, the first vCPU allowed here from the most loaded
 //!    other queue (stealing).
 //!
 //! Rule 2 keeps shares even when the vCPUs do not divide evenly over the
 //! pCPUs: with n+1 vCPUs on n pCPUs, one pCPU would otherwise serve a single
-//! vCPU while another alternates two. "CPU time" is each vCPU's virtual run
-//! time (`vruntime`, as in Linux CFS): its run ticks, except that a vCPU
-//! coming back from Blocked or Off is raised to no less than the fair clock
-//! (the highest virtual run time any vCPU was scheduled in or had its slice
-//! renewed with) minus the margin, so time it did not want is not owed to
-//! it. The margin is the
-//! hysteresis: shares stay within about that many slices of each other
-//! while only a fraction of switches migrate, and evenly loaded queues never
-//! migrate anyone. A vCPU never runs on a pCPU outside its affinity, so
-//! pinned vCPUs never migrate.
+//! vCPU while another alternates two. The margin is the hysteresis: shares
+//! stay within about that many slices of each other while only a fraction
+//! of switches migrate, and evenly loaded queues never migrate anyone. A
+//! vCPU never runs on a pCPU outside its affinity, so pinned vCPUs never
+//! migrate.
+//!
+//! # Fair share
+//!
+//! CPU time is shared per VM, then per vCPU. Each VM has a weight (its
+//! `cpu-weight`, [`DEFAULT_WEIGHT`] unless its description says;
+//! docs/vm-binding.md), and VMs that all want more than they get receive
+//! CPU time in proportion to their weights, whatever their vCPU counts; a
+//! VM that cannot use its share (it has fewer runnable vCPUs than that
+//! many pCPUs) leaves the rest to the others. Within a VM, its runnable
+//! vCPUs share equally.
+//!
+//! Two clocks measure it, as Linux CFS's group scheduling does:
+//! - a VM's *weighted time*: its vCPUs' run ticks times `DEFAULT_WEIGHT /
+//!   weight`, runs in progress included. A VM that wakes up (one of its
+//!   vCPUs becomes runnable while none was) is raised to no less than the
+//!   VM clock (the highest weighted time a VM was scheduled in or renewed
+//!   with) minus the margin, so time it did not want is not owed to it.
+//! - a vCPU's virtual run time (`vruntime`): its run ticks, raised on its
+//!   return from Blocked or Off to no less than its VM's fair clock (the
+//!   highest `vruntime` a vCPU of the VM was scheduled in or renewed with)
+//!   minus the margin.
+//!
+//! Whenever the scheduler asks whether one vCPU is owed more than another,
+//! it compares virtual run times if both belong to one VM and their VMs'
+//! weighted times otherwise. A queue's candidate is its head unless a VM
+//! with a vCPU further back has had at least the granularity
+//! (`slice / WAKEUP_GRANULARITY_DIVISOR`) less weighted time than the
+//! head's VM; then it is that VM's first queued vCPU, so a VM's own vCPUs
+//! keep their FIFO order. A slice ending with nobody owed more is renewed
+//! in place; a vCPU that yields (`put(Yield)`) is passed over by the next
+//! pick if anyone else waits, whatever the shares say.
+//!
+//! The guest's hints stay inside its VM's share: a directed yield gives the
+//! yielder's slice to a sibling, a slice extension is granted only when
+//! nobody of another VM waits, and kicks and self-sent interrupts wake
+//! vCPUs whose VM is then charged for what they run. The host tests in
+//! `share_tests` hold VMs of different sizes and weights to their shares
+//! within 2% of the machine, and a VM playing every one of those tricks
+//! against CPU hogs to no more than its share within 3%.
 //!
 //! # Time slice
 //!
@@ -82,16 +119,16 @@
 //! A vCPU that becomes Runnable because an interrupt is pending for it (a
 //! wake from WFI, a kick), or that gets one while it waits in a queue, runs
 //! soon rather than behind the running vCPUs' slices, as CFS gives KVM's
-//! vCPU threads: if it has had at least `slice / WAKEUP_GRANULARITY_DIVISOR`
-//! less CPU time (`vruntime`) than the vCPU running on the pCPU it waits
-//! for, it moves to the head of that queue and the running vCPU's slice
+//! vCPU threads: if it is owed at least `slice / WAKEUP_GRANULARITY_DIVISOR`
+//! more CPU time (by the rule of "Fair share") than the vCPU running on
+//! the pCPU it waits for, it moves to the head of that queue and the running vCPU's slice
 //! ends now — or, if that one was scheduled in less than `slice /
 //! MIN_RUN_DIVISOR` ago, once it has run that long ([`Wakeup::Preempting`]:
 //! the caller sends that pCPU the reschedule SGI). A directed yield's
 //! hand-over still goes first: `pick_next` takes it before any queue. The
 //! credit a wake-up can
-//! spend is what the woken vCPU did not use, and a vCPU back from a block
-//! keeps at most the fairness margin of it (below), so a guest that wakes
+//! spend is what the woken vCPU (or its VM) did not use, and a vCPU or VM
+//! back from a block keeps at most the fairness margin of it, so a guest that wakes
 //! itself over and over (self-sent SGIs, short timers) is served fast but
 //! gets no more than its share: the host test
 //! `wakeups_are_served_fast_but_buy_no_more_than_a_fair_share` holds a
@@ -137,14 +174,18 @@
 //! `wake`, `power_off`, `yield_to`, `put` and the queue operations are O(1)
 //! plus O(log n) for the WFI timer heap; wake-up placement scans the idle
 //! bitmap (`MAX_CPUS / 64` words). `pick_next` and `put(SliceExpired)`
-//! look at the head of each non-empty queue (at most one per pCPU, found
-//! through a bitmap), and `pick_next` with an empty own queue walks a
-//! victim queue for a vCPU allowed to move — the steal scan. First
+//! walk the own queue (the fair-share candidate) and look at the head of
+//! each non-empty queue (at most one per pCPU, found through a bitmap);
+//! `pick_next` also walks the candidate VM's vCPUs (the sibling pull),
+//! and with an empty own queue walks a victim queue for a vCPU allowed to
+//! move — the steal scan. First
 //! placement (`add_vcpu`, `power_on`) and `expire_timers` /
 //! `next_deadline` (all pCPUs) scan the pCPUs.
 
 mod cpuset;
 pub mod onspin;
+#[cfg(test)]
+mod share_tests;
 mod stats;
 #[cfg(test)]
 mod tests;
@@ -170,6 +211,10 @@ pub const WAKEUP_GRANULARITY_DIVISOR: u64 = 4;
 /// wake-up may take its pCPU (`slice / divisor`: 0.5 ms at 4 ms), so that
 /// a stream of wake-ups cannot keep a pCPU switching.
 pub const MIN_RUN_DIVISOR: u64 = 8;
+
+/// The CPU weight of a VM whose description gives none
+/// (`platform::vm::DEFAULT_CPU_WEIGHT`): the unit of the weighted VM times.
+pub const DEFAULT_WEIGHT: u32 = platform::vm::DEFAULT_CPU_WEIGHT;
 
 /// How much less CPU time (in slices) the head of another pCPU's queue
 /// must have had than the own candidate before `pick_next` takes it
@@ -386,8 +431,9 @@ struct Vcpu {
     slice_end: u64,
     /// The current slice was extended once already (extend_slice).
     extended: bool,
-    /// CPU time received, for fairness between queues: run ticks, raised on
-    /// wake-up to no less than the fair clock minus the margin.
+    /// CPU time received, for fairness among its VM's vCPUs: run ticks,
+    /// raised on wake-up to no less than its VM's fair clock minus the
+    /// margin.
     vruntime: u64,
     place: Place,
     prev: Option<usize>,
@@ -415,6 +461,9 @@ struct Pcpu {
     current: Option<usize>,
     /// The target of a directed yield and the slice end it inherits.
     handoff: Option<(usize, u64)>,
+    /// A vCPU that yielded here (`put(Yield)`): the next pick passes over
+    /// it if anyone else waits, whatever the shares say.
+    skip: Option<usize>,
     timers: TimerHeap,
 }
 
@@ -423,6 +472,48 @@ impl Pcpu {
     fn load(&self) -> usize {
         self.len + usize::from(self.current.is_some()) + usize::from(self.handoff.is_some())
     }
+}
+
+/// A VM's share of the machine: its weight and the CPU time its vCPUs
+/// have had, weighted (module documentation, "Fair share").
+#[derive(Debug)]
+struct VmEntry {
+    /// The slots of its vCPUs by vCPU index.
+    slots: Vec<usize>,
+    /// `cpu-weight`, at least 1.
+    weight: u64,
+    /// Weighted CPU time of its vCPUs' finished runs (run ticks times
+    /// [`DEFAULT_WEIGHT`] / `weight`), raised when the VM wakes up to no
+    /// less than the scheduler's VM clock minus the fairness margin.
+    served: u64,
+    /// How many of its vCPUs are Running, and the sum of the times they
+    /// were scheduled in: the runs in progress, for [`Scheduler::vm_time`].
+    running: u64,
+    running_since: u64,
+    /// How many of its vCPUs are Runnable or Running.
+    active: u32,
+    /// The highest `vruntime` one of its vCPUs was scheduled in (or had its
+    /// slice renewed) with: the floor a vCPU back from a block is raised
+    /// to, less the margin.
+    fair_clock: u64,
+}
+
+impl VmEntry {
+    /// `ticks` of CPU time in the VM's weighted units.
+    /// The default weight, the common case, costs no division.
+    #[inline(always)]
+    fn weighted(&self, ticks: u64) -> u64 {
+        if self.weight == u64::from(DEFAULT_WEIGHT) {
+            ticks
+        } else {
+            ticks.saturating_mul(u64::from(DEFAULT_WEIGHT)) / self.weight
+        }
+    }
+}
+
+/// Whether a vCPU in `state` wants a pCPU (Runnable or Running).
+fn is_active(state: VcpuState) -> bool {
+    matches!(state, VcpuState::Runnable | VcpuState::Running { .. })
 }
 
 /// The scheduler of every vCPU on every pCPU. See the module documentation.
@@ -436,8 +527,8 @@ pub struct Scheduler {
     queued: CpuSet,
     pcpus: Vec<Pcpu>,
     vcpus: Vec<Vcpu>,
-    /// Per VM, the slots of its vCPUs by vCPU index.
-    vms: Vec<Vec<usize>>,
+    /// Per VM, its vCPUs and its share.
+    vms: Vec<VmEntry>,
     /// The vCPU list [`Self::reserve_vm`] made room in, for `add_vm`.
     next_vm_slots: Vec<usize>,
     /// Tests only: the elements every scan has visited (queues, pCPUs,
@@ -445,9 +536,9 @@ pub struct Scheduler {
     /// linearly with the machine (`tests::work_per_operation_grows_linearly`).
     #[cfg(test)]
     visits: core::cell::Cell<u64>,
-    /// The fair clock: the highest `vruntime` a vCPU was scheduled in (or
-    /// had its slice renewed) with.
-    fair_clock: u64,
+    /// The VM clock: the highest weighted VM time ([`Self::vm_time`]) a
+    /// vCPU was scheduled in (or had its slice renewed) with.
+    vm_clock: u64,
 }
 
 impl Scheduler {
@@ -467,7 +558,7 @@ impl Scheduler {
             next_vm_slots: Vec::new(),
             #[cfg(test)]
             visits: core::cell::Cell::new(0),
-            fair_clock: 0,
+            vm_clock: 0,
         }
     }
 
@@ -505,12 +596,22 @@ impl Scheduler {
         Ok(())
     }
 
-    /// Adds a VM with no vCPUs. VM ids are handed out in call order from 0,
-    /// so add VMs in the order of the hypervisor's VM table. After
-    /// [`Self::reserve_vm`], neither this nor the VM's vCPUs allocate.
-    pub fn add_vm(&mut self) -> Result<VmId, SchedError> {
+    /// Adds a VM with no vCPUs and CPU weight `weight` (the VM's
+    /// `cpu-weight`; [`DEFAULT_WEIGHT`] for an equal share; 0 counts as 1).
+    /// VM ids are handed out in call order from 0, so add VMs in the order
+    /// of the hypervisor's VM table. After [`Self::reserve_vm`], neither
+    /// this nor the VM's vCPUs allocate.
+    pub fn add_vm(&mut self, weight: u32) -> Result<VmId, SchedError> {
         let id = u16::try_from(self.vms.len()).map_err(|_| SchedError::TooMany)?;
-        self.vms.push(core::mem::take(&mut self.next_vm_slots));
+        self.vms.push(VmEntry {
+            slots: core::mem::take(&mut self.next_vm_slots),
+            weight: u64::from(weight.max(1)),
+            served: 0,
+            running: 0,
+            running_since: 0,
+            active: 0,
+            fair_clock: 0,
+        });
         Ok(VmId(id))
     }
 
@@ -528,10 +629,11 @@ impl Scheduler {
         initial: InitialState,
         now: u64,
     ) -> Result<VcpuId, SchedError> {
-        let slots = self
+        let slots = &self
             .vms
             .get(usize::from(vm.0))
-            .ok_or(SchedError::UnknownVm(vm))?;
+            .ok_or(SchedError::UnknownVm(vm))?
+            .slots;
         let index = u16::try_from(slots.len()).map_err(|_| SchedError::TooMany)?;
         let allowed = affinity
             .unwrap_or_else(CpuSet::all)
@@ -560,8 +662,8 @@ impl Scheduler {
             timer_pos: 0,
             stats: VcpuStats::default(),
         });
-        if let Some(slots) = self.vms.get_mut(usize::from(vm.0)) {
-            slots.push(slot);
+        if let Some(entry) = self.vms.get_mut(usize::from(vm.0)) {
+            entry.slots.push(slot);
         }
         if initial == InitialState::Runnable {
             self.start(slot, now);
@@ -576,13 +678,16 @@ impl Scheduler {
 
     /// Number of vCPUs of `vm`.
     pub fn vcpu_count(&self, vm: VmId) -> Option<u16> {
-        let slots = self.vms.get(usize::from(vm.0))?;
-        u16::try_from(slots.len()).ok()
+        let entry = self.vms.get(usize::from(vm.0))?;
+        u16::try_from(entry.slots.len()).ok()
     }
 
     /// The vCPUs of `vm`, by index.
     pub fn vcpus(&self, vm: VmId) -> impl Iterator<Item = VcpuId> + '_ {
-        let slots = self.vms.get(usize::from(vm.0)).map_or(&[][..], |s| &s[..]);
+        let slots = self
+            .vms
+            .get(usize::from(vm.0))
+            .map_or(&[][..], |entry| &entry.slots[..]);
         slots
             .iter()
             .filter_map(|&slot| self.vcpus.get(slot))
@@ -660,9 +765,9 @@ impl Scheduler {
 
     /// The sum of `vm`'s vCPU accounting at `now`.
     pub fn vm_stats(&self, vm: VmId, now: u64) -> Option<VmStats> {
-        let slots = self.vms.get(usize::from(vm.0))?;
+        let entry = self.vms.get(usize::from(vm.0))?;
         let mut stats = VmStats::default();
-        for v in slots.iter().filter_map(|&slot| self.vcpus.get(slot)) {
+        for v in entry.slots.iter().filter_map(|&slot| self.vcpus.get(slot)) {
             stats.vcpus += 1;
             stats.total += &Self::stats_of(v, now);
         }
@@ -682,9 +787,10 @@ impl Scheduler {
         if let Some(slot) = p.current {
             return self.vcpus.get(slot).map(|v| v.id);
         }
+        let skip = p.skip.take();
         let (slot, slice_end) = match p.handoff.take() {
             Some((slot, inherited_end)) => (slot, inherited_end),
-            None => match self.choose_next(pcpu) {
+            None => match self.choose_next(pcpu, now, skip) {
                 Some(slot) => (slot, now.saturating_add(self.slice)),
                 None => {
                     self.idle.insert(pcpu);
@@ -711,8 +817,7 @@ impl Scheduler {
             PutReason::SliceExpired => {
                 if self.would_pick_again(slot, pcpu, now) {
                     // Renewed in place: as good as scheduled in again.
-                    let vruntime = self.vruntime_at(slot, now);
-                    self.fair_clock = self.fair_clock.max(vruntime);
+                    self.advance_clocks(slot, now);
                     self.vcpus[slot].slice_end = now.saturating_add(self.slice);
                     self.vcpus[slot].extended = false;
                     return Ok(PutOutcome::KeepRunning);
@@ -724,6 +829,7 @@ impl Scheduler {
             PutReason::Yield => {
                 self.vcpus[slot].stats.yields += 1;
                 self.requeue(slot, pcpu, now);
+                self.pcpus[pcpu].skip = Some(slot);
                 Ok(PutOutcome::Requeued)
             }
             PutReason::Wfi { deadline } => {
@@ -963,7 +1069,7 @@ impl Scheduler {
     fn slot(&self, vcpu: VcpuId) -> Result<usize, SchedError> {
         self.vms
             .get(usize::from(vcpu.vm.0))
-            .and_then(|slots| slots.get(usize::from(vcpu.index)))
+            .and_then(|entry| entry.slots.get(usize::from(vcpu.index)))
             .copied()
             .ok_or(SchedError::UnknownVcpu(vcpu))
     }
@@ -1015,14 +1121,82 @@ impl Scheduler {
 
     /// Closes the interval of the current state into the accounting and
     /// enters `state`. In place: this is on every switch's path.
+    /// Also keeps the VM's share accounting: its weighted time, its runs in
+    /// progress, and its active count, whose rise from 0 (the VM wakes up)
+    /// raises its time to the VM clock minus the margin.
     fn transition(&mut self, slot: usize, state: VcpuState, now: u64) {
+        let (vm_clock, margin) = (self.vm_clock, self.margin());
         let v = &mut self.vcpus[slot];
+        let Some(vm) = self.vms.get_mut(usize::from(v.id.vm.0)) else {
+            return;
+        };
+        let was_active = is_active(v.state);
         if matches!(v.state, VcpuState::Running { .. }) {
-            v.vruntime = v.vruntime.saturating_add(now.saturating_sub(v.since));
+            let ran = now.saturating_sub(v.since);
+            v.vruntime = v.vruntime.saturating_add(ran);
+            vm.served = vm.served.saturating_add(vm.weighted(ran));
+            vm.running = vm.running.saturating_sub(1);
+            vm.running_since = vm.running_since.saturating_sub(v.since);
         }
         Self::close_interval(&mut v.stats, v.state, v.since, now);
         v.since = v.since.max(now);
         v.state = state;
+        if matches!(state, VcpuState::Running { .. }) {
+            vm.running += 1;
+            vm.running_since = vm.running_since.saturating_add(v.since);
+        }
+        match (was_active, is_active(state)) {
+            (false, true) => {
+                if vm.active == 0 {
+                    vm.served = vm.served.max(vm_clock.saturating_sub(margin));
+                }
+                vm.active += 1;
+            }
+            (true, false) => vm.active = vm.active.saturating_sub(1),
+            _ => {}
+        }
+    }
+
+    /// The fairness margin in ticks ([`FAIRNESS_MARGIN_SLICES`] slices).
+    fn margin(&self) -> u64 {
+        self.slice.saturating_mul(FAIRNESS_MARGIN_SLICES)
+    }
+
+    /// `vm`'s weighted CPU time at `now`, its runs in progress included.
+    fn vm_time(&self, vm: VmId, now: u64) -> u64 {
+        let Some(entry) = self.vms.get(usize::from(vm.0)) else {
+            return 0;
+        };
+        let in_progress = entry
+            .running
+            .saturating_mul(now)
+            .saturating_sub(entry.running_since);
+        entry.served.saturating_add(entry.weighted(in_progress))
+    }
+
+    /// `slot` is scheduled in (or renewed) at `now`: its VM's fair clock
+    /// and the VM clock move up to its times.
+    fn advance_clocks(&mut self, slot: usize, now: u64) {
+        let vruntime = self.vruntime_at(slot, now);
+        let vm = self.vcpus[slot].id.vm;
+        let vm_time = self.vm_time(vm, now);
+        self.vm_clock = self.vm_clock.max(vm_time);
+        if let Some(entry) = self.vms.get_mut(usize::from(vm.0)) {
+            entry.fair_clock = entry.fair_clock.max(vruntime);
+        }
+    }
+
+    /// Whether `slot` has had at least `lead` ticks less CPU time than
+    /// `other` at `now`: between vCPUs of one VM by their virtual run times,
+    /// between vCPUs of different VMs by their VMs' weighted times (module
+    /// documentation, "Fair share").
+    fn owed(&self, slot: usize, other: usize, now: u64, lead: u64) -> bool {
+        let (a, b) = (self.vcpus[slot].id.vm, self.vcpus[other].id.vm);
+        if a == b {
+            self.vruntime_at(slot, now).saturating_add(lead) <= self.vruntime_at(other, now)
+        } else {
+            self.vm_time(a, now).saturating_add(lead) <= self.vm_time(b, now)
+        }
     }
 
     /// Off -> Runnable on its first placement.
@@ -1079,8 +1253,7 @@ impl Scheduler {
         // A pCPU with a directed yield's hand-over pending has no current
         // vCPU (the yielder was requeued), so nothing is preempted then.
         let current = self.pcpus.get(pcpu)?.current?;
-        let granularity = self.slice / WAKEUP_GRANULARITY_DIVISOR;
-        if self.vcpus[slot].vruntime.saturating_add(granularity) > self.vruntime_at(current, now) {
+        if !self.owed(slot, current, now, self.granularity()) {
             return None;
         }
         self.unlink(slot);
@@ -1096,10 +1269,14 @@ impl Scheduler {
     }
 
     /// A vCPU that was blocked or off comes back with at most the fairness
-    /// margin of credit: time it did not want is not owed to it.
+    /// margin of credit over its VM's other vCPUs: time it did not want is
+    /// not owed to it. (Its VM's own credit is bounded in `transition`.)
     fn catch_up(&mut self, slot: usize) {
-        let margin = self.slice.saturating_mul(FAIRNESS_MARGIN_SLICES);
-        let floor = self.fair_clock.saturating_sub(margin);
+        let margin = self.margin();
+        let Some(entry) = self.vms.get(usize::from(self.vcpus[slot].id.vm.0)) else {
+            return;
+        };
+        let floor = entry.fair_clock.saturating_sub(margin);
         let v = &mut self.vcpus[slot];
         v.vruntime = v.vruntime.max(floor);
     }
@@ -1245,20 +1422,93 @@ impl Scheduler {
         }
         v.last_pcpu = Some(pcpu);
         v.home = pcpu;
-        self.fair_clock = self.fair_clock.max(v.vruntime);
+        self.advance_clocks(slot, now);
         self.pcpus[pcpu].current = Some(slot);
         self.idle.remove(pcpu);
     }
 
     /// The next vCPU for `pcpu` from the run queues (hand-overs aside).
-    fn choose_next(&self, pcpu: usize) -> Option<usize> {
-        let Some(own) = self.pcpus.get(pcpu)?.head else {
+    /// `skip`: a vCPU that has just yielded here.
+    fn choose_next(&self, pcpu: usize, now: u64, skip: Option<usize>) -> Option<usize> {
+        let Some(own) = self.queue_candidate(pcpu, now, None, skip) else {
             return self.steal_for(pcpu);
         };
-        match self.least_served_foreign_head(pcpu) {
-            Some(foreign) if self.owed_more(foreign, self.vcpus[own].vruntime) => Some(foreign),
-            _ => Some(own),
+        match self.least_served_foreign_head(pcpu, now) {
+            Some(foreign) if self.owed(foreign, own, now, self.margin()) => Some(foreign),
+            _ => Some(self.most_owed_sibling(own, pcpu).unwrap_or(own)),
         }
+    }
+
+    /// A sibling of `own` (same VM) queued on another pCPU, allowed on
+    /// `pcpu`, that has had at least the margin less CPU time than `own`:
+    /// the one that has had the least. What keeps a VM's vCPUs even when
+    /// they wait on queues that serve the VM unequally.
+    fn most_owed_sibling(&self, own: usize, pcpu: usize) -> Option<usize> {
+        let entry = self.vms.get(usize::from(self.vcpus[own].id.vm.0))?;
+        let limit = self.vcpus[own].vruntime.checked_sub(self.margin())?;
+        entry
+            .slots
+            .iter()
+            .inspect(|_| self.visit())
+            .map(|&slot| (slot, &self.vcpus[slot]))
+            .filter(|(_, v)| matches!(v.place, Place::Queue(q) if q != pcpu))
+            .filter(|(_, v)| v.allowed.contains(pcpu) && v.vruntime <= limit)
+            .min_by_key(|(slot, v)| (v.vruntime, *slot))
+            .map(|(slot, _)| slot)
+    }
+
+    /// Whom `pcpu`'s own queue offers (module documentation, "Fair
+    /// share"): the vCPU queued first, unless another VM with a vCPU in the
+    /// queue has had at least the granularity less weighted CPU time than
+    /// that one's VM; then the first queued vCPU of the VM that has had the
+    /// least. `incumbent`, the vCPU running there, counts as queued at the
+    /// tail. `skip` (a vCPU that just yielded) is offered only if nobody
+    /// else is there.
+    fn queue_candidate(
+        &self,
+        pcpu: usize,
+        now: u64,
+        incumbent: Option<usize>,
+        skip: Option<usize>,
+    ) -> Option<usize> {
+        let head = self.pcpus.get(pcpu)?.head;
+        let queued = core::iter::successors(head, |&slot| self.vcpus[slot].next);
+        // (weighted VM time, first slot) of the queue's first VM and of the
+        // least served one.
+        let mut first: Option<(u64, usize)> = None;
+        let mut least: Option<(u64, usize)> = None;
+        let mut skipped = None;
+        for slot in queued.chain(incumbent) {
+            self.visit();
+            if Some(slot) == skip {
+                skipped = Some(slot);
+                continue;
+            }
+            let vm = self.vcpus[slot].id.vm;
+            if least.is_some_and(|(_, seen)| self.vcpus[seen].id.vm == vm) {
+                continue;
+            }
+            let time = self.vm_time(vm, now);
+            first = first.or(Some((time, slot)));
+            if least.is_none_or(|(least_time, _)| time < least_time) {
+                least = Some((time, slot));
+            }
+        }
+        match (first, least) {
+            (Some((first_time, _)), Some((least_time, slot)))
+                if least_time.saturating_add(self.granularity()) <= first_time =>
+            {
+                Some(slot)
+            }
+            (Some((_, slot)), _) => Some(slot),
+            _ => skipped,
+        }
+    }
+
+    /// The wake-up and share granularity in ticks (`slice /
+    /// WAKEUP_GRANULARITY_DIVISOR`).
+    fn granularity(&self) -> u64 {
+        self.slice / WAKEUP_GRANULARITY_DIVISOR
     }
 
     /// `slot`'s virtual run time at `now`, including a run in progress.
@@ -1270,35 +1520,32 @@ impl Scheduler {
         }
     }
 
-    /// Whether `slot` has had at least [`FAIRNESS_MARGIN_SLICES`] slices
-    /// less CPU time than a vCPU at `vruntime`.
-    fn owed_more(&self, slot: usize, vruntime: u64) -> bool {
-        let margin = self.slice.saturating_mul(FAIRNESS_MARGIN_SLICES);
-        self.vcpus[slot].vruntime.saturating_add(margin) <= vruntime
-    }
-
     /// Whether `pick_next(pcpu)` would choose `slot`, running on `pcpu`,
-    /// again if it were put back at `now`: nothing else waits for this pCPU.
+    /// again if it were put back at `now`: nobody waiting for this pCPU
+    /// is owed the time more.
     fn would_pick_again(&self, slot: usize, pcpu: usize, now: u64) -> bool {
         let p = &self.pcpus[pcpu];
-        let vruntime = self.vruntime_at(slot, now);
-        p.head.is_none()
-            && p.handoff.is_none()
+        p.handoff.is_none()
+            && (p.head.is_none() || self.queue_candidate(pcpu, now, Some(slot), None) == Some(slot))
             && self
-                .least_served_foreign_head(pcpu)
-                .is_none_or(|foreign| !self.owed_more(foreign, vruntime))
+                .least_served_foreign_head(pcpu, now)
+                .is_none_or(|foreign| !self.owed(foreign, slot, now, self.margin()))
     }
 
     /// Among the heads of the other non-empty queues that may run on
-    /// `pcpu`, the one that has had the least CPU time.
-    fn least_served_foreign_head(&self, pcpu: usize) -> Option<usize> {
+    /// `pcpu`, the one that has had the least CPU time: the least weighted
+    /// VM time, then the least virtual run time.
+    fn least_served_foreign_head(&self, pcpu: usize, now: u64) -> Option<usize> {
         self.queued
             .iter()
             .inspect(|_| self.visit())
             .filter(|&other| other != pcpu)
             .filter_map(|other| self.pcpus.get(other)?.head)
             .filter(|&head| self.vcpus[head].allowed.contains(pcpu))
-            .min_by_key(|&head| (self.vcpus[head].vruntime, head))
+            .min_by_key(|&head| {
+                let v = &self.vcpus[head];
+                (self.vm_time(v.id.vm, now), v.vruntime, head)
+            })
     }
 
     /// For an empty queue: the first vCPU allowed on `pcpu` in the most

@@ -1778,7 +1778,7 @@ mod tests {
     fn a_spinner_yields_to_the_preempted_lock_holder() {
         const SLICE: u64 = 1_000;
         let mut s = Scheduler::new(CpuSet::first_n(1), SLICE);
-        let vm_id = s.add_vm().unwrap();
+        let vm_id = s.add_vm(crate::sched::DEFAULT_WEIGHT).unwrap();
         let vcpus: Vec<VcpuId> = (0..4)
             .map(|_| s.add_vcpu(vm_id, None, InitialState::Runnable, 0).unwrap())
             .collect();

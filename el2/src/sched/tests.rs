@@ -19,7 +19,7 @@ fn vcpu(vm: u16, index: u16) -> VcpuId {
 fn scheduler(pcpus: usize, vms: &[u16]) -> Scheduler {
     let mut s = Scheduler::new(CpuSet::first_n(pcpus), SLICE);
     for &count in vms {
-        let vm = s.add_vm().unwrap();
+        let vm = s.add_vm(DEFAULT_WEIGHT).unwrap();
         for _ in 0..count {
             s.add_vcpu(vm, None, InitialState::Runnable, 0).unwrap();
         }
@@ -211,8 +211,8 @@ fn a_vcpu_back_from_a_long_block_is_owed_little() {
     // that no other pCPU's head would ever be pulled past it.
     let margin = FAIRNESS_MARGIN_SLICES * SLICE;
     let slot = sim.s.slot(c).unwrap();
-    assert!(sim.s.fair_clock >= 999 * SLICE);
-    assert_eq!(sim.s.vcpus[slot].vruntime + margin, sim.s.fair_clock);
+    assert!(sim.s.vms[0].fair_clock >= 999 * SLICE);
+    assert_eq!(sim.s.vcpus[slot].vruntime + margin, sim.s.vms[0].fair_clock);
     sim.run_until(4_000 * SLICE);
     let after: Vec<u64> = shares(&sim, 3)
         .iter()
@@ -386,7 +386,7 @@ fn a_wake_racing_with_wfi_is_not_lost() {
 #[test]
 fn simultaneous_wakeups_spread_over_idle_pcpus() {
     let mut s = Scheduler::new(CpuSet::first_n(3), SLICE);
-    let vm = s.add_vm().unwrap();
+    let vm = s.add_vm(DEFAULT_WEIGHT).unwrap();
     let pinned = CpuSet::single(0);
     let v: Vec<VcpuId> = (0..2)
         .map(|_| {
@@ -439,8 +439,8 @@ fn simultaneous_wakeups_spread_over_idle_pcpus() {
 #[test]
 fn stealing_respects_affinity() {
     let mut s = Scheduler::new(CpuSet::first_n(2), SLICE);
-    let vm = s.add_vm().unwrap();
-    let other_vm = s.add_vm().unwrap();
+    let vm = s.add_vm(DEFAULT_WEIGHT).unwrap();
+    let other_vm = s.add_vm(DEFAULT_WEIGHT).unwrap();
     let (on0, on1) = (CpuSet::single(0), CpuSet::single(1));
     let free = s.add_vcpu(vm, None, InitialState::Runnable, 0).unwrap();
     let pinned: Vec<VcpuId> = (0..3)
@@ -487,7 +487,7 @@ fn pinned_vcpus_never_migrate() {
     // Six vCPUs over three pCPUs: two pinned to pCPU 0, two pinned to pCPU
     // 2, two free; all block and wake in a fixed pseudo-random pattern.
     let mut s = Scheduler::new(CpuSet::first_n(3), SLICE);
-    let vm = s.add_vm().unwrap();
+    let vm = s.add_vm(DEFAULT_WEIGHT).unwrap();
     let affinity = [
         Some(CpuSet::single(0)),
         Some(CpuSet::single(0)),
@@ -552,7 +552,7 @@ fn pinned_vcpus_never_migrate() {
 #[test]
 fn power_on_and_off_transitions_and_errors() {
     let mut s = Scheduler::new(CpuSet::first_n(2), SLICE);
-    let vm = s.add_vm().unwrap();
+    let vm = s.add_vm(DEFAULT_WEIGHT).unwrap();
     let boot = s.add_vcpu(vm, None, InitialState::Runnable, 0).unwrap();
     let second = s.add_vcpu(vm, None, InitialState::Off, 0).unwrap();
     assert_eq!(boot, vcpu(0, 0));
@@ -648,8 +648,8 @@ fn yield_to_hands_the_rest_of_the_slice_to_a_sibling() {
     // pCPU 0 runs a; b (same VM) waits on pCPU 1's queue behind x (another
     // VM), and y (another VM) waits on pCPU 0.
     let mut s = Scheduler::new(CpuSet::first_n(2), SLICE);
-    let vm0 = s.add_vm().unwrap();
-    let vm1 = s.add_vm().unwrap();
+    let vm0 = s.add_vm(DEFAULT_WEIGHT).unwrap();
+    let vm1 = s.add_vm(DEFAULT_WEIGHT).unwrap();
     let a = s
         .add_vcpu(vm0, Some(CpuSet::single(0)), InitialState::Runnable, 0)
         .unwrap();
@@ -778,7 +778,7 @@ fn offline_pcpus_get_no_work() {
     // pCPUs 0 and 2 online, 1 failed to start.
     let online: CpuSet = [0, 2].into_iter().collect();
     let mut s = Scheduler::new(online, SLICE);
-    let vm = s.add_vm().unwrap();
+    let vm = s.add_vm(DEFAULT_WEIGHT).unwrap();
     for _ in 0..4 {
         s.add_vcpu(vm, None, InitialState::Runnable, 0).unwrap();
     }
@@ -796,7 +796,7 @@ fn offline_pcpus_get_no_work() {
 #[test]
 fn runnable_on_counts_running_queued_and_handed_over() {
     let mut s = Scheduler::new(CpuSet::first_n(2), SLICE);
-    let vm = s.add_vm().unwrap();
+    let vm = s.add_vm(DEFAULT_WEIGHT).unwrap();
     let pinned = Some(CpuSet::single(0));
     let a = s.add_vcpu(vm, pinned, InitialState::Runnable, 0).unwrap();
     assert_eq!(s.runnable_on(0), 1, "queued");
@@ -824,7 +824,7 @@ fn can_yield_to_agrees_with_yield_to() {
     let mut s = Scheduler::new(CpuSet::first_n(3), SLICE);
     let mut all = Vec::new();
     for vm in 0..2usize {
-        let id = s.add_vm().unwrap();
+        let id = s.add_vm(DEFAULT_WEIGHT).unwrap();
         for i in 0..4u16 {
             let affinity = match i {
                 0 => Some(CpuSet::single(vm)),
@@ -1081,7 +1081,7 @@ fn work_per_operation(pcpus: usize, vms: u16, vcpus_per_vm: u16) -> (f64, u64) {
     let half = CpuSet::first_n(pcpus / 2);
     let mut vcpus = Vec::new();
     for n in 0..vms {
-        let vm = s.add_vm().unwrap();
+        let vm = s.add_vm(DEFAULT_WEIGHT).unwrap();
         let affinity = (n % 4 == 0).then_some(half);
         for _ in 0..vcpus_per_vm {
             vcpus.push(s.add_vcpu(vm, affinity, InitialState::Runnable, 0).unwrap());

@@ -991,7 +991,7 @@ mod tests {
     impl Host {
         fn new(pcpus: usize, vcpus: u16) -> Self {
             let mut s = Scheduler::new(CpuSet::first_n(pcpus), 100);
-            let vm = s.add_vm().unwrap();
+            let vm = s.add_vm(crate::sched::DEFAULT_WEIGHT).unwrap();
             for _ in 0..vcpus {
                 s.add_vcpu(vm, None, InitialState::Off, 0).unwrap();
             }

@@ -62,6 +62,7 @@ mod guest {
     use core::time::Duration;
 
     use guest_driver::devicetree::{Conduit as Method, MAX_CPUS};
+    use guest_driver::gicv3::IntId;
     use guest_driver::lock::{Paravirt, QueuedLock, TicketLock, WaitStats};
     use guest_driver::lockbench::{
         self, ALL_PASSED, CostLine, LockKind, PREFIX, PV_UNAVAILABLE, ResultLine, Settings, Shared,
@@ -69,6 +70,7 @@ mod guest {
     };
     use guest_driver::println;
     use guest_driver::pv::{Conduit, CpuInit, YieldResult};
+    use guest_driver::rt::gic;
     use guest_driver::rt::pv::{RtParavirt, RtPlatform};
     use guest_driver::rt::{self, pv, smp, time};
     use pvlock_abi::arch::SMCCC_VERSION;
@@ -207,6 +209,11 @@ mod guest {
         PV_LOCK.set_spin_limit(s.spin_limit);
         PV_LOCK.set_halt_after(s.halt_after);
         PV_TICKET_LOCK.set_spin_limit(s.spin_limit);
+        if s.self_sgi > 0
+            && let Err(e) = gic::init()
+        {
+            fail("self-sgi", format_args!("cannot set up the GIC: {e}"));
+        }
         init_this_cpu(0);
         // Alone, so that no sibling's time slice lands in the figure.
         let hypercall_ticks = (s.costs > 0).then(|| time_hypercalls(s.costs));
@@ -396,6 +403,16 @@ mod guest {
     /// The calling vCPU's paravirtual records; a service that is offered
     /// but cannot be set up is a failure.
     fn init_this_cpu(cpu: usize) {
+        if settings().self_sgi > 0 {
+            let sgi = IntId::from_raw(lockbench::SELF_SGI);
+            let ready = gic::init_cpu().and_then(|c| {
+                c.redistributor.configure(sgi, SELF_SGI_PRIORITY)?;
+                c.redistributor.set_enabled(sgi, true)
+            });
+            if let Err(e) = ready {
+                fail("self-sgi", format_args!("vcpu {cpu}: {e}"));
+            }
+        }
         let CpuInit { lock, steal_time } = pv::init_cpu();
         if let Err(e) = lock {
             fail("init_cpu", format_args!("vcpu {cpu}: PV-lock: {e}"));
@@ -461,6 +478,9 @@ mod guest {
             drop(shared);
             state = lockbench::private_work(state, perturb.private_work());
             i += 1;
+            if s.self_sgi > 0 && i.is_multiple_of(s.self_sgi) {
+                wake_self_with_sgi(cpu);
+            }
         }
         core::hint::black_box(state);
         let end = time::counter();
@@ -470,6 +490,39 @@ mod guest {
             worst_wait,
             busy: end.wrapping_sub(start),
             end,
+        }
+    }
+
+    /// Priority of the self-sent SGI (any value the priority mask lets
+    /// through).
+    const SELF_SGI_PRIORITY: u8 = 0x80;
+
+    /// `self-sgi`: sends this vCPU SGI [`lockbench::SELF_SGI`] and waits
+    /// for it with WFI (PSTATE.I stays masked: the SGI ends the WFI and is
+    /// acknowledged by polling), so the hypervisor sees an interrupt the
+    /// guest sent itself, a wake-up and a WFI that completes at once.
+    fn wake_self_with_sgi(cpu: usize) {
+        let sgi = IntId::from_raw(lockbench::SELF_SGI);
+        if let Err(e) = gic::send_sgi(rt::machine().cpus()[cpu], sgi) {
+            fail("self-sgi", format_args!("vcpu {cpu}: sending: {e}"));
+            return;
+        }
+        let deadline = time::counter()
+            .saturating_add(time::to_ticks(Duration::from_secs(settings().timeout_secs)));
+        loop {
+            match gic::acknowledge() {
+                Some(intid) => {
+                    gic::end_of_interrupt(intid);
+                    if intid == sgi {
+                        return;
+                    }
+                }
+                None if time::counter() >= deadline => {
+                    fail("self-sgi", format_args!("vcpu {cpu}: SGI never arrived"));
+                    return;
+                }
+                None => time::wfi_until(deadline),
+            }
         }
     }
 

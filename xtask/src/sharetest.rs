@@ -1,0 +1,245 @@
+//! The fair-share boot test: two VMs of different vCPU counts on the same
+//! two pCPUs, one of them playing every hint el2 takes from a guest, and
+//! el2's end-of-run summary must show each VM held to its share of pCPU
+//! time (el2 `sched`, "Fair share"; docs/vms.md).
+//!
+//! - vm0: lockbench with 6 vCPUs, the PV queued lock over openEuler's
+//!   PV-lock interface with el2's boosts on, so its waiters yield to
+//!   preempted holders (directed yields), sleep and are kicked, its
+//!   holders get slice extensions, and every 16th acquisition each vCPU
+//!   sends itself an SGI and waits for it (`self-sgi`). Its private work
+//!   keeps every vCPU wanting a pCPU most of the time.
+//! - vm1: the lock benchmark's CPU hog, one always-busy vCPU per pCPU.
+//!
+//! Both run for the same time and have the default weight, so each is
+//! owed half of the machine: vm1 must get at least half less the
+//! tolerance and vm0 at most half plus it. Without per-VM shares (a
+//! share per vCPU, as before) vm0's 6 vCPUs would take up to 3/4.
+
+use std::time::Duration;
+
+use guest_driver::lockbench::{self, LockKind};
+use pvlock_abi::pvlock::Variant;
+
+use crate::bench::hog_vm;
+use crate::boottest::{BootTest, Check, Kernel, Outcome, parse_vcpu_summary};
+use crate::irqtest::parse_vgic_summary;
+use crate::qemu::Machine;
+use crate::vm::{PvLock, VmConfig};
+
+/// vCPUs of the tricky VM; the hog VM has one per pCPU.
+const TRICKY_VCPUS: u32 = 6;
+/// pCPUs of the machine.
+const PCPUS: u32 = 2;
+/// How long both VMs run.
+const DURATION_MS: u64 = 1_500;
+/// How far a VM's share of the pCPU time may lie beyond what it is owed
+/// (a fraction of the machine). Covers the VMs' boot and power-off
+/// around the timed runs and multi-threaded TCG's jitter.
+pub const TOLERANCE: f64 = 0.06;
+/// Each of these counts must be at least this over the run: the hints
+/// were used heavily, not once.
+const HEAVY_USE: u64 = 100;
+
+/// The test.
+pub fn tests() -> Vec<BootTest> {
+    let machine = Machine {
+        smp: PCPUS,
+        ..Machine::default()
+    };
+    let settings = lockbench::Settings {
+        lock: LockKind::Pv,
+        duration_ms: DURATION_MS,
+        private_work: 200,
+        self_sgi: 16,
+        ..lockbench::Settings::default()
+    };
+    let tricky = VmConfig {
+        guest: crate::bench::GUEST.into(),
+        pv_lock: Some(PvLock::Variant(Variant::OpenEuler)),
+        boost: Some(true),
+        ..VmConfig::smp_demo(TRICKY_VCPUS, &settings.to_string(), 1)
+    };
+    // hog_vm runs for twice the time it is given.
+    let hog = hog_vm(PCPUS, DURATION_MS / 2);
+    vec![BootTest {
+        name: format!(
+            "shares lockbench vcpus={TRICKY_VCPUS} tricky + hog vcpus={PCPUS} {}",
+            machine.describe()
+        ),
+        timeout: Duration::from_secs(300),
+        outcome: Outcome::CleanExit,
+        checks: vec![
+            Check::Banner,
+            Check::HypervisorSummary {
+                vcpus_per_vm: vec![TRICKY_VCPUS as usize, PCPUS as usize],
+                time_sliced: true,
+            },
+            Check::Shares {
+                tricky_vm: 0,
+                owed_percent: vec![50, 50],
+            },
+        ],
+        dt_edit: None,
+        kernel: Kernel::El2,
+        vms: vec![tricky, hog],
+        machine,
+    }]
+}
+
+/// Each VM's share of the run time el2's summary reports.
+fn shares(lines: &[&str]) -> Vec<f64> {
+    let mut run_ms: Vec<f64> = Vec::new();
+    for s in lines.iter().filter_map(|l| parse_vcpu_summary(l)) {
+        if run_ms.len() <= s.vm {
+            run_ms.resize(s.vm + 1, 0.0);
+        }
+        run_ms[s.vm] += s.run_ms;
+    }
+    let total: f64 = run_ms.iter().sum();
+    run_ms
+        .iter()
+        .map(|r| r / total.max(f64::MIN_POSITIVE))
+        .collect()
+}
+
+/// The number after `key` in a `summary:   vmV/vcpuC: ...` line.
+fn count_after(line: &str, key: &str) -> Option<u64> {
+    let mut words = line.split_whitespace();
+    words.find(|w| *w == key)?;
+    words.next()?.parse().ok()
+}
+
+/// [`Check::Shares`]: every VM got its owed share of the pCPU time within
+/// [`TOLERANCE`] (the tricky VM no more, the others no less), and the
+/// tricky VM used directed yields, slice extensions, kicks and SGIs
+/// heavily.
+pub fn check(lines: &[&str], tricky_vm: usize, owed: &[f64]) -> Result<(), String> {
+    let mut problems = Vec::new();
+    let got = shares(lines);
+    if got.len() != owed.len() {
+        return Err(format!(
+            "summary lines for {} VM(s), expected {}",
+            got.len(),
+            owed.len()
+        ));
+    }
+    for (vm, (&got, &owed)) in got.iter().zip(owed).enumerate() {
+        let fair = if vm == tricky_vm {
+            got <= owed + TOLERANCE
+        } else {
+            got >= owed - TOLERANCE
+        };
+        if !fair {
+            problems.push(format!(
+                "vm{vm} got {got:.3} of the pCPU time, owed {owed:.3} (tolerance {TOLERANCE})"
+            ));
+        }
+    }
+    let prefix = format!("summary:   vm{tricky_vm}/");
+    let total = |key: &str| -> u64 {
+        lines
+            .iter()
+            .filter(|l| l.contains(&prefix))
+            .filter_map(|l| count_after(l, key))
+            .sum()
+    };
+    let kicks = lines
+        .iter()
+        .filter(|l| l.contains("lockbench: yields:"))
+        .filter_map(|l| {
+            let before = l.split(" kicks").next()?;
+            before.rsplit(' ').next()?.parse::<u64>().ok()
+        })
+        .sum::<u64>();
+    let sgis = lines
+        .iter()
+        .filter_map(|l| parse_vgic_summary(l))
+        .map(|v| v.sgis)
+        .sum::<u64>();
+    for (what, n) in [
+        ("directed yields (yielded-to)", total("yielded-to")),
+        ("slice extensions", total("extended")),
+        ("kicks", kicks),
+        ("SGIs", sgis),
+    ] {
+        if n < HEAVY_USE {
+            problems.push(format!("vm{tricky_vm} made only {n} {what}"));
+        }
+    }
+    if !lines.iter().any(|l| l.contains(lockbench::ALL_PASSED)) {
+        problems.push(format!("no {:?} line", lockbench::ALL_PASSED));
+    }
+    println!(
+        "shares: {}",
+        got.iter()
+            .enumerate()
+            .map(|(vm, s)| format!("vm{vm} {s:.3}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("; "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary(vm: usize, vcpu: usize, run_ms: f64, yielded_to: u64, extended: u64) -> String {
+        format!(
+            "summary:   vm{vm}/vcpu{vcpu}: run {run_ms:.1} ms steal 1.0 ms blocked 0.0 ms in 9 \
+             preempted 3 blocks 0 yields 4 yielded-to {yielded_to} migrations 0 extended \
+             {extended} wakeup-preemptions 0"
+        )
+    }
+
+    fn console(tricky_ms: f64, hog_ms: f64) -> Vec<String> {
+        let mut lines = vec![
+            "[vm0] lockbench: yields: 900 calls, 400 yielded, 300 halts, 250 kicks".to_string(),
+            format!("[vm0] {}", lockbench::ALL_PASSED),
+            "summary:   vgic: sgis 5000 timer 10 spi 0 maintenance 0".to_string(),
+        ];
+        for vcpu in 0..6 {
+            lines.push(summary(0, vcpu, tricky_ms / 6.0, 50, 40));
+        }
+        for vcpu in 0..2 {
+            lines.push(summary(1, vcpu, hog_ms / 2.0, 0, 0));
+        }
+        lines
+    }
+
+    fn run(lines: &[String]) -> Result<(), String> {
+        let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+        check(&lines, 0, &[0.5, 0.5])
+    }
+
+    #[test]
+    fn equal_shares_pass_and_per_vcpu_shares_fail() {
+        assert_eq!(run(&console(1000.0, 1000.0)), Ok(()));
+        assert_eq!(run(&console(900.0, 1100.0)), Ok(()));
+        // A share per vCPU: 6 of 8.
+        let why = run(&console(1500.0, 500.0)).unwrap_err();
+        assert!(why.contains("vm0 got 0.750"), "{why}");
+        assert!(why.contains("vm1 got 0.250"), "{why}");
+    }
+
+    #[test]
+    fn the_tricks_must_be_used() {
+        let mut lines = console(1000.0, 1000.0);
+        lines[0] = "[vm0] lockbench: yields: 900 calls, 400 yielded, 300 halts, 3 kicks".into();
+        let why = run(&lines).unwrap_err();
+        assert_eq!(why, "vm0 made only 3 kicks");
+        let mut lines = console(1000.0, 1000.0);
+        lines.retain(|l| !l.contains("vgic"));
+        assert!(run(&lines).unwrap_err().contains("0 SGIs"));
+        let lines: Vec<String> = console(1000.0, 1000.0)
+            .into_iter()
+            .map(|l| l.replace("extended 40", "extended 0"))
+            .collect();
+        assert!(run(&lines).unwrap_err().contains("0 slice extensions"));
+    }
+}
