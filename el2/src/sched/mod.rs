@@ -788,18 +788,25 @@ impl Scheduler {
             return self.vcpus.get(slot).map(|v| v.id);
         }
         let skip = p.skip.take();
-        let (slot, slice_end) = match p.handoff.take() {
-            Some((slot, inherited_end)) => (slot, inherited_end),
+        match p.handoff.take() {
+            // A hand-over continues the yielder's slice inside its VM's
+            // time: the clocks move when a slice starts or is renewed.
+            Some((slot, inherited_end)) => self.run(slot, pcpu, now, inherited_end),
             None => match self.choose_next(pcpu, now, skip) {
-                Some(slot) => (slot, now.saturating_add(self.slice)),
+                Some(slot) => {
+                    self.run(slot, pcpu, now, now.saturating_add(self.slice));
+                    self.advance_clocks(slot, now);
+                }
                 None => {
                     self.idle.insert(pcpu);
                     return None;
                 }
             },
-        };
-        self.run(slot, pcpu, now, slice_end);
-        self.vcpus.get(slot).map(|v| v.id)
+        }
+        self.pcpus[pcpu]
+            .current
+            .and_then(|slot| self.vcpus.get(slot))
+            .map(|v| v.id)
     }
 
     /// Takes the running `vcpu` off `pcpu` for `why`. See [`PutOutcome`]
@@ -1123,7 +1130,9 @@ impl Scheduler {
     /// enters `state`. In place: this is on every switch's path.
     /// Also keeps the VM's share accounting: its weighted time, its runs in
     /// progress, and its active count, whose rise from 0 (the VM wakes up)
-    /// raises its time to the VM clock minus the margin.
+    /// raises its time to the VM clock minus the margin. Inlined: every
+    /// caller passes a constant `state`, which folds most of the branches.
+    #[inline(always)]
     fn transition(&mut self, slot: usize, state: VcpuState, now: u64) {
         let (vm_clock, margin) = (self.vm_clock, self.margin());
         let v = &mut self.vcpus[slot];
@@ -1135,15 +1144,17 @@ impl Scheduler {
             let ran = now.saturating_sub(v.since);
             v.vruntime = v.vruntime.saturating_add(ran);
             vm.served = vm.served.saturating_add(vm.weighted(ran));
-            vm.running = vm.running.saturating_sub(1);
-            vm.running_since = vm.running_since.saturating_sub(v.since);
+            // Exact by construction: `running_since` is the sum of the
+            // `since` of the `running` vCPUs, this one's included.
+            vm.running -= 1;
+            vm.running_since = vm.running_since.wrapping_sub(v.since);
         }
         Self::close_interval(&mut v.stats, v.state, v.since, now);
         v.since = v.since.max(now);
         v.state = state;
         if matches!(state, VcpuState::Running { .. }) {
             vm.running += 1;
-            vm.running_since = vm.running_since.saturating_add(v.since);
+            vm.running_since = vm.running_since.wrapping_add(v.since);
         }
         match (was_active, is_active(state)) {
             (false, true) => {
@@ -1167,15 +1178,19 @@ impl Scheduler {
         let Some(entry) = self.vms.get(usize::from(vm.0)) else {
             return 0;
         };
+        // Each running vCPU's `since` is at most `now` (or the run counts
+        // as nothing yet).
         let in_progress = entry
             .running
-            .saturating_mul(now)
-            .saturating_sub(entry.running_since);
+            .wrapping_mul(now)
+            .checked_sub(entry.running_since)
+            .unwrap_or(0);
         entry.served.saturating_add(entry.weighted(in_progress))
     }
 
     /// `slot` is scheduled in (or renewed) at `now`: its VM's fair clock
     /// and the VM clock move up to its times.
+    #[inline(always)]
     fn advance_clocks(&mut self, slot: usize, now: u64) {
         let vruntime = self.vruntime_at(slot, now);
         let vm = self.vcpus[slot].id.vm;
@@ -1422,7 +1437,6 @@ impl Scheduler {
         }
         v.last_pcpu = Some(pcpu);
         v.home = pcpu;
-        self.advance_clocks(slot, now);
         self.pcpus[pcpu].current = Some(slot);
         self.idle.remove(pcpu);
     }
