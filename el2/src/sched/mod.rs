@@ -1183,8 +1183,7 @@ impl Scheduler {
         let in_progress = entry
             .running
             .wrapping_mul(now)
-            .checked_sub(entry.running_since)
-            .unwrap_or(0);
+            .saturating_sub(entry.running_since);
         entry.served.saturating_add(entry.weighted(in_progress))
     }
 
