@@ -183,6 +183,8 @@
 //! `next_deadline` (all pCPUs) scan the pCPUs.
 
 mod cpuset;
+#[cfg(test)]
+mod latency_tests;
 pub mod onspin;
 #[cfg(test)]
 mod share_tests;
@@ -1216,7 +1218,7 @@ impl Scheduler {
     /// Off -> Runnable on its first placement.
     fn start(&mut self, slot: usize, now: u64) -> Wakeup {
         self.transition(slot, VcpuState::Runnable, now);
-        self.catch_up(slot);
+        self.catch_up(slot, now);
         let v = &mut self.vcpus[slot];
         v.kicked = false;
         v.on_pending = true;
@@ -1245,7 +1247,7 @@ impl Scheduler {
             VcpuState::Blocked(_) => {
                 self.disarm_timer(slot);
                 self.transition(slot, VcpuState::Runnable, now);
-                self.catch_up(slot);
+                self.catch_up(slot, now);
                 let pcpu = self.placement(slot, false);
                 let ipi = self.enqueue(slot, pcpu);
                 let preempting = if ipi {
@@ -1262,14 +1264,28 @@ impl Scheduler {
     /// `pcpu`'s queue, has had at least the wake-up granularity less CPU
     /// time than the vCPU running there, it moves to the head of the queue
     /// and the running vCPU's slice ends now, or once it has run the
-    /// minimum since it was scheduled in.
+    /// minimum since it was scheduled in. If it is not owed that much over
+    /// the running vCPU, or nothing runs there (the pCPU is between two
+    /// vCPUs, or a directed yield's hand-over is pending, which goes
+    /// first), but it is owed that much over the queue's head, it still
+    /// moves to the head: it runs next there.
     fn preempt_for(&mut self, slot: usize, pcpu: usize, now: u64) -> Option<Wakeup> {
-        // A pCPU with a directed yield's hand-over pending has no current
-        // vCPU (the yielder was requeued), so nothing is preempted then.
-        let current = self.pcpus.get(pcpu)?.current?;
-        if !self.owed(slot, current, now, self.granularity()) {
+        let p = self.pcpus.get(pcpu)?;
+        let (current, head) = (p.current, p.head);
+        let granularity = self.granularity();
+        let Some(current) = current.filter(|&c| self.owed(slot, c, now, granularity)) else {
+            // Typically the running vCPU is the one that sent the wake-up
+            // and is about to block itself: the woken vCPU should not wait
+            // behind CPU-bound vCPUs that had their share.
+            if let Some(head) = head
+                && head != slot
+                && self.owed(slot, head, now, granularity)
+            {
+                self.unlink(slot);
+                self.enqueue_front(slot, pcpu);
+            }
             return None;
-        }
+        };
         self.unlink(slot);
         self.enqueue_front(slot, pcpu);
         let min_run = self.slice / MIN_RUN_DIVISOR;
@@ -1283,14 +1299,27 @@ impl Scheduler {
     }
 
     /// A vCPU that was blocked or off comes back with at most the fairness
-    /// margin of credit over its VM's other vCPUs: time it did not want is
-    /// not owed to it. (Its VM's own credit is bounded in `transition`.)
-    fn catch_up(&mut self, slot: usize) {
+    /// margin of credit over the least-served of its VM's other runnable
+    /// vCPUs (as CFS places a waking task relative to the run queue's
+    /// minimum virtual run time), or over its VM's fair clock if none is:
+    /// time it did not want is not owed to it, and what it is owed puts it
+    /// ahead of every CPU-bound sibling, however far their times spread
+    /// over the queues. (Its VM's own credit is bounded in `transition`.)
+    fn catch_up(&mut self, slot: usize, now: u64) {
         let margin = self.margin();
-        let Some(entry) = self.vms.get(usize::from(self.vcpus[slot].id.vm.0)) else {
+        let vm = usize::from(self.vcpus[slot].id.vm.0);
+        let Some(entry) = self.vms.get(vm) else {
             return;
         };
-        let floor = entry.fair_clock.saturating_sub(margin);
+        let least_served = entry
+            .slots
+            .iter()
+            .filter(|&&other| other != slot && is_active(self.vcpus[other].state))
+            .map(|&other| self.vruntime_at(other, now))
+            .min();
+        let floor = least_served
+            .unwrap_or(entry.fair_clock)
+            .saturating_sub(margin);
         let v = &mut self.vcpus[slot];
         v.vruntime = v.vruntime.max(floor);
     }
