@@ -6,9 +6,11 @@
 //! by reading ICC_IAR1_EL1 and completed with ICC_EOIR1_EL1, and WFI waits
 //! for them. Each check prints `irq-check: <label>: ok` (sometimes
 //! followed by ` (<detail>)`) or `irq-check: <label>: FAILED: <why>`;
-//! [`Label::ALL`] lists them. The ring check also prints one
-//! [`RingCount`] line per vCPU. A run ends with [`ALL_PASSED`], or with a
-//! `GUEST FATAL` line counting the failures.
+//! [`Label::ALL`] lists them; with `ping=N` the ping check
+//! ([`Label::Ping`]) runs after them and its pass line is a
+//! [`PingReport`]. The ring check also prints one [`RingCount`] line per
+//! vCPU. A run ends with [`ALL_PASSED`], or with a `GUEST FATAL` line
+//! counting the failures.
 
 use core::fmt;
 use core::time::Duration;
@@ -29,6 +31,28 @@ pub const BURST_SGIS: usize = 12;
 
 /// The SGI the ring passes around.
 pub const RING_SGI: IntId = IntId::sgi(1);
+
+/// The SGI the ping check bounces between vCPUs 0 and 1.
+pub const PING_SGI: IntId = IntId::sgi(2);
+
+/// How long vCPU 0 rests (WFI on its virtual timer) after each round trip
+/// of the ping check: with it the two vCPUs ask for a few percent of a
+/// pCPU, less than their fair share beside any number of CPU-bound
+/// siblings on a few pCPUs, so that what the round trips measure is the
+/// wake-up latency a vCPU within its share gets. (Without it the pair
+/// would ask for a whole pCPU, and fair share would rightly make it
+/// wait.)
+pub const PING_GAP: Duration = Duration::from_millis(1);
+
+/// How long vCPU 0 rests before the first round trip, the spinners
+/// already computing: the other checks ran mostly on vCPU 0 while the
+/// spinners waited, and what the pair used then fair share makes it pay
+/// back first. 100 ms is more than the earlier checks take.
+pub const PING_WARM_UP: Duration = Duration::from_millis(100);
+
+/// Most round trips `ping=` takes: vCPU 0 keeps every one to find the
+/// median.
+pub const MAX_PING: u64 = 10_000;
 
 /// Ring rounds unless `rounds=` says otherwise.
 pub const DEFAULT_ROUNDS: u64 = 200;
@@ -78,6 +102,8 @@ pub struct Settings {
     pub rounds: u64,
     /// Seconds each check may take (`timeout=`).
     pub timeout_secs: u64,
+    /// Round trips of the ping check (`ping=`); 0 leaves it out.
+    pub ping: u64,
 }
 
 impl Default for Settings {
@@ -85,16 +111,19 @@ impl Default for Settings {
         Self {
             rounds: DEFAULT_ROUNDS,
             timeout_secs: DEFAULT_TIMEOUT_SECS,
+            ping: 0,
         }
     }
 }
 
 impl Settings {
-    /// Reads `rounds=N` (1..=1000000) and `timeout=S` (1..=3600).
+    /// Reads `rounds=N` (1..=1000000), `timeout=S` (1..=3600) and
+    /// `ping=N` (0..=[`MAX_PING`]).
     pub fn from_bootargs<'a>(args: &BootArgs<'a>) -> Result<Self, ArgError<'a>> {
         Ok(Self {
             rounds: args.number("rounds", DEFAULT_ROUNDS, 1, MAX_ROUNDS)?,
             timeout_secs: args.number("timeout", DEFAULT_TIMEOUT_SECS, 1, MAX_TIMEOUT_SECS)?,
+            ping: args.number("ping", 0, 0, MAX_PING)?,
         })
     }
 
@@ -104,9 +133,13 @@ impl Settings {
 }
 
 impl fmt::Display for Settings {
-    /// The command-line words: `rounds=200 timeout=60`.
+    /// The command-line words: `rounds=200 timeout=60 ping=0`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "rounds={} timeout={}", self.rounds, self.timeout_secs)
+        write!(
+            f,
+            "rounds={} timeout={} ping={}",
+            self.rounds, self.timeout_secs, self.ping
+        )
     }
 }
 
@@ -308,12 +341,93 @@ pub const fn ring_successor(vcpu: usize, vcpus: usize) -> usize {
 }
 
 /// ICC_SGI1R_EL1 writes a passing run makes, which el2 counts as `sgis`
-/// in its `summary:   vgic:` line: the burst's, and one per hand-off of
-/// the ring: vCPU 0 starts the token and passes it on after each of its
-/// first `rounds - 1` receipts, every other vCPU after each of its
-/// `rounds`.
-pub const fn sgis_sent(vcpus: usize, rounds: u64) -> u64 {
-    BURST_SGIS as u64 + vcpus as u64 * rounds
+/// in its `summary:   vgic:` line: the burst's, one per hand-off of the
+/// ring (vCPU 0 starts the token and passes it on after each of its first
+/// `rounds - 1` receipts, every other vCPU after each of its `rounds`),
+/// and two per round trip of the ping check.
+pub const fn sgis_sent(vcpus: usize, rounds: u64, ping: u64) -> u64 {
+    BURST_SGIS as u64 + vcpus as u64 * rounds + 2 * ping
+}
+
+// ---- The ping --------------------------------------------------------------
+
+/// The ping check's pass line: `irq-check: ping: ok (1000 round trips
+/// between vcpu 0 and vcpu 1 beside 6 spinning vCPUs: median 0.123456 ms,
+/// worst 0.456789 ms)`. A round trip is vCPU 0 sending [`PING_SGI`] to
+/// vCPU 1, which waits for it in WFI and answers with the same SGI, until
+/// vCPU 0, also waiting in WFI, has acknowledged the answer; the next one
+/// starts [`PING_GAP`] later. The other vCPUs
+/// compute without a break meanwhile, so with more vCPUs than pCPUs each
+/// wake-up competes with them for a pCPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PingReport {
+    pub round_trips: u64,
+    pub spinners: usize,
+    pub median_ns: u64,
+    pub worst_ns: u64,
+}
+
+impl PingReport {
+    const TEXT: &'static str = " ping: ok (";
+
+    /// The report of `round_trips_ns` (each round trip's time; sorted in
+    /// place), `None` if there is none. The median of an even count is the
+    /// upper of the two middle values.
+    pub fn of(round_trips_ns: &mut [u64], spinners: usize) -> Option<Self> {
+        round_trips_ns.sort_unstable();
+        Some(Self {
+            round_trips: round_trips_ns.len() as u64,
+            spinners,
+            median_ns: *round_trips_ns.get(round_trips_ns.len() / 2)?,
+            worst_ns: *round_trips_ns.last()?,
+        })
+    }
+
+    /// Finds the line anywhere in `line` (a hypervisor may prefix it).
+    pub fn parse(line: &str) -> Option<Self> {
+        let at = line.find(PREFIX)? + PREFIX.len();
+        let rest = line[at..].strip_prefix(Self::TEXT)?;
+        let (round_trips, rest) =
+            rest.split_once(" round trips between vcpu 0 and vcpu 1 beside ")?;
+        let (spinners, rest) = rest.split_once(" spinning vCPUs: median ")?;
+        let (median, rest) = rest.split_once(" ms, worst ")?;
+        let (worst, _) = rest.split_once(" ms)")?;
+        Some(Self {
+            round_trips: round_trips.parse().ok()?,
+            spinners: spinners.parse().ok()?,
+            median_ns: parse_millis_as_ns(median)?,
+            worst_ns: parse_millis_as_ns(worst)?,
+        })
+    }
+}
+
+impl fmt::Display for PingReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{PREFIX}{}{} round trips between vcpu 0 and vcpu 1 beside {} spinning vCPUs: \
+             median {}.{:06} ms, worst {}.{:06} ms)",
+            Self::TEXT,
+            self.round_trips,
+            self.spinners,
+            self.median_ns / 1_000_000,
+            self.median_ns % 1_000_000,
+            self.worst_ns / 1_000_000,
+            self.worst_ns % 1_000_000,
+        )
+    }
+}
+
+/// `0.123456` (milliseconds, exactly six decimals) as nanoseconds.
+fn parse_millis_as_ns(text: &str) -> Option<u64> {
+    let (whole, fraction) = text.split_once('.')?;
+    if fraction.len() != 6 || !fraction.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let whole: u64 = whole.parse().ok()?;
+    whole
+        .checked_mul(1_000_000)?
+        .checked_add(fraction.parse().ok()?)
 }
 
 /// `irq-check: ring: vcpu 3 received 200 tokens`: how many times vCPU 3
@@ -368,11 +482,14 @@ pub enum Label {
     Ring,
     /// The UART's SPI, routed to the last vCPU, reaches it and no other.
     Spi,
+    /// With `ping=N`, after the others: N round trips of [`PING_SGI`]
+    /// between vCPUs 0 and 1 while the rest compute ([`PingReport`]).
+    Ping,
 }
 
 impl Label {
     /// Every label a passing run prints with `: ok`, each once, in the
-    /// order the checks run.
+    /// order the checks run; [`Label::Ping`] follows them with `ping=N`.
     pub const ALL: [Label; 4] = [Label::Burst, Label::Timer, Label::Ring, Label::Spi];
 
     /// The label's own word.
@@ -382,6 +499,7 @@ impl Label {
             Label::Timer => "timer",
             Label::Ring => "ring",
             Label::Spi => "spi",
+            Label::Ping => "ping",
         }
     }
 }
@@ -403,15 +521,19 @@ mod tests {
     fn settings_round_trip() {
         let s = Settings::from_bootargs(&BootArgs::new("")).unwrap();
         assert_eq!(s, Settings::default());
-        assert_eq!(s.to_string(), "rounds=200 timeout=60");
-        let s = Settings::from_bootargs(&BootArgs::new("rounds=7 timeout=3")).unwrap();
-        assert_eq!((s.rounds, s.timeout()), (7, Duration::from_secs(3)));
+        assert_eq!(s.to_string(), "rounds=200 timeout=60 ping=0");
+        let s = Settings::from_bootargs(&BootArgs::new("rounds=7 timeout=3 ping=1000")).unwrap();
+        assert_eq!(
+            (s.rounds, s.timeout(), s.ping),
+            (7, Duration::from_secs(3), 1000)
+        );
         assert_eq!(
             Settings::from_bootargs(&BootArgs::new(&s.to_string())),
             Ok(s)
         );
         assert!(Settings::from_bootargs(&BootArgs::new("rounds=0")).is_err());
         assert!(Settings::from_bootargs(&BootArgs::new("timeout=lots")).is_err());
+        assert!(Settings::from_bootargs(&BootArgs::new("ping=10001")).is_err());
     }
 
     #[test]
@@ -524,8 +646,47 @@ mod tests {
         assert_eq!(ring_successor(0, 1), 0);
         assert_eq!(ring_successor(2, 4), 3);
         assert_eq!(ring_successor(7, 8), 0);
-        assert_eq!(sgis_sent(1, 200), 212);
-        assert_eq!(sgis_sent(8, 200), 1612);
+        assert_eq!(sgis_sent(1, 200, 0), 212);
+        assert_eq!(sgis_sent(8, 200, 0), 1612);
+        assert_eq!(sgis_sent(8, 10, 1000), 12 + 80 + 2000);
+    }
+
+    #[test]
+    fn ping_reports_take_the_median_and_the_worst() {
+        let mut odd = [900, 100, 300, 200, 50_000];
+        let r = PingReport::of(&mut odd, 6).unwrap();
+        assert_eq!((r.round_trips, r.median_ns, r.worst_ns), (5, 300, 50_000));
+        let mut even = [4, 1, 3, 2];
+        let r = PingReport::of(&mut even, 0).unwrap();
+        assert_eq!((r.median_ns, r.worst_ns), (3, 4));
+        assert_eq!(PingReport::of(&mut [], 6), None);
+    }
+
+    #[test]
+    fn ping_lines_round_trip() {
+        let r = PingReport {
+            round_trips: 1000,
+            spinners: 6,
+            median_ns: 123_456,
+            worst_ns: 4_000_001,
+        };
+        assert_eq!(
+            r.to_string(),
+            "irq-check: ping: ok (1000 round trips between vcpu 0 and vcpu 1 beside 6 spinning \
+             vCPUs: median 0.123456 ms, worst 4.000001 ms)"
+        );
+        assert_eq!(PingReport::parse(&format!("[vm0] {r}\r")), Some(r));
+        assert_eq!(
+            PingReport::parse("irq-check: ping: FAILED: no answer"),
+            None
+        );
+        let bad = r.to_string().replace("0.123456", "0.1234");
+        assert_eq!(PingReport::parse(&bad), None);
+        // The ping's ok line is not any other label's.
+        for label in Label::ALL {
+            assert!(!r.to_string().contains(&format!("{label}: ok")));
+        }
+        assert!(r.to_string().contains(&format!("{}: ok", Label::Ping)));
     }
 
     #[test]

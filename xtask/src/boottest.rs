@@ -120,10 +120,15 @@ pub enum Check {
     /// A timed lockbench run with `vcpus` vCPUs beside other VMs
     /// ([`crate::soak::check_lock`]): exact data, the verdict.
     LockSoak { vcpus: usize },
-    /// irq-check with `vcpus` vCPUs and `rounds` ring rounds passed every
-    /// check, and el2's `summary:   vgic:` line agrees
+    /// irq-check with `vcpus` vCPUs, `rounds` ring rounds and `ping` round
+    /// trips of the ping check (0: none) passed every check, the round
+    /// trips within their limits, and el2's `summary:   vgic:` line agrees
     /// ([`crate::irqtest::check`]).
-    Irq { vcpus: usize, rounds: u64 },
+    Irq {
+        vcpus: usize,
+        rounds: u64,
+        ping: u64,
+    },
     /// VMs held to their shares of the pCPU time, `owed_percent` per VM
     /// (percent of the machine), while VM `tricky_vm` used every guest hint
     /// ([`crate::sharetest::check`]).
@@ -1164,7 +1169,11 @@ impl Check {
             Check::Linux(expect) => crate::linuxtest::check(lines, expect),
             Check::LinuxPv(expect) => crate::linuxpvtest::check(lines, expect),
             Check::LockSoak { vcpus } => crate::soak::check_lock(lines, *vcpus),
-            Check::Irq { vcpus, rounds } => crate::irqtest::check(lines, *vcpus, *rounds),
+            Check::Irq {
+                vcpus,
+                rounds,
+                ping,
+            } => crate::irqtest::check(lines, *vcpus, *rounds, *ping),
             Check::Hostile { vm } => crate::hostiletest::check(lines, *vm),
             Check::Shares {
                 tricky_vm,

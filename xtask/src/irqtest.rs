@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use guest_driver::irqcheck::{self, ALL_PASSED, Label, PREFIX, RingCount};
+use guest_driver::irqcheck::{self, ALL_PASSED, Label, PREFIX, PingReport, RingCount};
 
 use crate::boottest::{BootTest, Check, Kernel, Outcome};
 use crate::qemu::{self, Machine};
@@ -35,23 +35,50 @@ const TIMEOUT: Duration = Duration::from_secs(180);
 /// and kick running ones on other pCPUs.
 const SHAPES: [(u32, u32); 3] = [(1, 1), (4, 2), (8, 4)];
 
+/// The wake-up latency test (issue 17): eight vCPUs on two pCPUs (4x
+/// overcommit), under icount so that the figures are virtual time and
+/// the same on every run; [`PING_ROUND_TRIPS`] round trips between vCPUs
+/// 0 and 1 while the other six compute.
+const PING_SHAPE: (u32, u32) = (8, 2);
+pub const PING_ROUND_TRIPS: u64 = 1000;
+/// Ring rounds of the latency test: its ring is not what it is for.
+const PING_TEST_ROUNDS: u64 = 20;
+
+/// What the median round trip may take (issue 17): two wake-ups, each
+/// within the scheduler's minimum run of 0.5 ms, in half a millisecond.
+/// The issue's other bound, the worst round trip within one 4 ms slice,
+/// is not met yet (docs/testing.md, "Wake-up latency"): the pass line's
+/// worst is reported, not judged.
+pub const PING_MEDIAN_LIMIT_NS: u64 = 500_000;
+
 /// The irq-check boot tests.
 pub fn tests() -> Vec<BootTest> {
-    SHAPES
+    let mut tests: Vec<BootTest> = SHAPES
         .into_iter()
-        .map(|(vcpus, smp)| irq_test(vcpus, smp))
-        .collect()
+        .map(|(vcpus, smp)| irq_test(vcpus, smp, false, ROUNDS, 0))
+        .collect();
+    let (vcpus, smp) = PING_SHAPE;
+    tests.push(irq_test(
+        vcpus,
+        smp,
+        true,
+        PING_TEST_ROUNDS,
+        PING_ROUND_TRIPS,
+    ));
+    tests
 }
 
-fn irq_test(vcpus: u32, smp: u32) -> BootTest {
+fn irq_test(vcpus: u32, smp: u32, icount: bool, rounds: u64, ping: u64) -> BootTest {
     let machine = Machine {
         cpu: qemu::normalize_cpu("max,pauth=off"),
         smp,
+        icount,
         ..Machine::default()
     };
     let settings = irqcheck::Settings {
-        rounds: ROUNDS,
+        rounds,
         timeout_secs: GUEST_TIMEOUT_SECS,
+        ping,
     };
     let vm = VmConfig {
         guest: GUEST.into(),
@@ -59,7 +86,11 @@ fn irq_test(vcpus: u32, smp: u32) -> BootTest {
     };
     let vcpus = vcpus as usize;
     BootTest {
-        name: format!("vm {GUEST} vcpus={vcpus} {}", machine.describe()),
+        name: format!(
+            "vm {GUEST} vcpus={vcpus} {}{}",
+            machine.describe(),
+            if ping > 0 { " ping" } else { "" }
+        ),
         timeout: TIMEOUT,
         outcome: Outcome::CleanExit,
         checks: vec![
@@ -67,7 +98,8 @@ fn irq_test(vcpus: u32, smp: u32) -> BootTest {
             Check::SmpOnline(smp),
             Check::Irq {
                 vcpus,
-                rounds: ROUNDS,
+                rounds,
+                ping,
             },
             // Not time-sliced: the ring's vCPUs wait in WFI most of the
             // time rather than compete for pCPUs, so a vCPU need not ever
@@ -133,8 +165,10 @@ pub fn parse_vgic_summary(line: &str) -> Option<VgicCounts> {
 /// single vCPU, at least one maintenance interrupt (the burst's SGIs
 /// beyond QEMU's four list registers come in through the underflow
 /// maintenance interrupt; the SPI's EOI asks for one too, so the count
-/// backs up the burst check rather than replacing it).
-pub fn check(lines: &[&str], vcpus: usize, rounds: u64) -> Result<(), String> {
+/// backs up the burst check rather than replacing it). With `ping` > 0,
+/// also one [`PingReport`] of `ping` round trips beside the other vCPUs
+/// spinning, its median within [`PING_MEDIAN_LIMIT_NS`].
+pub fn check(lines: &[&str], vcpus: usize, rounds: u64, ping: u64) -> Result<(), String> {
     let mut problems = Vec::new();
     let failed: Vec<&&str> = lines
         .iter()
@@ -173,6 +207,33 @@ pub fn check(lines: &[&str], vcpus: usize, rounds: u64) -> Result<(), String> {
     if let Some(stranger) = counts.iter().find(|c| c.vcpu >= vcpus) {
         problems.push(format!("a ring line for a vCPU the VM lacks: {stranger}"));
     }
+    if ping > 0 {
+        let reports: Vec<PingReport> = lines.iter().filter_map(|l| PingReport::parse(l)).collect();
+        match reports.as_slice() {
+            [r] => {
+                if r.round_trips != ping || r.spinners + 2 != vcpus {
+                    problems.push(format!(
+                        "the ping made {} round trips beside {} spinners, expected {ping} \
+                         beside {}",
+                        r.round_trips,
+                        r.spinners,
+                        vcpus.saturating_sub(2)
+                    ));
+                }
+                if r.median_ns > PING_MEDIAN_LIMIT_NS {
+                    problems.push(format!(
+                        "median ping round trip {} ns, above the {PING_MEDIAN_LIMIT_NS} ns limit",
+                        r.median_ns
+                    ));
+                }
+            }
+            other => problems.push(format!(
+                "{} \"{}: ok\" lines, expected 1",
+                other.len(),
+                Label::Ping
+            )),
+        }
+    }
     let passed = lines.iter().filter(|l| l.contains(ALL_PASSED)).count();
     if passed != 1 {
         problems.push(format!("{passed} {ALL_PASSED:?} lines, expected 1"));
@@ -180,14 +241,15 @@ pub fn check(lines: &[&str], vcpus: usize, rounds: u64) -> Result<(), String> {
     let el2: Vec<VgicCounts> = lines.iter().filter_map(|l| parse_vgic_summary(l)).collect();
     match el2.as_slice() {
         [counts] => {
-            let sent = irqcheck::sgis_sent(vcpus, rounds);
+            let sent = irqcheck::sgis_sent(vcpus, rounds, ping);
             if counts.sgis != sent {
                 problems.push(format!(
                     "el2 counted {} SGIs, the guest sent {sent} ({} for the burst, {} \
-                     hand-offs)",
+                     hand-offs, {} pings and answers)",
                     counts.sgis,
                     irqcheck::BURST_SGIS,
-                    sent - irqcheck::BURST_SGIS as u64
+                    vcpus as u64 * rounds,
+                    2 * ping
                 ));
             }
             if counts.timer == 0 {
@@ -238,6 +300,17 @@ mod tests {
     /// What a passing boot of `vcpus` vCPUs on `smp` pCPUs prints, el2's
     /// vgic line saying `maintenance`.
     fn console(vcpus: usize, smp: u32, maintenance: u64) -> String {
+        console_with(vcpus, smp, maintenance, ROUNDS, None)
+    }
+
+    /// The same with `rounds` ring rounds and the ping's `report`.
+    fn console_with(
+        vcpus: usize,
+        smp: u32,
+        maintenance: u64,
+        rounds: u64,
+        report: Option<PingReport>,
+    ) -> String {
         let mut lines = vec![
             "el2: pvlock hypervisor v0.1.0 at EL2 on linux,dummy-virt".to_string(),
             format!("smp: {smp} CPUs online"),
@@ -255,13 +328,16 @@ mod tests {
             lines.push(
                 RingCount {
                     vcpu,
-                    tokens: ROUNDS,
+                    tokens: rounds,
                 }
                 .to_string(),
             );
         }
         lines.push(format!("{} (800 hand-offs in 93.4 ms)", ok(Label::Ring)));
         lines.push(format!("{} (INTID 33 reached vcpu 3)", ok(Label::Spi)));
+        if let Some(report) = report {
+            lines.push(report.to_string());
+        }
         lines.push(ALL_PASSED.into());
         lines.push("el2: vm vm0 powered off".into());
         lines.push("el2: all VMs powered off".into());
@@ -271,7 +347,7 @@ mod tests {
         lines.push("summary:   wait/yield: wfi 802 wfit 0 pv-yield 0/0 kicks 0".into());
         lines.push(format!(
             "summary:   vgic: sgis {} timer 1 spi 1 maintenance {maintenance}",
-            irqcheck::sgis_sent(vcpus, ROUNDS)
+            irqcheck::sgis_sent(vcpus, rounds, report.map_or(0, |r| r.round_trips))
         ));
         for vcpu in 0..vcpus {
             lines.push(format!(
@@ -294,8 +370,10 @@ mod tests {
             .unwrap_or_else(|| panic!("no test {name:?}"))
     }
 
+    const PING_TEST: &str = "vm irq-check vcpus=8 max,pauth=off smp=2 icount ping";
+
     #[test]
-    fn the_tests_are_the_three_shapes() {
+    fn the_tests_are_the_three_shapes_and_the_ping() {
         let all = tests();
         let names: Vec<&str> = all.iter().map(|t| t.name.as_str()).collect();
         assert_eq!(
@@ -304,6 +382,7 @@ mod tests {
                 "vm irq-check vcpus=1 max,pauth=off smp=1",
                 "vm irq-check vcpus=4 max,pauth=off smp=2",
                 "vm irq-check vcpus=8 max,pauth=off smp=4",
+                PING_TEST,
             ]
         );
         for t in &all {
@@ -311,13 +390,67 @@ mod tests {
             assert_eq!(t.outcome, Outcome::CleanExit);
             assert_eq!(t.vms.len(), 1);
             assert_eq!(t.vms[0].guest, GUEST);
-            assert_eq!(t.vms[0].bootargs, "rounds=200 timeout=20");
+        }
+        for t in &all[..3] {
+            assert!(!t.machine.icount);
+            assert_eq!(t.vms[0].bootargs, "rounds=200 timeout=20 ping=0");
             assert!(t.checks.contains(&Check::Irq {
                 vcpus: t.vms[0].vcpus as usize,
-                rounds: ROUNDS
+                rounds: ROUNDS,
+                ping: 0,
             }));
         }
+        let ping = &all[3];
+        assert!(ping.machine.icount, "latencies in virtual time");
+        assert_eq!(ping.vms[0].bootargs, "rounds=20 timeout=20 ping=1000");
+        assert!(ping.checks.contains(&Check::Irq {
+            vcpus: 8,
+            rounds: PING_TEST_ROUNDS,
+            ping: PING_ROUND_TRIPS,
+        }));
         assert!(crate::guests::GUESTS.contains(&GUEST));
+    }
+
+    #[test]
+    fn the_ping_is_held_to_its_limits() {
+        let t = test_named(PING_TEST);
+        let report = PingReport {
+            round_trips: PING_ROUND_TRIPS,
+            spinners: 6,
+            median_ns: PING_MEDIAN_LIMIT_NS,
+            worst_ns: 20_000_000,
+        };
+        let with = |r: PingReport| console_with(8, 2, 5, PING_TEST_ROUNDS, Some(r));
+        assert_eq!(judge(&t, &run(&with(report), 0)), Ok(()));
+        let fails = |console: &str, why: &str| {
+            let err = judge(&t, &run(console, 0)).unwrap_err();
+            assert!(err.contains(why), "{why:?} not in {err:?}");
+        };
+        fails(
+            &with(PingReport {
+                median_ns: PING_MEDIAN_LIMIT_NS + 1,
+                ..report
+            }),
+            "median ping round trip 500001 ns",
+        );
+        fails(
+            &with(PingReport {
+                round_trips: 999,
+                ..report
+            }),
+            "made 999 round trips",
+        );
+        fails(
+            &with(PingReport {
+                spinners: 2,
+                ..report
+            }),
+            "beside 2 spinners, expected 1000 beside 6",
+        );
+        // No ping line, and its SGIs missing from el2's count.
+        let without = console_with(8, 2, 5, PING_TEST_ROUNDS, None);
+        fails(&without, "0 \"irq-check: ping: ok\" lines");
+        fails(&without, "el2 counted 172 SGIs, the guest sent 2172");
     }
 
     #[test]

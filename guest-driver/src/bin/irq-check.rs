@@ -9,6 +9,7 @@
 //! |---|---|---|
 //! | `rounds=N` | times the token goes around the ring (1..=1000000) | 200 |
 //! | `timeout=S` | seconds each check (and each wait for a vCPU) may take (1..=3600) | 60 |
+//! | `ping=N` | round trips of the ping check (0..=10000; 0 leaves it out) | 0 |
 //!
 //! The GIC's frames, the virtual timer's PPI and the UART's SPI come from
 //! the device tree (`intc@...`, `/timer`'s third `interrupts` entry, the
@@ -51,6 +52,15 @@
 //!    exactly, completes the SPI, and must not get it again in a quiet
 //!    window (the line is low). With one vCPU, vCPU 0 is the target and
 //!    there is no one else to check.
+//! 5. **ping** (with `ping=N`, at least two vCPUs): vCPU 0 sends SGI 2 to
+//!    vCPU 1, which waits for it in WFI and answers with SGI 2, for which
+//!    vCPU 0 waits in WFI: N round trips, each timed by vCPU 0 with the
+//!    counter, 1 ms apart (vCPU 0 rests in WFI on its virtual timer in
+//!    between, so that the pair asks for less than its share). Meanwhile every other vCPU computes without a break (no
+//!    WFI, no YIELD), so with more vCPUs than pCPUs each wake-up competes
+//!    with them for a pCPU and the round trip measures the hypervisor's
+//!    wake-up latency. The pass line gives the median and the worst round
+//!    trip (`irqcheck::PingReport`); judging them is the caller's.
 //!
 //! Every interrupt a check did not ask for is completed and reported.
 //! The run ends with `irq-check: all checks passed`, or a `GUEST FATAL`
@@ -82,8 +92,9 @@ mod guest {
     use guest_driver::devicetree::MAX_CPUS;
     use guest_driver::gicv3::{Distributor, IntId};
     use guest_driver::irqcheck::{
-        self, ALL_PASSED, BurstLog, CHECK_PRIORITY, Label, PREFIX, QUIET_WINDOW, RING_SGI,
-        RingCount, SPI_WATCH, Settings, TIMER_DELAY,
+        self, ALL_PASSED, BurstLog, CHECK_PRIORITY, Label, MAX_PING, PING_GAP, PING_SGI,
+        PING_WARM_UP, PREFIX, PingReport, QUIET_WINDOW, RING_SGI, RingCount, SPI_WATCH, Settings,
+        TIMER_DELAY,
     };
     use guest_driver::lock::cpu_relax;
     use guest_driver::mpidr::Mpidr;
@@ -247,6 +258,9 @@ mod guest {
         let all_ready = start_secondaries(vcpus);
         check_ring(&cpu, vcpus, all_ready);
         check_spi(distributor, vcpus, uart);
+        if settings.ping > 0 {
+            check_ping(&cpu, vcpus, all_ready);
+        }
         let timeout = settings.timeout();
         if !time::wait_until(timeout, || {
             (1..vcpus).all(|c| FINISHED[c].load(Ordering::Acquire))
@@ -472,8 +486,10 @@ mod guest {
 
     fn secondary_main(cpu: usize) {
         let set_up = gic::init_cpu().and_then(|c| {
-            c.redistributor.configure(RING_SGI, CHECK_PRIORITY)?;
-            c.redistributor.set_enabled(RING_SGI, true)?;
+            for sgi in [RING_SGI, PING_SGI] {
+                c.redistributor.configure(sgi, CHECK_PRIORITY)?;
+                c.redistributor.set_enabled(sgi, true)?;
+            }
             Ok(c)
         });
         match set_up {
@@ -495,6 +511,9 @@ mod guest {
         }
         if cpu + 1 == smp::count() {
             spi_target_on_secondary(cpu);
+        }
+        if settings().ping > 0 {
+            ping_member(cpu);
         }
         FINISHED[cpu].store(true, Ordering::Release);
     }
@@ -926,6 +945,203 @@ mod guest {
                     millis(latency)
                 ),
             ),
+        }
+    }
+
+    // ---- 5. The ping ----------------------------------------------------
+
+    const PING_WAIT: u8 = 0;
+    const PING_GO: u8 = 1;
+    const PING_CANCELLED: u8 = 2;
+    /// Set by vCPU 0 once every secondary is in its part of the check.
+    static PING: AtomicU8 = AtomicU8::new(PING_WAIT);
+    /// Secondaries that reached the check.
+    static PING_ARRIVED: AtomicUsize = AtomicUsize::new(0);
+    /// Set by vCPU 0 when the round trips are over: the spinners stop.
+    static PING_OVER: AtomicBool = AtomicBool::new(false);
+    /// vCPU 1 gave up waiting for a ping at the deadline, or could not
+    /// answer one.
+    static PONG_TIMED_OUT: AtomicBool = AtomicBool::new(false);
+    static PONG_SEND_FAILED: AtomicBool = AtomicBool::new(false);
+    /// vCPU 1 is done and stored its strays.
+    static PONG_DONE: AtomicBool = AtomicBool::new(false);
+    /// When the ping must be over (counter ticks).
+    static PING_DEADLINE: AtomicU64 = AtomicU64::new(0);
+    /// Each round trip's time in nanoseconds, filled by vCPU 0 only.
+    static ROUND_TRIPS: spin::Mutex<[u64; MAX_PING as usize]> =
+        spin::Mutex::new([0; MAX_PING as usize]);
+
+    /// A secondary's part: vCPU 1 answers every ping, the others compute
+    /// until vCPU 0 says the round trips are over.
+    fn ping_member(cpu: usize) {
+        let timeout = settings().timeout();
+        PING_ARRIVED.fetch_add(1, Ordering::AcqRel);
+        time::wait_until(timeout, || PING.load(Ordering::Acquire) != PING_WAIT);
+        if PING.load(Ordering::Acquire) != PING_GO {
+            return;
+        }
+        if cpu != 1 {
+            return spin_until_ping_over();
+        }
+        let deadline = PING_DEADLINE.load(Ordering::Acquire);
+        let vcpu0 = mpidr_of(0);
+        let mut strays = Strays::default();
+        let mut answered = 0;
+        while answered < settings().ping {
+            match wait_for_interrupt(deadline) {
+                Some(intid) if intid == PING_SGI => {
+                    gic::end_of_interrupt(intid);
+                    if gic::send_sgi(vcpu0, PING_SGI).is_err() {
+                        PONG_SEND_FAILED.store(true, Ordering::Relaxed);
+                        break;
+                    }
+                    answered += 1;
+                }
+                Some(other) => {
+                    gic::end_of_interrupt(other);
+                    strays.record(other);
+                }
+                None => {
+                    PONG_TIMED_OUT.store(true, Ordering::Relaxed);
+                    break;
+                }
+            }
+        }
+        STRAY_COUNT[cpu].store(strays.count, Ordering::Relaxed);
+        STRAY_LAST[cpu].store(strays.last.map_or(NO_INTID, IntId::raw), Ordering::Relaxed);
+        PONG_DONE.store(true, Ordering::Release);
+    }
+
+    /// Computes without WFI or YIELD (either would give the pCPU away)
+    /// until [`PING_OVER`], checking it every few thousand instructions.
+    fn spin_until_ping_over() {
+        let mut x = 1u64;
+        while !PING_OVER.load(Ordering::Acquire) {
+            for _ in 0..1000 {
+                x = core::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+            }
+        }
+    }
+
+    fn check_ping(cpu: &CpuInterface, vcpus: usize, all_ready: bool) {
+        let label = Label::Ping;
+        let set_up = cpu
+            .redistributor
+            .configure(PING_SGI, CHECK_PRIORITY)
+            .and_then(|()| cpu.redistributor.set_enabled(PING_SGI, true));
+        let timeout = settings().timeout();
+        let arrived = time::wait_until(timeout, || {
+            PING_ARRIVED.load(Ordering::Acquire) == vcpus - 1
+        });
+        let cancel = |why: fmt::Arguments| {
+            PING.store(PING_CANCELLED, Ordering::Release);
+            fail(label, why)
+        };
+        if vcpus < 2 {
+            return cancel(format_args!("needs two vCPUs, the VM has {vcpus}"));
+        }
+        if let Err(e) = set_up {
+            return cancel(format_args!("setting up SGI {PING_SGI}: {e}"));
+        }
+        if !all_ready || !arrived {
+            return cancel(format_args!("not every vCPU came to the check, see above"));
+        }
+        let deadline = deadline_after(timeout);
+        PING_DEADLINE.store(deadline, Ordering::Release);
+        PING.store(PING_GO, Ordering::Release);
+        let vcpu1 = mpidr_of(1);
+        let wanted = settings().ping as usize;
+        // Let the spinners run first: until now vCPU 0 (and vCPU 1) did
+        // the other checks while the spinners mostly waited, and fair
+        // share would rightly serve the spinners first.
+        let warm_up_until = time::counter().saturating_add(time::to_ticks(PING_WARM_UP));
+        while time::counter() < warm_up_until {
+            time::wfi_until(warm_up_until);
+        }
+        let mut round_trips = ROUND_TRIPS.lock();
+        let mut strays = Strays::default();
+        let mut done = 0;
+        let mut send_error = None;
+        'trips: for slot in round_trips.iter_mut().take(wanted) {
+            let sent = time::counter();
+            if let Err(e) = gic::send_sgi(vcpu1, PING_SGI) {
+                send_error = Some(e);
+                break;
+            }
+            loop {
+                match wait_for_interrupt(deadline) {
+                    Some(intid) if intid == PING_SGI => break,
+                    Some(other) => {
+                        gic::end_of_interrupt(other);
+                        strays.record(other);
+                    }
+                    None => break 'trips,
+                }
+            }
+            let answered = time::counter();
+            gic::end_of_interrupt(PING_SGI);
+            *slot = time::to_duration(answered - sent).as_nanos() as u64;
+            done += 1;
+            // Rest before the next ping, waiting in WFI on the virtual
+            // timer: the pair asks for far less than its fair share.
+            let rest_until = answered.saturating_add(time::to_ticks(PING_GAP));
+            while time::counter() < rest_until {
+                time::wfi_until(rest_until);
+            }
+        }
+        PING_OVER.store(true, Ordering::Release);
+        // An answer that comes now was delivered twice.
+        let mut extra = 0u64;
+        poll_for(QUIET_WINDOW, |intid| {
+            if intid == PING_SGI {
+                extra += 1;
+            } else {
+                strays.record(intid);
+            }
+        });
+        let pong_done = time::wait_until(timeout, || PONG_DONE.load(Ordering::Acquire));
+        let last = STRAY_LAST[1].load(Ordering::Relaxed);
+        if last != NO_INTID {
+            strays.count += STRAY_COUNT[1].load(Ordering::Relaxed);
+            strays.last = Some(IntId::from_raw(last));
+        }
+        if let Some(e) = send_error {
+            fail(label, format_args!("sending SGI {PING_SGI} to vcpu 1: {e}"));
+        } else if PONG_SEND_FAILED.load(Ordering::Relaxed) {
+            fail(
+                label,
+                format_args!("vcpu 1 could not answer with SGI {PING_SGI}"),
+            );
+        } else if done < wanted {
+            fail(
+                label,
+                format_args!(
+                    "{done} of {wanted} answers came within {} s{}",
+                    timeout.as_secs(),
+                    if PONG_TIMED_OUT.load(Ordering::Relaxed) {
+                        "; vcpu 1 waited for a ping in vain"
+                    } else {
+                        ""
+                    }
+                ),
+            );
+        } else if !pong_done {
+            fail(
+                label,
+                format_args!("vcpu 1 did not finish within {} s", timeout.as_secs()),
+            );
+        } else if extra > 0 {
+            fail(
+                label,
+                format_args!("{extra} answer(s) came after the last ping{strays}"),
+            );
+        } else if strays.count > 0 {
+            fail(label, format_args!("{done} round trips{strays}"));
+        } else {
+            match PingReport::of(&mut round_trips[..done], vcpus - 2) {
+                Some(report) => println!("{report}"),
+                None => fail(label, format_args!("no round trip was made")),
+            }
         }
     }
 }
