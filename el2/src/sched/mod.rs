@@ -82,9 +82,11 @@
 //!   VM clock (the highest weighted time a VM was scheduled in or renewed
 //!   with) minus the margin, so time it did not want is not owed to it.
 //! - a vCPU's virtual run time (`vruntime`): its run ticks, raised on its
-//!   return from Blocked or Off to no less than its VM's fair clock (the
-//!   highest `vruntime` a vCPU of the VM was scheduled in or renewed with)
-//!   minus the margin.
+//!   return from Blocked or Off to no less than the least `vruntime` of
+//!   its VM's other runnable vCPUs minus the margin (as CFS places a waking
+//!   task against the queue's minimum), or, with none runnable, its VM's
+//!   fair clock (the highest `vruntime` a vCPU of the VM was scheduled in
+//!   or renewed with) minus the margin.
 //!
 //! Whenever the scheduler asks whether one vCPU is owed more than another,
 //! it compares virtual run times if both belong to one VM and their VMs'
@@ -124,7 +126,12 @@
 //! the pCPU it waits for, it moves to the head of that queue and the running vCPU's slice
 //! ends now — or, if that one was scheduled in less than `slice /
 //! MIN_RUN_DIVISOR` ago, once it has run that long ([`Wakeup::Preempting`]:
-//! the caller sends that pCPU the reschedule SGI). A directed yield's
+//! the caller sends that pCPU the reschedule SGI). Owed that much over the
+//! queue's head but not over the running vCPU (typically the sender of
+//! the wake-up, about to block), or woken while the pCPU is between two
+//! vCPUs, it still moves to the head and runs next there; `latency_tests`
+//! holds two vCPUs bouncing an interrupt beside CPU-bound siblings to
+//! round trips within two minimum runs. A directed yield's
 //! hand-over still goes first: `pick_next` takes it before any queue. The
 //! credit a wake-up can
 //! spend is what the woken vCPU (or its VM) did not use, and a vCPU or VM
