@@ -157,6 +157,12 @@ pub enum Step {
     AllOff,
 }
 
+/// How long a pCPU waits for the context of a vCPU it picked to be saved
+/// by the pCPU that ran it last ([`Runner::take_context`]): that save
+/// takes microseconds; under single-threaded emulation the other pCPU
+/// may not run again for a few milliseconds.
+const CONTEXT_WAIT_MS: u64 = 20;
+
 /// What the scheduler says about a vCPU it just picked, read under the
 /// same lock as the pick: one lock round trip less on every switch.
 #[derive(Clone, Copy, Debug, Default)]
@@ -257,6 +263,30 @@ impl<'h, M: Machine> Runner<'h, M> {
         }
     }
 
+    /// The context of `vcpu`, just picked. The pCPU that ran it last
+    /// releases the scheduler lock after its put and only then saves the
+    /// context back into its slot (`vcpu_put`), so a vCPU woken in between
+    /// (an SGI from its sibling as it blocks in WFI) can be picked here
+    /// before the context is back: wait for it, a few hundred
+    /// instructions. `None` if it does not come back within
+    /// [`CONTEXT_WAIT_MS`].
+    fn take_context(&self, vm: &Vm<M>, vcpu: VcpuId) -> Option<Box<VcpuContext<M::Saved>>> {
+        let slot = &vm.vcpus[usize::from(vcpu.index)];
+        let give_up = self
+            .machine
+            .counter()
+            .saturating_add(self.ms_to_ticks(CONTEXT_WAIT_MS));
+        loop {
+            if let Some(ctx) = slot.lock().take() {
+                return Some(ctx);
+            }
+            if self.machine.counter() >= give_up {
+                return None;
+            }
+            core::hint::spin_loop();
+        }
+    }
+
     fn ms_to_ticks(&self, ms: u64) -> u64 {
         self.machine.counter_frequency() * ms / 1000
     }
@@ -287,9 +317,10 @@ impl<'h, M: Machine> Runner<'h, M> {
             return Step::Idle;
         };
         let vm = self.vm(vcpu);
-        let Some(mut ctx) = vm.vcpus[usize::from(vcpu.index)].lock().take() else {
-            // The scheduler gave this pCPU a vCPU another pCPU holds: a
-            // bug, caught here rather than by running it twice.
+        let Some(mut ctx) = self.take_context(vm, vcpu) else {
+            // The scheduler gave this pCPU a vCPU another pCPU holds and
+            // does not give back: a bug, caught here rather than by running
+            // it twice.
             log::error!(
                 "{vcpu}: picked on pCPU {} while loaded elsewhere",
                 self.pcpu
