@@ -351,37 +351,68 @@ pub const fn sgis_sent(vcpus: usize, rounds: u64, ping: u64) -> u64 {
 
 // ---- The ping --------------------------------------------------------------
 
-/// The ping check's pass line: `irq-check: ping: ok (1000 round trips
-/// between vcpu 0 and vcpu 1 beside 6 spinning vCPUs: median 0.123456 ms,
-/// worst 0.456789 ms)`. A round trip is vCPU 0 sending [`PING_SGI`] to
-/// vCPU 1, which waits for it in WFI and answers with the same SGI, until
-/// vCPU 0, also waiting in WFI, has acknowledged the answer; the next one
-/// starts [`PING_GAP`] later. The other vCPUs
-/// compute without a break meanwhile, so with more vCPUs than pCPUs each
-/// wake-up competes with them for a pCPU.
+/// The median and the worst of a set of times, in nanoseconds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PingReport {
-    pub round_trips: u64,
-    pub spinners: usize,
+pub struct Spread {
     pub median_ns: u64,
     pub worst_ns: u64,
 }
 
-impl PingReport {
-    const TEXT: &'static str = " ping: ok (";
-
-    /// The report of `round_trips_ns` (each round trip's time; sorted in
-    /// place), `None` if there is none. The median of an even count is the
-    /// upper of the two middle values.
-    pub fn of(round_trips_ns: &mut [u64], spinners: usize) -> Option<Self> {
-        round_trips_ns.sort_unstable();
+impl Spread {
+    /// Of `times_ns` (sorted in place); `None` if there is none. The median
+    /// of an even count is the upper of the two middle values.
+    pub fn of(times_ns: &mut [u64]) -> Option<Self> {
+        times_ns.sort_unstable();
         Some(Self {
-            round_trips: round_trips_ns.len() as u64,
-            spinners,
-            median_ns: *round_trips_ns.get(round_trips_ns.len() / 2)?,
-            worst_ns: *round_trips_ns.last()?,
+            median_ns: *times_ns.get(times_ns.len() / 2)?,
+            worst_ns: *times_ns.last()?,
         })
     }
+
+    /// `median 0.123456 ms, worst 4.000001 ms`, from its words.
+    fn parse(text: &str) -> Option<Self> {
+        let (median, worst) = text.strip_prefix("median ")?.split_once(" ms, worst ")?;
+        Some(Self {
+            median_ns: parse_millis_as_ns(median)?,
+            worst_ns: parse_millis_as_ns(worst.strip_suffix(" ms")?)?,
+        })
+    }
+}
+
+impl fmt::Display for Spread {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "median {}.{:06} ms, worst {}.{:06} ms",
+            self.median_ns / 1_000_000,
+            self.median_ns % 1_000_000,
+            self.worst_ns / 1_000_000,
+            self.worst_ns % 1_000_000,
+        )
+    }
+}
+
+/// The ping check's pass line: `irq-check: ping: ok (1000 round trips
+/// between vcpu 0 and vcpu 1 beside 6 spinning vCPUs: median 0.041424 ms,
+/// worst 0.456789 ms; timer wake-ups late by median 0.500123 ms, worst
+/// 2.000001 ms)`. A round trip is vCPU 0 sending [`PING_SGI`] to vCPU 1,
+/// which waits for it in WFI and answers with the same SGI, until vCPU 0,
+/// also waiting in WFI, has acknowledged the answer. Then vCPU 0 rests
+/// [`PING_GAP`] in WFI on its virtual timer: how long after the timer's
+/// deadline it runs again is the timer wake-up's lateness. The other
+/// vCPUs compute without a break meanwhile, so with more vCPUs than
+/// pCPUs each wake-up competes with them for a pCPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PingReport {
+    pub round_trips: u64,
+    pub spinners: usize,
+    pub round_trip: Spread,
+    pub timer_late: Spread,
+}
+
+impl PingReport {
+    const TEXT: &'static str = " ping: ok (";
+    const TIMER: &'static str = "; timer wake-ups late by ";
 
     /// Finds the line anywhere in `line` (a hypervisor may prefix it).
     pub fn parse(line: &str) -> Option<Self> {
@@ -389,14 +420,14 @@ impl PingReport {
         let rest = line[at..].strip_prefix(Self::TEXT)?;
         let (round_trips, rest) =
             rest.split_once(" round trips between vcpu 0 and vcpu 1 beside ")?;
-        let (spinners, rest) = rest.split_once(" spinning vCPUs: median ")?;
-        let (median, rest) = rest.split_once(" ms, worst ")?;
-        let (worst, _) = rest.split_once(" ms)")?;
+        let (spinners, rest) = rest.split_once(" spinning vCPUs: ")?;
+        let (round_trip, rest) = rest.split_once(Self::TIMER)?;
+        let (timer_late, _) = rest.split_once(')')?;
         Some(Self {
             round_trips: round_trips.parse().ok()?,
             spinners: spinners.parse().ok()?,
-            median_ns: parse_millis_as_ns(median)?,
-            worst_ns: parse_millis_as_ns(worst)?,
+            round_trip: Spread::parse(round_trip)?,
+            timer_late: Spread::parse(timer_late)?,
         })
     }
 }
@@ -405,15 +436,13 @@ impl fmt::Display for PingReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{PREFIX}{}{} round trips between vcpu 0 and vcpu 1 beside {} spinning vCPUs: \
-             median {}.{:06} ms, worst {}.{:06} ms)",
+            "{PREFIX}{}{} round trips between vcpu 0 and vcpu 1 beside {} spinning vCPUs: {}{}{})",
             Self::TEXT,
             self.round_trips,
             self.spinners,
-            self.median_ns / 1_000_000,
-            self.median_ns % 1_000_000,
-            self.worst_ns / 1_000_000,
-            self.worst_ns % 1_000_000,
+            self.round_trip,
+            Self::TIMER,
+            self.timer_late,
         )
     }
 }
@@ -652,14 +681,24 @@ mod tests {
     }
 
     #[test]
-    fn ping_reports_take_the_median_and_the_worst() {
+    fn spreads_take_the_median_and_the_worst() {
         let mut odd = [900, 100, 300, 200, 50_000];
-        let r = PingReport::of(&mut odd, 6).unwrap();
-        assert_eq!((r.round_trips, r.median_ns, r.worst_ns), (5, 300, 50_000));
+        assert_eq!(
+            Spread::of(&mut odd),
+            Some(Spread {
+                median_ns: 300,
+                worst_ns: 50_000
+            })
+        );
         let mut even = [4, 1, 3, 2];
-        let r = PingReport::of(&mut even, 0).unwrap();
-        assert_eq!((r.median_ns, r.worst_ns), (3, 4));
-        assert_eq!(PingReport::of(&mut [], 6), None);
+        assert_eq!(
+            Spread::of(&mut even),
+            Some(Spread {
+                median_ns: 3,
+                worst_ns: 4
+            })
+        );
+        assert_eq!(Spread::of(&mut []), None);
     }
 
     #[test]
@@ -667,13 +706,20 @@ mod tests {
         let r = PingReport {
             round_trips: 1000,
             spinners: 6,
-            median_ns: 123_456,
-            worst_ns: 4_000_001,
+            round_trip: Spread {
+                median_ns: 123_456,
+                worst_ns: 4_000_001,
+            },
+            timer_late: Spread {
+                median_ns: 500_123,
+                worst_ns: 12_000_000,
+            },
         };
         assert_eq!(
             r.to_string(),
             "irq-check: ping: ok (1000 round trips between vcpu 0 and vcpu 1 beside 6 spinning \
-             vCPUs: median 0.123456 ms, worst 4.000001 ms)"
+             vCPUs: median 0.123456 ms, worst 4.000001 ms; timer wake-ups late by median \
+             0.500123 ms, worst 12.000000 ms)"
         );
         assert_eq!(PingReport::parse(&format!("[vm0] {r}\r")), Some(r));
         assert_eq!(
@@ -682,29 +728,13 @@ mod tests {
         );
         let bad = r.to_string().replace("0.123456", "0.1234");
         assert_eq!(PingReport::parse(&bad), None);
+        let cut = r.to_string().replace("; timer wake-ups", "; timer");
+        assert_eq!(PingReport::parse(&cut), None);
         // The ping's ok line is not any other label's.
         for label in Label::ALL {
             assert!(!r.to_string().contains(&format!("{label}: ok")));
         }
         assert!(r.to_string().contains(&format!("{}: ok", Label::Ping)));
-    }
-
-    #[test]
-    fn ring_count_lines_round_trip() {
-        let c = RingCount {
-            vcpu: 3,
-            tokens: 200,
-        };
-        assert_eq!(c.to_string(), "irq-check: ring: vcpu 3 received 200 tokens");
-        assert_eq!(RingCount::parse(&format!("[vm0] {c}\r")), Some(c));
-        assert_eq!(
-            RingCount::parse("irq-check: ring: ok (800 hand-offs)"),
-            None
-        );
-        assert_eq!(
-            RingCount::parse("irq-check: ring: vcpu x received 1 tokens"),
-            None
-        );
     }
 
     #[test]

@@ -220,10 +220,10 @@ pub fn check(lines: &[&str], vcpus: usize, rounds: u64, ping: u64) -> Result<(),
                         vcpus.saturating_sub(2)
                     ));
                 }
-                if r.median_ns > PING_MEDIAN_LIMIT_NS {
+                if r.round_trip.median_ns > PING_MEDIAN_LIMIT_NS {
                     problems.push(format!(
                         "median ping round trip {} ns, above the {PING_MEDIAN_LIMIT_NS} ns limit",
-                        r.median_ns
+                        r.round_trip.median_ns
                     ));
                 }
             }
@@ -283,6 +283,7 @@ mod tests {
     use super::*;
     use crate::boottest::judge;
     use crate::qemu::{Ending, FATAL_MARKER, GUEST_FATAL_MARKER};
+    use guest_driver::irqcheck::Spread;
     use std::os::unix::process::ExitStatusExt;
     use std::process::ExitStatus;
 
@@ -417,8 +418,14 @@ mod tests {
         let report = PingReport {
             round_trips: PING_ROUND_TRIPS,
             spinners: 6,
-            median_ns: PING_MEDIAN_LIMIT_NS,
-            worst_ns: 20_000_000,
+            round_trip: Spread {
+                median_ns: PING_MEDIAN_LIMIT_NS,
+                worst_ns: 20_000_000,
+            },
+            timer_late: Spread {
+                median_ns: 3_000_000,
+                worst_ns: 8_000_000,
+            },
         };
         let with = |r: PingReport| console_with(8, 2, 5, PING_TEST_ROUNDS, Some(r));
         assert_eq!(judge(&t, &run(&with(report), 0)), Ok(()));
@@ -428,7 +435,10 @@ mod tests {
         };
         fails(
             &with(PingReport {
-                median_ns: PING_MEDIAN_LIMIT_NS + 1,
+                round_trip: Spread {
+                    median_ns: PING_MEDIAN_LIMIT_NS + 1,
+                    ..report.round_trip
+                },
                 ..report
             }),
             "median ping round trip 500001 ns",

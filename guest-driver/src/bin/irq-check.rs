@@ -60,7 +60,8 @@
 //!    WFI, no YIELD), so with more vCPUs than pCPUs each wake-up competes
 //!    with them for a pCPU and the round trip measures the hypervisor's
 //!    wake-up latency. The pass line gives the median and the worst round
-//!    trip (`irqcheck::PingReport`); judging them is the caller's.
+//!    trip, and of how late vCPU 0 ran again after each rest's timer
+//!    deadline (`irqcheck::PingReport`); judging them is the caller's.
 //!
 //! Every interrupt a check did not ask for is completed and reported.
 //! The run ends with `irq-check: all checks passed`, or a `GUEST FATAL`
@@ -94,7 +95,7 @@ mod guest {
     use guest_driver::irqcheck::{
         self, ALL_PASSED, BurstLog, CHECK_PRIORITY, Label, MAX_PING, PING_GAP, PING_SGI,
         PING_WARM_UP, PREFIX, PingReport, QUIET_WINDOW, RING_SGI, RingCount, SPI_WATCH, Settings,
-        TIMER_DELAY,
+        Spread, TIMER_DELAY,
     };
     use guest_driver::lock::cpu_relax;
     use guest_driver::mpidr::Mpidr;
@@ -967,9 +968,16 @@ mod guest {
     static PONG_DONE: AtomicBool = AtomicBool::new(false);
     /// When the ping must be over (counter ticks).
     static PING_DEADLINE: AtomicU64 = AtomicU64::new(0);
-    /// Each round trip's time in nanoseconds, filled by vCPU 0 only.
+    /// Each round trip's time, and how late vCPU 0 ran again after each
+    /// rest's timer deadline, in nanoseconds; filled by vCPU 0 only.
     static ROUND_TRIPS: spin::Mutex<[u64; MAX_PING as usize]> =
         spin::Mutex::new([0; MAX_PING as usize]);
+    static TIMER_LATE: spin::Mutex<[u64; MAX_PING as usize]> =
+        spin::Mutex::new([0; MAX_PING as usize]);
+
+    fn nanos(ticks: u64) -> u64 {
+        u64::try_from(time::to_duration(ticks).as_nanos()).unwrap_or(u64::MAX)
+    }
 
     /// A secondary's part: vCPU 1 answers every ping, the others compute
     /// until vCPU 0 says the round trips are over.
@@ -1059,10 +1067,15 @@ mod guest {
             time::wfi_until(warm_up_until);
         }
         let mut round_trips = ROUND_TRIPS.lock();
+        let mut timer_late = TIMER_LATE.lock();
         let mut strays = Strays::default();
         let mut done = 0;
         let mut send_error = None;
-        'trips: for slot in round_trips.iter_mut().take(wanted) {
+        'trips: for (slot, late) in round_trips
+            .iter_mut()
+            .zip(timer_late.iter_mut())
+            .take(wanted)
+        {
             let sent = time::counter();
             if let Err(e) = gic::send_sgi(vcpu1, PING_SGI) {
                 send_error = Some(e);
@@ -1080,7 +1093,7 @@ mod guest {
             }
             let answered = time::counter();
             gic::end_of_interrupt(PING_SGI);
-            *slot = time::to_duration(answered - sent).as_nanos() as u64;
+            *slot = nanos(answered - sent);
             done += 1;
             // Rest before the next ping, waiting in WFI on the virtual
             // timer: the pair asks for far less than its fair share.
@@ -1088,6 +1101,7 @@ mod guest {
             while time::counter() < rest_until {
                 time::wfi_until(rest_until);
             }
+            *late = nanos(time::counter() - rest_until);
         }
         PING_OVER.store(true, Ordering::Release);
         // An answer that comes now was delivered twice.
@@ -1138,9 +1152,20 @@ mod guest {
         } else if strays.count > 0 {
             fail(label, format_args!("{done} round trips{strays}"));
         } else {
-            match PingReport::of(&mut round_trips[..done], vcpus - 2) {
-                Some(report) => println!("{report}"),
-                None => fail(label, format_args!("no round trip was made")),
+            match (
+                Spread::of(&mut round_trips[..done]),
+                Spread::of(&mut timer_late[..done]),
+            ) {
+                (Some(round_trip), Some(timer_late)) => println!(
+                    "{}",
+                    PingReport {
+                        round_trips: done as u64,
+                        spinners: vcpus - 2,
+                        round_trip,
+                        timer_late,
+                    }
+                ),
+                _ => fail(label, format_args!("no round trip was made")),
             }
         }
     }
