@@ -15,6 +15,10 @@ const SLICE: u64 = 4_000;
 const EXTENSION: u64 = 500;
 /// What each of the pair runs per wake-up before it sends its interrupt.
 const WORK: u64 = 20;
+/// What it runs after sending, before its WFI traps: the sender is still
+/// running when the vCPU it woke is placed, and may be preempted by it
+/// before it gets to block.
+const TAIL: u64 = 2;
 /// How long vCPU 0 rests (WFI with a timer) after each round trip.
 const GAP: u64 = 1_000;
 
@@ -25,12 +29,122 @@ enum Next {
     SliceEnd(u64),
     /// One of the pair finishes its work and sends its interrupt.
     Send(u64),
+    /// One of the pair executes WFI.
+    Block(u64),
 }
 
 impl Next {
     fn at(self) -> u64 {
         match self {
-            Next::SliceEnd(t) | Next::Send(t) => t,
+            Next::SliceEnd(t) | Next::Send(t) | Next::Block(t) => t,
+        }
+    }
+}
+
+/// What one of the pair does when it next runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Todo {
+    /// Nothing: it blocks at once.
+    Block,
+    /// Its interrupt came: it works, then sends (or, vCPU 0 with the
+    /// answer, ends the round trip), then blocks.
+    Send,
+    /// It sent and was preempted before its WFI: it blocks when it runs.
+    FinishBlocking,
+}
+
+struct PingPong {
+    s: Scheduler,
+    now: u64,
+    next: Vec<Option<Next>>,
+    todo: [Todo; 2],
+    pair: [VcpuId; 2],
+    extend: bool,
+}
+
+impl PingPong {
+    fn pair_index(&self, v: VcpuId) -> Option<usize> {
+        self.pair.iter().position(|&p| p == v)
+    }
+
+    /// What `v`, now running on a pCPU, does first.
+    fn first_event(&self, v: VcpuId) -> Next {
+        match self.pair_index(v).map(|i| self.todo[i]) {
+            Some(Todo::Send) => Next::Send(self.now + WORK),
+            Some(Todo::FinishBlocking) => Next::Block(self.now + TAIL),
+            Some(Todo::Block) => Next::Block(self.now),
+            None => Next::SliceEnd(self.s.slice_end(v).unwrap()),
+        }
+    }
+
+    /// pCPU `p` schedules someone in.
+    fn schedule(&mut self, p: usize) {
+        self.next[p] = self.s.pick_next(p, self.now).map(|v| self.first_event(v));
+    }
+
+    /// `p`'s next event, at most its running vCPU's slice end.
+    fn bounded(&self, p: usize, event: Next) -> Next {
+        let v = self.s.current(p).unwrap();
+        let end = self.s.slice_end(v).unwrap();
+        if event.at() > end {
+            Next::SliceEnd(end)
+        } else {
+            event
+        }
+    }
+
+    /// Applies a wake-up of one of the pair.
+    fn wake(&mut self, which: usize) {
+        self.todo[which] = Todo::Send;
+        let w = self.s.wake(self.pair[which], self.now).unwrap();
+        match w {
+            Wakeup::Queued { pcpu, ipi: true } => self.schedule(pcpu),
+            Wakeup::Preempting { pcpu } => {
+                if let Some(event) = self.next[pcpu] {
+                    self.next[pcpu] = Some(self.bounded(pcpu, event));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// `v` on `p` executes WFI.
+    fn block(&mut self, p: usize, v: VcpuId) {
+        let which = self.pair_index(v).unwrap();
+        match self
+            .s
+            .put(v, p, self.now, PutReason::Wfi { deadline: None })
+        {
+            Ok(PutOutcome::KeepRunning) => {
+                // A wake-up came first: it works on it.
+                self.todo[which] = Todo::Send;
+                self.next[p] = Some(self.bounded(p, Next::Send(self.now + WORK)));
+            }
+            _ => {
+                self.todo[which] = Todo::Block;
+                self.schedule(p);
+            }
+        }
+    }
+
+    fn slice_end(&mut self, p: usize, v: VcpuId) {
+        let spinner = self.pair_index(v).is_none();
+        if self.extend
+            && spinner
+            && let Some(longer) = self.s.extend_slice(v, p, self.now, EXTENSION)
+        {
+            self.next[p] = Some(Next::SliceEnd(longer));
+            return;
+        }
+        match self.s.put(v, p, self.now, PutReason::SliceExpired).unwrap() {
+            PutOutcome::KeepRunning => {
+                let event = match self.pair_index(v).map(|i| self.todo[i]) {
+                    Some(Todo::FinishBlocking) => Next::Block(self.now + TAIL),
+                    _ => Next::SliceEnd(self.s.slice_end(v).unwrap()),
+                };
+                self.next[p] = Some(self.bounded(p, event));
+            }
+            _ => self.schedule(p),
         }
     }
 }
@@ -51,133 +165,67 @@ fn ping_pong(
     for _ in 0..2 + spinners {
         s.add_vcpu(vm, None, InitialState::Runnable, 0).unwrap();
     }
-    let (pinger, ponger) = (VcpuId { vm, index: 0 }, VcpuId { vm, index: 1 });
-    let is_pair = |v: VcpuId| v == pinger || v == ponger;
-    let mut now = 0;
-    // Whether each of the pair has something to send when it next runs
-    // (they start by blocking, as the guest's do after starting).
-    let mut due = [false, false];
-    let mut next: Vec<Option<Next>> = vec![None; pcpus];
-    let mut rest_until: Option<u64>;
-    let mut sent_at = 0;
+    let mut sim = PingPong {
+        s,
+        now: 0,
+        next: vec![None; pcpus],
+        // They start by blocking, as the guest's do after starting.
+        todo: [Todo::Block; 2],
+        pair: [VcpuId { vm, index: 0 }, VcpuId { vm, index: 1 }],
+        extend,
+    };
+    for p in 0..pcpus {
+        sim.schedule(p);
+    }
+    // vCPU 0's first ping is after one rest.
+    let mut rest_until = Some(GAP);
+    let mut sent_at = None;
     let mut trips = Vec::new();
-
-    // pCPU `p` schedules someone in at `now`.
-    let schedule = |s: &mut Scheduler, p: usize, now: u64, due: &[bool; 2]| -> Option<Next> {
-        let v = s.pick_next(p, now)?;
-        Some(if is_pair(v) && due[usize::from(v.index)] {
-            Next::Send(now + WORK)
-        } else if is_pair(v) {
-            // Woken with nothing to do (cannot happen here): block again.
-            Next::Send(now)
-        } else {
-            Next::SliceEnd(s.slice_end(v).unwrap())
-        })
-    };
-    // A wake-up's effect on the pCPUs.
-    let apply = |s: &mut Scheduler,
-                 w: Wakeup,
-                 now: u64,
-                 next: &mut [Option<Next>],
-                 due: &[bool; 2]| {
-        match w {
-            Wakeup::Queued { pcpu, ipi: true } => next[pcpu] = schedule(s, pcpu, now, due),
-            Wakeup::Preempting { pcpu } => {
-                if let Some(Next::SliceEnd(_)) = next[pcpu] {
-                    let v = s.current(pcpu).unwrap();
-                    next[pcpu] = Some(Next::SliceEnd(s.slice_end(v).unwrap()));
-                }
-            }
-            _ => {}
-        }
-    };
-
-    for (p, n) in next.iter_mut().enumerate() {
-        *n = schedule(&mut s, p, 0, &due);
-    }
-    // The pair blocks first; vCPU 0 starts the first round trip at 1 ms.
-    for v in [pinger, ponger] {
-        for (p, n) in next.iter_mut().enumerate() {
-            if s.current(p) == Some(v) {
-                s.put(v, p, 0, PutReason::Wfi { deadline: None }).unwrap();
-                *n = schedule(&mut s, p, 0, &due);
-            }
-        }
-    }
-    // A queued one blocks when it first runs (nothing is due); vCPU 0's
-    // first ping is after one rest.
-    rest_until = Some(GAP);
-
     while trips.len() < round_trips {
         let pcpu_event = (0..pcpus)
-            .filter_map(|p| next[p].map(|n| (n.at(), p)))
+            .filter_map(|p| sim.next[p].map(|n| (n.at(), p)))
             .min();
-        let timer = rest_until;
-        match (pcpu_event, timer) {
+        match (pcpu_event, rest_until) {
             (_, Some(t)) if pcpu_event.is_none_or(|(at, _)| t < at) => {
                 // vCPU 0's rest is over: its timer wakes it to ping.
-                now = t;
+                sim.now = t;
                 rest_until = None;
-                due[0] = true;
-                if matches!(s.state(pinger), Some(VcpuState::Blocked(_))) {
-                    let w = s.wake(pinger, now).unwrap();
-                    apply(&mut s, w, now, &mut next, &due);
-                }
+                sim.wake(0);
             }
             (Some((at, p)), _) => {
-                now = at;
-                let v = s.current(p).expect("a pCPU with an event runs a vCPU");
-                match next[p].unwrap() {
+                sim.now = at;
+                let v = sim.s.current(p).expect("a pCPU with an event runs a vCPU");
+                match sim.next[p].unwrap() {
                     Next::Send(_) => {
-                        let me = usize::from(v.index);
-                        if due[me] {
-                            due[me] = false;
-                            if v == pinger && sent_at != 0 {
-                                // The answer came: the round trip is over.
-                                trips.push(now - WORK - sent_at);
-                                sent_at = 0;
-                                rest_until = Some(now + GAP);
-                            } else {
-                                if v == pinger {
-                                    sent_at = now;
-                                }
-                                let other = if v == pinger { ponger } else { pinger };
-                                due[usize::from(other.index)] = true;
-                                let w = s.wake(other, now).unwrap();
-                                apply(&mut s, w, now, &mut next, &due);
+                        let me = sim.pair_index(v).unwrap();
+                        if me == 0
+                            && let Some(at) = sent_at.take()
+                        {
+                            // The answer came: the round trip is over.
+                            trips.push(sim.now - WORK - at);
+                            rest_until = Some(sim.now + GAP);
+                        } else {
+                            if me == 0 {
+                                sent_at = Some(sim.now);
                             }
+                            sim.wake(1 - me);
                         }
-                        match s.put(v, p, now, PutReason::Wfi { deadline: None }) {
-                            Ok(PutOutcome::KeepRunning) => {
-                                next[p] = Some(Next::Send(now + WORK));
-                            }
-                            _ => next[p] = schedule(&mut s, p, now, &due),
-                        }
+                        sim.todo[me] = Todo::FinishBlocking;
+                        sim.next[p] = Some(sim.bounded(p, Next::Block(sim.now + TAIL)));
                     }
-                    Next::SliceEnd(end) => {
-                        if extend && let Some(longer) = s.extend_slice(v, p, now, EXTENSION) {
-                            next[p] = Some(Next::SliceEnd(longer));
-                            continue;
-                        }
-                        debug_assert!(end <= now);
-                        match s.put(v, p, now, PutReason::SliceExpired).unwrap() {
-                            PutOutcome::KeepRunning => {
-                                next[p] = Some(Next::SliceEnd(s.slice_end(v).unwrap()));
-                            }
-                            _ => next[p] = schedule(&mut s, p, now, &due),
-                        }
-                    }
+                    Next::Block(_) => sim.block(p, v),
+                    Next::SliceEnd(_) => sim.slice_end(p, v),
                 }
             }
-            (None, _) => panic!("nothing left to happen at {now}"),
+            (None, _) => panic!("nothing left to happen at {}", sim.now),
         }
-        for (p, n) in next.iter_mut().enumerate() {
-            if n.is_none() {
-                *n = schedule(&mut s, p, now, &due);
+        for p in 0..pcpus {
+            if sim.next[p].is_none() {
+                sim.schedule(p);
             }
         }
     }
-    (trips, s)
+    (trips, sim.s)
 }
 
 fn median_and_worst(mut trips: Vec<u64>) -> (u64, u64) {
@@ -197,7 +245,7 @@ fn a_pair_within_its_share_is_served_within_the_minimum_run() {
             let (median, worst) = median_and_worst(trips[1..].to_vec());
             let per_wake = min_run + if extend { EXTENSION } else { 0 };
             assert!(
-                worst <= 2 * (per_wake + WORK),
+                worst <= 2 * (per_wake + WORK + TAIL),
                 "{pcpus} pCPUs, {spinners} spinners, extend {extend}: worst {worst}"
             );
             assert!(
