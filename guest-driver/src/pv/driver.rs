@@ -4,7 +4,7 @@
 
 use core::fmt;
 use core::ptr::{self, NonNull};
-use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 use pvlock_abi::directed_yield::{self, PV_SCHED_YIELD_TO};
 use pvlock_abi::pvlock::{
@@ -387,6 +387,25 @@ impl<P: Conduit + SharedMemory> PvDriver<P> {
     pub fn lock_count(&self, cpu: usize) -> u32 {
         self.with_lock_record(cpu, |r| r.lock_count_hint(), |r| r.lock_count_hint())
             .unwrap_or(0)
+    }
+
+    /// `cpu`'s `lock_count` cell, for a caller that keeps it (the
+    /// runtime's per-CPU fast path, `rt::pv::lock_acquired`); `None`
+    /// without a PV-lock record. Valid as long as the driver: records are
+    /// never unmapped.
+    pub fn lock_count_cell(&self, cpu: usize) -> Option<&AtomicU32> {
+        let record = self.slots.get(cpu)?.lock.load(Ordering::Acquire);
+        if record.is_null() {
+            return None;
+        }
+        Some(match self.info.lock?.preempted_width() {
+            // SAFETY: as in `with_lock_record`: a non-null pointer was
+            // published by init_cpu for a 64-byte aligned record of the
+            // variant's type that is never unmapped and holds only atomics.
+            8 => unsafe { &*record.cast::<VcpuState64>() }.lock_count_cell(),
+            // SAFETY: as above, for the 32-bit variants' record.
+            _ => unsafe { &*record.cast::<VcpuState32>() }.lock_count_cell(),
+        })
     }
 
     /// Runs `wide` or `narrow` on `cpu`'s PV-lock record, by the variant's

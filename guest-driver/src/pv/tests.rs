@@ -689,4 +689,32 @@ fn lock_count_goes_to_the_callers_record() {
     init_all(&pv, &fake);
     pv.lock_acquired(0);
     assert_eq!(pv.lock_count(0), 0);
+    assert!(pv.lock_count_cell(0).is_none());
+}
+
+#[test]
+fn a_kept_lock_count_cell_is_the_records() {
+    // What the runtime keeps per CPU is the very cell the record's
+    // lock_count lives in, for both record widths; none before init_cpu,
+    // without a PV-lock service, or for a CPU out of range.
+    for fake in [Fake::kvm().seed_v2(), Fake::kvm().openeuler()] {
+        let pv = PvDriver::new(&fake);
+        assert!(pv.lock_count_cell(1).is_none(), "no record yet");
+        init_all(&pv, &fake);
+        let cell = pv.lock_count_cell(1).expect("a record");
+        pvlock_abi::pvlock::lock_count_add(cell, true);
+        pvlock_abi::pvlock::lock_count_add(cell, true);
+        assert_eq!(pv.lock_count(1), 2);
+        pv.lock_released(1);
+        assert_eq!(
+            u32::from_le(cell.load(core::sync::atomic::Ordering::Relaxed)),
+            1
+        );
+        assert_eq!(pv.lock_count(0), 0, "another CPU's record");
+        assert!(pv.lock_count_cell(MAX_CPUS).is_none());
+    }
+    let fake = Fake::kvm().pv_time();
+    let pv = PvDriver::new(&fake);
+    init_all(&pv, &fake);
+    assert!(pv.lock_count_cell(0).is_none());
 }

@@ -4,7 +4,7 @@
 
 use crate::devicetree::MAX_CPUS;
 use aarch64_cpu::registers::TPIDR_EL1;
-use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use tock_registers::interfaces::Readable;
 
 /// One CPU's block. The first two fields are written by the entry code and
@@ -26,6 +26,10 @@ pub struct PerCpu {
     /// The synchronous exception [`super::fault::expect`] waits for on
     /// this CPU, and what it recorded.
     pub expected_fault: super::fault::ExpectedFault,
+    /// This CPU's PV-lock record's `lock_count` cell, null without one: set
+    /// by [`super::pv::init_cpu`], so that every lock taken and dropped
+    /// reaches it with one load instead of the driver's lookup.
+    pub lock_count: AtomicPtr<AtomicU32>,
 }
 
 pub const OFFSET_EXCEPTION_STACK_TOP: usize = core::mem::offset_of!(PerCpu, exception_stack_top);
@@ -40,6 +44,7 @@ impl PerCpu {
             running: AtomicBool::new(false),
             reporting: AtomicU8::new(0),
             expected_fault: super::fault::ExpectedFault::new(),
+            lock_count: AtomicPtr::new(core::ptr::null_mut()),
         }
     }
 }

@@ -14,11 +14,12 @@
 //! ([`crate::lock`]).
 
 use core::ptr::NonNull;
+use core::sync::atomic::{AtomicU32, Ordering};
 
 use pvlock_abi::FunctionId;
 use spin::Once;
 
-use super::{machine, mmu, psci, smp, time};
+use super::{machine, mmu, percpu, psci, smp, time};
 use crate::devicetree::{Conduit as Method, MAX_CPUS};
 use crate::lock::Paravirt;
 use crate::pv::{
@@ -79,7 +80,22 @@ pub fn driver() -> Option<&'static PvDriver<RtPlatform>> {
 pub fn init_cpu() -> CpuInit {
     init();
     let driver = driver().expect("init() just ran");
-    driver.init_cpu(smp::current())
+    let cpu = smp::current();
+    let result = driver.init_cpu(cpu);
+    let cell = driver
+        .lock_count_cell(cpu)
+        .map_or(core::ptr::null_mut(), |c| core::ptr::from_ref(c).cast_mut());
+    percpu::this_cpu().lock_count.store(cell, Ordering::Relaxed);
+    result
+}
+
+/// The calling CPU's `lock_count` cell, as [`init_cpu`] left it.
+fn this_cpu_lock_count() -> Option<&'static AtomicU32> {
+    let cell = percpu::this_cpu().lock_count.load(Ordering::Relaxed);
+    // SAFETY: null, or stored by init_cpu on this CPU from a reference the
+    // 'static driver handed out to a record that is never unmapped (and
+    // this CPU reads back its own store).
+    unsafe { cell.as_ref() }
 }
 
 /// Whether logical CPU `cpu` is preempted; false without PV-lock.
@@ -128,16 +144,18 @@ pub fn yield_to(cpu: usize) -> YieldResult {
 
 /// The calling CPU took a lock: one more in its PV-lock record's
 /// `lock_count` ([`PvDriver::lock_acquired`]); nothing without a record.
+#[inline]
 pub fn lock_acquired() {
-    if let Some(driver) = driver() {
-        driver.lock_acquired(smp::current());
+    if let Some(count) = this_cpu_lock_count() {
+        pvlock_abi::pvlock::lock_count_add(count, true);
     }
 }
 
 /// The calling CPU dropped a lock ([`PvDriver::lock_released`]).
+#[inline]
 pub fn lock_released() {
-    if let Some(driver) = driver() {
-        driver.lock_released(smp::current());
+    if let Some(count) = this_cpu_lock_count() {
+        pvlock_abi::pvlock::lock_count_add(count, false);
     }
 }
 

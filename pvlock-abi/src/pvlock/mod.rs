@@ -96,8 +96,10 @@ const _: () = assert!(LOCK_COUNT_OFFSET + LOCK_COUNT_WIDTH <= STATE_SIZE);
 
 /// Guest side of the lock count: one lock more (`up`) or one fewer, as a
 /// single-copy-atomic little-endian read-modify-write that saturates
-/// rather than wraps.
-fn lock_count_add(count: &AtomicU32, up: bool) {
+/// rather than wraps. `count` is a record's `lock_count` cell
+/// ([`VcpuState64::lock_count_cell`], [`VcpuState32::lock_count_cell`]),
+/// for a guest that keeps a reference to it rather than to the record.
+pub fn lock_count_add(count: &AtomicU32, up: bool) {
     // The closure never returns `None`, so `fetch_update` cannot fail.
     let _ = count.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |raw| {
         let value = u32::from_le(raw);
@@ -185,6 +187,12 @@ impl VcpuState64 {
     /// from a guest that does not maintain it correctly.
     pub fn lock_count_hint(&self) -> u32 {
         u32::from_le(self.lock_count.load(Ordering::Relaxed))
+    }
+
+    /// Guest side: the `lock_count` cell itself, for [`lock_count_add`]
+    /// from a reference kept per CPU.
+    pub fn lock_count_cell(&self) -> &AtomicU32 {
+        &self.lock_count
     }
 
     /// Guest side: the owning vCPU took a lock (`lock_count` + 1,
@@ -306,6 +314,12 @@ impl VcpuState32 {
     /// [`VcpuState64::lock_count_hint`].
     pub fn lock_count_hint(&self) -> u32 {
         u32::from_le(self.lock_count.load(Ordering::Relaxed))
+    }
+
+    /// Guest side: the `lock_count` cell; see
+    /// [`VcpuState64::lock_count_cell`].
+    pub fn lock_count_cell(&self) -> &AtomicU32 {
+        &self.lock_count
     }
 
     /// Guest side: the owning vCPU took a lock; see
