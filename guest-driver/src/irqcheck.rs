@@ -37,8 +37,8 @@ pub const PING_SGI: IntId = IntId::sgi(2);
 
 /// How long vCPU 0 rests (WFI on its virtual timer) after each round trip
 /// of the ping check: with it the two vCPUs ask for a few percent of a
-/// pCPU, less than their fair share beside any number of CPU-bound
-/// siblings on a few pCPUs, so that what the round trips measure is the
+/// pCPU, well under their fair share beside the boot test's six CPU-bound
+/// siblings on two pCPUs, so that what the round trips measure is the
 /// wake-up latency a vCPU within its share gets. (Without it the pair
 /// would ask for a whole pCPU, and fair share would rightly make it
 /// wait.)

@@ -180,7 +180,9 @@
 //!
 //! `wake`, `power_off`, `yield_to`, `put` and the queue operations are O(1)
 //! plus O(log n) for the WFI timer heap; wake-up placement scans the idle
-//! bitmap (`MAX_CPUS / 64` words). `pick_next` and `put(SliceExpired)`
+//! bitmap (`MAX_CPUS / 64` words), and a vCPU back from a block or off
+//! walks its VM's vCPUs for the least-served runnable one (its catch-up
+//! floor). `pick_next` and `put(SliceExpired)`
 //! walk the own queue (the fair-share candidate) and look at the head of
 //! each non-empty queue (at most one per pCPU, found through a bitmap);
 //! `pick_next` also walks the candidate VM's vCPUs (the sibling pull),

@@ -56,10 +56,11 @@
 //!    vCPU 1, which waits for it in WFI and answers with SGI 2, for which
 //!    vCPU 0 waits in WFI: N round trips, each timed by vCPU 0 with the
 //!    counter, 1 ms apart (vCPU 0 rests in WFI on its virtual timer in
-//!    between, so that the pair asks for less than its share). Meanwhile every other vCPU computes without a break (no
-//!    WFI, no YIELD), so with more vCPUs than pCPUs each wake-up competes
-//!    with them for a pCPU and the round trip measures the hypervisor's
-//!    wake-up latency. The pass line gives the median and the worst round
+//!    between, so that the pair asks for less than its share), after a
+//!    100 ms warm-up. Meanwhile every other vCPU computes without a break
+//!    (no WFI, no YIELD), so with more vCPUs than pCPUs each wake-up
+//!    competes with them for a pCPU and the round trip measures the
+//!    hypervisor's wake-up latency. The pass line gives the median and the worst round
 //!    trip, and of how late vCPU 0 ran again after each rest's timer
 //!    deadline (`irqcheck::PingReport`); judging them is the caller's.
 //!

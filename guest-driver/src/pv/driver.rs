@@ -169,6 +169,13 @@ pub struct PvDriver<P> {
     own: [VcpuState32; MAX_CPUS],
 }
 
+/// A CPU's PV-lock record, by the width of its variant's `preempted`.
+#[derive(Clone, Copy)]
+enum LockRecord<'a> {
+    Wide(&'a VcpuState64),
+    Narrow(&'a VcpuState32),
+}
+
 impl<P: Conduit + SharedMemory> PvDriver<P> {
     /// Probes the hypervisor behind `platform` ([`probe`]).
     pub fn new(platform: P) -> Self {
@@ -394,17 +401,9 @@ impl<P: Conduit + SharedMemory> PvDriver<P> {
     /// without a PV-lock record. Valid as long as the driver: records are
     /// never unmapped.
     pub fn lock_count_cell(&self, cpu: usize) -> Option<&AtomicU32> {
-        let record = self.slots.get(cpu)?.lock.load(Ordering::Acquire);
-        if record.is_null() {
-            return None;
-        }
-        Some(match self.info.lock?.preempted_width() {
-            // SAFETY: as in `with_lock_record`: a non-null pointer was
-            // published by init_cpu for a 64-byte aligned record of the
-            // variant's type that is never unmapped and holds only atomics.
-            8 => unsafe { &*record.cast::<VcpuState64>() }.lock_count_cell(),
-            // SAFETY: as above, for the 32-bit variants' record.
-            _ => unsafe { &*record.cast::<VcpuState32>() }.lock_count_cell(),
+        Some(match self.lock_record(cpu)? {
+            LockRecord::Wide(r) => r.lock_count_cell(),
+            LockRecord::Narrow(r) => r.lock_count_cell(),
         })
     }
 
@@ -416,18 +415,27 @@ impl<P: Conduit + SharedMemory> PvDriver<P> {
         wide: impl FnOnce(&VcpuState64) -> R,
         narrow: impl FnOnce(&VcpuState32) -> R,
     ) -> Option<R> {
+        Some(match self.lock_record(cpu)? {
+            LockRecord::Wide(r) => wide(r),
+            LockRecord::Narrow(r) => narrow(r),
+        })
+    }
+
+    /// `cpu`'s PV-lock record as its variant's type; `None` when `cpu` has
+    /// none.
+    fn lock_record(&self, cpu: usize) -> Option<LockRecord<'_>> {
         let record = self.slots.get(cpu)?.lock.load(Ordering::Acquire);
         if record.is_null() {
             return None;
         }
-        match self.info.lock?.preempted_width() {
+        Some(match self.info.lock?.preempted_width() {
             // SAFETY: a non-null pointer was published by init_cpu after
             // mapping (or owning) a 64-byte aligned record of the variant's
             // type; records are never unmapped, and hold only atomics.
-            8 => Some(wide(unsafe { &*record.cast::<VcpuState64>() })),
+            8 => LockRecord::Wide(unsafe { &*record.cast::<VcpuState64>() }),
             // SAFETY: as above, for the 32-bit variants' record.
-            _ => Some(narrow(unsafe { &*record.cast::<VcpuState32>() })),
-        }
+            _ => LockRecord::Narrow(unsafe { &*record.cast::<VcpuState32>() }),
+        })
     }
 
     /// The record the driver allocated for `cpu` under openEuler or Anolis

@@ -143,7 +143,8 @@ pub fn yield_to(cpu: usize) -> YieldResult {
 }
 
 /// The calling CPU took a lock: one more in its PV-lock record's
-/// `lock_count` ([`PvDriver::lock_acquired`]); nothing without a record.
+/// `lock_count` (as [`PvDriver::lock_acquired`], through the cell
+/// [`init_cpu`] kept in the per-CPU block); nothing without a record.
 #[inline]
 pub fn lock_acquired() {
     if let Some(count) = this_cpu_lock_count() {
@@ -151,7 +152,8 @@ pub fn lock_acquired() {
     }
 }
 
-/// The calling CPU dropped a lock ([`PvDriver::lock_released`]).
+/// The calling CPU dropped a lock (as [`PvDriver::lock_released`]; see
+/// [`lock_acquired`]).
 #[inline]
 pub fn lock_released() {
     if let Some(count) = this_cpu_lock_count() {
