@@ -60,9 +60,10 @@
 //!    100 ms warm-up. Meanwhile every other vCPU computes without a break
 //!    (no WFI, no YIELD), so with more vCPUs than pCPUs each wake-up
 //!    competes with them for a pCPU and the round trip measures the
-//!    hypervisor's wake-up latency. The pass line gives the median and the worst round
-//!    trip, and of how late vCPU 0 ran again after each rest's timer
-//!    deadline (`irqcheck::PingReport`); judging them is the caller's.
+//!    hypervisor's wake-up latency. The pass line gives the median and the
+//!    worst round trip, and of how late vCPU 0 ran again after each rest's
+//!    timer deadline (`irqcheck::PingReport`); judging them is the
+//!    caller's.
 //!
 //! Every interrupt a check did not ask for is completed and reported.
 //! The run ends with `irq-check: all checks passed`, or a `GUEST FATAL`
