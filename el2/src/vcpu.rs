@@ -72,6 +72,14 @@ impl GuestRegs {
         self.x.get(usize::from(n)).copied().unwrap_or(0)
     }
 
+    /// X0..X3: where an SMCCC call's results go (DEN0028 "Register use in
+    /// AArch64 SMC and HVC calls").
+    pub fn results_mut(&mut self) -> &mut [u64; pvlock_abi::smccc::RESULT_REGS] {
+        self.x
+            .first_chunk_mut()
+            .unwrap_or_else(|| unreachable!("31 registers"))
+    }
+
     /// Writes register `n`; writes to 31 (XZR) are discarded.
     pub fn set_reg(&mut self, n: u8, value: u64) {
         if let Some(slot) = self.x.get_mut(usize::from(n)) {

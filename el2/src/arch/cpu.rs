@@ -75,6 +75,10 @@ pub struct CpuLocal {
     pub guest_regs: *mut el2::vcpu::GuestRegs,
     /// SP_EL0 of the hypervisor thread that entered the guest.
     pub host_sp: u64,
+    /// What the synchronous exit vector may answer itself while that
+    /// guest runs (`el2::run::FastExit`, borrowed for the duration of one
+    /// `enter_guest` call; null outside one).
+    pub fast_exit: *const el2::run::FastExit<'static>,
     /// This CPU's portable per-CPU data.
     pub percpu: *const PerCpu,
 }
@@ -84,6 +88,7 @@ static mut CPU_LOCALS: [CpuLocal; el2::bringup::smp::MAX_CPUS] = [const {
     CpuLocal {
         guest_regs: core::ptr::null_mut(),
         host_sp: 0,
+        fast_exit: core::ptr::null(),
         percpu: core::ptr::null(),
     }
 }; el2::bringup::smp::MAX_CPUS];

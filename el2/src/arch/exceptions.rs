@@ -38,12 +38,32 @@ global_asm!(
 .endm
 
 // From a guest: save its registers into the running vCPU's register file
-// and return from `enter_guest` (vcpu.rs) with the vector number.
+// and return from `enter_guest` (vcpu.rs) with the vector number. A
+// synchronous exit from AArch64 first asks `answer_on_exit` whether it can
+// be answered in place (a constant hypercall), and then resumes the guest
+// at once.
 .macro GUEST_VECTOR kind
     .balign 0x80
     stp     x0, x1, [sp, #-16]!
     mov     x1, #\kind
     b       .Lguest_exit
+.endm
+
+// X2..X18 and X30 into the register file at X0, then the guest's X0 and X1
+// from the exception stack: every register a call may clobber.
+.macro SAVE_CALLER_SAVED
+    stp     x2, x3, [x0, #16]
+    stp     x4, x5, [x0, #32]
+    stp     x6, x7, [x0, #48]
+    stp     x8, x9, [x0, #64]
+    stp     x10, x11, [x0, #80]
+    stp     x12, x13, [x0, #96]
+    stp     x14, x15, [x0, #112]
+    stp     x16, x17, [x0, #128]
+    str     x18, [x0, #144]
+    str     x30, [x0, #240]
+    ldp     x2, x3, [sp], #16
+    stp     x2, x3, [x0, #0]
 .endm
 
     .section .text.vectors, "ax"
@@ -58,7 +78,9 @@ global_asm!(
     VECTOR 5
     VECTOR 6
     VECTOR 7
-    GUEST_VECTOR 8
+    .balign 0x80
+    stp     x0, x1, [sp, #-16]!
+    b       .Lguest_sync_exit
     GUEST_VECTOR 9
     GUEST_VECTOR 10
     GUEST_VECTOR 11
@@ -67,26 +89,30 @@ global_asm!(
     GUEST_VECTOR 14
     GUEST_VECTOR 15
 
+.Lguest_sync_exit:
+    mrs     x1, tpidr_el2
+    ldr     x0, [x1, #{local_guest_regs}]
+    SAVE_CALLER_SAVED
+    ldr     x2, [x1, #{local_fast_exit}]
+    mrs     x1, esr_el2
+    bl      {answer_on_exit}
+    mrs     x1, tpidr_el2
+    cbnz    w0, .Lguest_resume
+    ldr     x0, [x1, #{local_guest_regs}]
+    mov     x1, #{sync_vector}
+    b       .Lguest_exit_rest
+
 .Lguest_exit:
     mrs     x0, tpidr_el2
     ldr     x0, [x0, #{local_guest_regs}]
-    stp     x2, x3, [x0, #16]
-    stp     x4, x5, [x0, #32]
-    stp     x6, x7, [x0, #48]
-    stp     x8, x9, [x0, #64]
-    stp     x10, x11, [x0, #80]
-    stp     x12, x13, [x0, #96]
-    stp     x14, x15, [x0, #112]
-    stp     x16, x17, [x0, #128]
-    stp     x18, x19, [x0, #144]
+    SAVE_CALLER_SAVED
+.Lguest_exit_rest:
+    str     x19, [x0, #152]
     stp     x20, x21, [x0, #160]
     stp     x22, x23, [x0, #176]
     stp     x24, x25, [x0, #192]
     stp     x26, x27, [x0, #208]
     stp     x28, x29, [x0, #224]
-    str     x30, [x0, #240]
-    ldp     x2, x3, [sp], #16
-    stp     x2, x3, [x0, #0]
     mrs     x2, elr_el2
     mrs     x3, spsr_el2
     mrs     x4, sp_el0
@@ -107,6 +133,12 @@ global_asm!(
     ldp     x29, x30, [sp], #96
     ret
 
+// Answered in place: the guest's X19..X29, ELR_EL2, SPSR_EL2 and SP_EL0
+// are as it left them; reload what the call may have changed and go back.
+.Lguest_resume:
+    ldr     x0, [x1, #{local_guest_regs}]
+    b       {resume_caller_saved}
+
 .Lexception_common:"#,
     boot::save_frame!(el2),
     "    mov     x1, sp",
@@ -117,6 +149,10 @@ global_asm!(
     frame_size = const FRAME_SIZE,
     local_guest_regs = const core::mem::offset_of!(super::cpu::CpuLocal, guest_regs),
     local_host_sp = const core::mem::offset_of!(super::cpu::CpuLocal, host_sp),
+    local_fast_exit = const core::mem::offset_of!(super::cpu::CpuLocal, fast_exit),
+    answer_on_exit = sym super::vcpu::answer_on_exit,
+    resume_caller_saved = sym super::vcpu::resume_caller_saved,
+    sync_vector = const SYNC_FROM_AARCH64,
     regs_pc = const core::mem::offset_of!(el2::vcpu::GuestRegs, pc),
     regs_pstate = const core::mem::offset_of!(el2::vcpu::GuestRegs, pstate),
     regs_sp_el0 = const core::mem::offset_of!(el2::vcpu::GuestRegs, sp_el0),
@@ -125,6 +161,10 @@ global_asm!(
 unsafe extern "C" {
     fn vectors();
 }
+
+/// The vector number of a synchronous exception from a lower EL in
+/// AArch64 (the ninth entry, Arm ARM D1.3.1), as `enter_guest` returns it.
+const SYNC_FROM_AARCH64: u64 = 8;
 
 /// The address to program into VBAR_EL2.
 pub fn vector_base() -> u64 {

@@ -5,7 +5,7 @@
 
 use super::regs;
 use super::stage2::Stage2Tables;
-use super::vcpu::{self, SavedRegisters, VcpuContext, enter_guest};
+use super::vcpu::{self, SavedRegisters, VcpuContext};
 use super::{cache, cpu, gic, gicv, heap, irq, mmu, timer};
 use crate::println;
 use aarch64_cpu::registers::*;
@@ -13,7 +13,7 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use el2::memory::layout::MapKind;
 use el2::run::machine::Refusal;
-use el2::run::{Machine, Taken, VmRegisters};
+use el2::run::{FastExit, Machine, Taken, VmRegisters};
 use el2::trap::fault::Injection;
 use platform::{MemRange, Mpidr};
 use spin::Once;
@@ -58,10 +58,8 @@ impl Machine for Hardware {
         HCR_EL2.set(hcr);
     }
 
-    fn enter_guest(&mut self, ctx: &mut VcpuContext) -> (u64, u64) {
-        // SAFETY: the runner loaded the context (`load_vcpu`: system
-        // registers and stage 2), and `ctx.regs` outlives the call.
-        let vector = unsafe { enter_guest(&mut ctx.regs) };
+    fn enter_guest(&mut self, ctx: &mut VcpuContext, fast: &FastExit<'_>) -> (u64, u64) {
+        let vector = vcpu::run_until_exit(&mut ctx.regs, fast);
         (vector, ESR_EL2.get())
     }
 

@@ -12,6 +12,7 @@ use super::regs::{CPACR_EL1_RESET, CPTR_EL2, CPTR_EL2_NVHE, SCTLR_EL1_RESET};
 use aarch64_cpu::registers::*;
 use core::arch::{asm, global_asm};
 use core::mem::offset_of;
+use el2::run::FastExit;
 use el2::vcpu::GuestRegs;
 use tock_registers::interfaces::{ReadWriteable, Readable, Writeable};
 
@@ -246,6 +247,16 @@ global_asm!(
     // From here on SP_EL0 is the guest's: run on SP_EL2 until the ERET.
     msr     spsel, #1
     msr     sp_el0, x4
+    ldr     x19, [x0, #152]
+    ldp     x20, x21, [x0, #160]
+    ldp     x22, x23, [x0, #176]
+    ldp     x24, x25, [x0, #192]
+    ldp     x26, x27, [x0, #208]
+    ldp     x28, x29, [x0, #224]
+    // The exit vector's fast path (exceptions.rs) joins here: X19..X29 are
+    // the guest's, X0 points at its register file.
+    .global {resume_caller_saved}
+{resume_caller_saved}:
     ldp     x2, x3, [x0, #16]
     ldp     x4, x5, [x0, #32]
     ldp     x6, x7, [x0, #48]
@@ -254,12 +265,7 @@ global_asm!(
     ldp     x12, x13, [x0, #96]
     ldp     x14, x15, [x0, #112]
     ldp     x16, x17, [x0, #128]
-    ldp     x18, x19, [x0, #144]
-    ldp     x20, x21, [x0, #160]
-    ldp     x22, x23, [x0, #176]
-    ldp     x24, x25, [x0, #192]
-    ldp     x26, x27, [x0, #208]
-    ldp     x28, x29, [x0, #224]
+    ldr     x18, [x0, #144]
     ldr     x30, [x0, #240]
     ldp     x0, x1, [x0, #0]
     eret
@@ -268,6 +274,7 @@ global_asm!(
     isb
 "#,
     enter_guest = sym enter_guest,
+    resume_caller_saved = sym resume_caller_saved,
     local_guest_regs = const offset_of!(CpuLocal, guest_regs),
     local_host_sp = const offset_of!(CpuLocal, host_sp),
     regs_pc = const offset_of!(GuestRegs, pc),
@@ -285,6 +292,55 @@ unsafe extern "C" {
     ///
     /// # Safety
     /// The vCPU's system state must be loaded ([`load`]), its
-    /// stage 2 active, and `regs` must stay valid until it returns.
-    pub fn enter_guest(regs: *mut GuestRegs) -> u64;
+    /// stage 2 active, and `regs` must stay valid until it returns; so
+    /// must the `FastExit` in this CPU's `CpuLocal`, if any.
+    fn enter_guest(regs: *mut GuestRegs) -> u64;
+
+    /// The tail of [`enter_guest`]: loads X0..X18 and X30 from the
+    /// register file at X0 and ERETs. Only a branch target for the exit
+    /// vector, never called.
+    pub(super) fn resume_caller_saved();
+}
+
+/// Runs the loaded vCPU until an exit `fast` does not answer: the
+/// synchronous exit vector asks [`answer_on_exit`] first, and resumes the
+/// guest at once if it answered. Returns the vector of the exit.
+pub fn run_until_exit(regs: &mut GuestRegs, fast: &FastExit<'_>) -> u64 {
+    let Some(local) = super::cpu::local() else {
+        unreachable!("a guest runs only on a CPU with its CpuLocal set")
+    };
+    // SAFETY: this CPU's own `CpuLocal`, touched only from this CPU; the
+    // vector code reads `fast_exit` only inside the `enter_guest` call
+    // below, while `fast` is borrowed. It is cleared again afterwards, so
+    // no stale pointer outlives the borrow.
+    unsafe { (*local).fast_exit = (fast as *const FastExit<'_>).cast() };
+    // SAFETY: the runner loaded the context (`load_vcpu`: system registers
+    // and stage 2); `regs` and `fast` outlive the call.
+    let vector = unsafe { enter_guest(regs) };
+    // SAFETY: as above.
+    unsafe { (*local).fast_exit = core::ptr::null() };
+    vector
+}
+
+/// Called by the synchronous exit vector (`exceptions.rs`), on the
+/// exception stack with the guest's X0..X18 and X30 saved in `regs` (X19..X29
+/// are still live in the CPU: this function preserves them, as AAPCS64
+/// requires) and ELR/SPSR_EL2 untouched: whether `fast` answered the exit
+/// with syndrome `esr` in the saved registers, so that the vector resumes
+/// the guest without returning to the runner.
+///
+/// # Safety
+/// `regs` is the running vCPU's register file and `fast` null or the
+/// `FastExit` that [`run_until_exit`] lent for this entry.
+pub(super) unsafe extern "C" fn answer_on_exit(
+    regs: *mut GuestRegs,
+    esr: u64,
+    fast: *const FastExit<'static>,
+) -> bool {
+    // SAFETY: the caller's contract; nothing else touches either while the
+    // exit vector runs with interrupts masked on this CPU.
+    let (Some(regs), Some(fast)) = (unsafe { regs.as_mut() }, unsafe { fast.as_ref() }) else {
+        return false;
+    };
+    fast.answer(esr, regs.results_mut())
 }

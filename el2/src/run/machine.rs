@@ -11,12 +11,47 @@
 //! Every decision about what those operations mean is the runner's.
 
 use crate::memory::layout::MapKind;
+use crate::services::smccc::{ConstantReplies, VcpuCallCounts};
 use crate::trap::fault::Injection;
 use crate::trap::sysreg::DebugState;
 use crate::vcpu::GuestRegs;
 use alloc::string::String;
 use core::fmt;
+use core::sync::atomic::{AtomicU64, Ordering};
 use platform::MemRange;
+use pvlock_abi::smccc::RESULT_REGS;
+
+/// What the hardware layer answers on a guest exit itself, without
+/// returning to the runner: a constant hypercall (SMCCC_VERSION,
+/// PSCI_VERSION, the vendor UID, KVM_FEATURES) from a vCPU with no new
+/// interrupt. The reply is the dispatcher's, counted in the vCPU's own
+/// row; everything else returns from [`Machine::enter_guest`].
+///
+/// Answering in place skips nothing the runner would do for such a call:
+/// it changes no state, so the checks of a full pass read the same, and
+/// an interrupt (a slice end, a reschedule SGI) still exits to the runner
+/// as soon as the guest is back in (physical IRQs are routed to EL2).
+pub struct FastExit<'a> {
+    pub constants: &'a ConstantReplies,
+    pub counts: VcpuCallCounts<'a>,
+    /// The VM's `irq_attention` and the vCPU's bit in it: with news, the
+    /// runner refills the list registers first.
+    pub attention: &'a AtomicU64,
+    pub mask: u64,
+}
+
+impl FastExit<'_> {
+    /// Answers a synchronous exit with syndrome `esr` in `x` (the guest's
+    /// X0..X3, all a constant call reads or writes): true if the guest
+    /// goes straight back in, false (nothing changed) if the runner must
+    /// see the exit.
+    #[inline(always)]
+    pub fn answer(&self, esr: u64, x: &mut [u64; RESULT_REGS]) -> bool {
+        crate::trap::exit::is_hvc0_syndrome(esr)
+            && self.attention.load(Ordering::Acquire) & self.mask == 0
+            && self.constants.answer(x, self.counts)
+    }
+}
 
 /// Why the hypervisor took a physical interrupt while a guest ran
 /// (`Machine::take_interrupt` acknowledges and completes it).
@@ -136,10 +171,13 @@ pub trait Machine {
     fn load_fp(&mut self, ctx: &mut VcpuContext<Self::Saved>);
     /// Sets HCR_EL2 for the next entry (the WFx trap policy changes it).
     fn set_traps(&mut self, hcr: u64);
-    /// Runs the loaded vCPU until it exits; returns the lower-EL vector
-    /// taken and ESR_EL2 (in registers: the hypercall fast path reads no
-    /// more).
-    fn enter_guest(&mut self, ctx: &mut VcpuContext<Self::Saved>) -> (u64, u64);
+    /// Runs the loaded vCPU until an exit `fast` does not answer
+    /// ([`FastExit`]); returns the lower-EL vector taken and ESR_EL2.
+    fn enter_guest(
+        &mut self,
+        ctx: &mut VcpuContext<Self::Saved>,
+        fast: &FastExit<'_>,
+    ) -> (u64, u64);
     /// FAR_EL2 and HPFAR_EL2 of the exit just taken. The runner reads them
     /// once, right after the exit, and only for the exits they describe
     /// (`Syndrome::has_fault_address`).

@@ -267,19 +267,26 @@ fn vector_kind(vector: u64) -> u64 {
     vector.wrapping_sub(VECTOR_LOWER_FIRST) % 4
 }
 
-/// Whether the exit from lower-EL `vector` with `esr` is an SMCCC call
-/// by HVC (EC = HVC64, immediate 0; Arm ARM D24.2.41 "ESR_EL2"), decided
-/// with two field reads: the check before the hypervisor's constant-call
-/// fast path, which must cost less than a full [`Exit::decode`].
+/// ESR_EL2 of `HVC #0` from AArch64 as the CPU reports it: EC = HVC64,
+/// IL = 1 (a 32-bit instruction), ISS = the immediate 0 (its bits 24:16
+/// are RES0). Arm ARM D24.2.41 "ESR_EL2", ISS encoding for an exception
+/// from HVC or SVC.
+pub const HVC0_SYNDROME: u64 = ESR_EL2::EC::HVC64.value | ESR_EL2::IL::SET.value;
+
+/// Whether a synchronous exit's `esr` is an SMCCC call by `HVC #0`, with
+/// one compare: the check before the constant-call fast path, which must
+/// cost less than a full [`Exit::decode`]. A syndrome with RES0 bits set
+/// is not recognised here (it takes the full decode, which answers the
+/// same), never the other way round.
+#[inline(always)]
+pub fn is_hvc0_syndrome(esr: u64) -> bool {
+    esr == HVC0_SYNDROME
+}
+
+/// Whether the exit from lower-EL `vector` with `esr` is an SMCCC call by
+/// `HVC #0` that [`is_hvc0_syndrome`] recognises.
 pub fn is_hvc_call(vector: u64, esr: u64) -> bool {
-    if vector_kind(vector) != 0 {
-        return false;
-    }
-    let esr = LocalRegisterCopy::<u64, ESR_EL2::Register>::new(esr);
-    esr.read(ESR_EL2::EC) == ESR_EL2::EC::Value::HVC64 as u64
-        && LocalRegisterCopy::<u64, CALL_ISS::Register>::new(esr.read(ESR_EL2::ISS))
-            .read(CALL_ISS::IMM16)
-            == 0
+    vector_kind(vector) == 0 && is_hvc0_syndrome(esr)
 }
 
 /// When a vCPU that executed WFI/WFIT must wake at the latest, in
@@ -598,6 +605,7 @@ mod tests {
             Exit::decode(Syndrome::synchronous(hvc0)),
             Exit::Hvc { imm: 0 }
         );
+        assert_eq!(HVC0_SYNDROME, hvc0);
         for (vector, esr) in [(sync, hvc1), (sync, smc0), (sync, dabt), (sync + 1, hvc0)] {
             assert!(!is_hvc_call(vector, esr), "{vector} {esr:#x}");
             assert_ne!(

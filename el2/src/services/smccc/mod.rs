@@ -81,6 +81,7 @@
 //! id nobody implements.
 
 pub mod arch;
+pub mod constants;
 pub mod control;
 pub mod counters;
 pub mod kvm;
@@ -94,8 +95,9 @@ pub mod pvyield;
 mod tests;
 
 pub use arch::{ArchService, CpuVulnerabilities, Exposure};
+pub use constants::ConstantReplies;
 pub use control::ControlService;
-pub use counters::CallCounters;
+pub use counters::{CallCounters, VcpuCallCounts};
 pub use kvm::KvmService;
 pub use psci::PsciService;
 pub use pvlock::PvLockService;
@@ -524,10 +526,10 @@ pub struct Dispatcher {
     /// usually one probe per call instead of a binary search.
     index: RouteIndex,
     counters: CallCounters,
-    /// The replies of the constant calls ([`Service::is_constant`]), with
-    /// their counter index; recomputed by every registration (a new
-    /// service can change KVM_FEATURES).
-    constants: Vec<(FunctionId, [u64; RESULT_REGS], Option<usize>)>,
+    /// The replies of the constant calls ([`Service::is_constant`]);
+    /// recomputed by every registration (a new service can change
+    /// KVM_FEATURES).
+    constants: ConstantReplies,
 }
 
 impl Default for Dispatcher {
@@ -556,8 +558,15 @@ impl Dispatcher {
             routes: Vec::new(),
             index: RouteIndex::default(),
             counters: CallCounters::new(),
-            constants: Vec::new(),
+            constants: ConstantReplies::default(),
         }
+    }
+
+    /// The same table, counting calls per vCPU for `vcpus` vCPUs (the
+    /// exit fast path's counts, [`Self::vcpu_counts`]).
+    pub fn with_vcpu_counters(mut self, vcpus: u16) -> Self {
+        self.counters = CallCounters::for_vcpus(vcpus);
+        self
     }
 
     /// The services every VM has: [`ArchService`] with `vulnerabilities`
@@ -599,7 +608,7 @@ impl Dispatcher {
             }
             .into());
         }
-        let mut table = Self::standard(vulnerabilities);
+        let mut table = Self::standard(vulnerabilities).with_vcpu_counters(registry.vcpus());
         table.register(Box::new(KvmService::new(config.ptp)))?;
         if let Some(variant) = config.lock {
             table.register(Box::new(PvLockService::new(variant, registry.clone())))?;
@@ -654,7 +663,7 @@ impl Dispatcher {
     }
 
     /// Every constant call's reply, asked of its service once.
-    fn compute_constants(&self) -> Vec<(FunctionId, [u64; RESULT_REGS], Option<usize>)> {
+    fn compute_constants(&self) -> ConstantReplies {
         let mut constants = Vec::new();
         for route in &self.routes {
             let Some(service) = self.services.get(route.service) else {
@@ -684,24 +693,28 @@ impl Dispatcher {
             // A service that wants more than a resume was wrong to call
             // it constant.
             if reply.next == Next::Resume {
-                constants.push((route.fid, reply.x, route.counter));
+                constants.push((route.fid, route.counter, reply.x));
             }
         }
-        constants
+        ConstantReplies::build(constants)
     }
 
-    /// The reply to the call in `x0` if it is a constant call (and counts
-    /// the call), else `None`: the caller then goes through
-    /// [`Self::dispatch`]. The results go to X0..X3; X4..X17 are left as
-    /// they are, as SMCCC 1.1 requires of them.
+    /// The constant calls' replies, for the exit fast path: what it does
+    /// not find goes through [`Self::dispatch`].
+    pub fn constants(&self) -> &ConstantReplies {
+        &self.constants
+    }
+
+    /// The reply to the call in `x0` if it is a constant call, else
+    /// `None` (nothing counted).
     pub fn constant_reply(&self, x0: u64) -> Option<&[u64; RESULT_REGS]> {
-        let fid = FunctionId::from_x0(x0);
-        let (_, reply, counter) = self.constants.iter().find(|(id, _, _)| *id == fid)?;
-        match counter {
-            Some(index) => self.counters.record_index(*index, fid),
-            None => self.counters.record(fid),
-        }
-        Some(reply)
+        self.constants.reply(x0)
+    }
+
+    /// vCPU `vcpu`'s own call counters, which only its runner writes (the
+    /// exit fast path's; [`CallCounters`]).
+    pub fn vcpu_counts(&self, vcpu: u16) -> VcpuCallCounts<'_> {
+        self.counters.vcpu(vcpu)
     }
 
     /// The registered services, in registration order.

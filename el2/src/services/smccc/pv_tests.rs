@@ -909,8 +909,14 @@ fn constant_replies_are_exactly_what_dispatch_answers() {
             let before = vm.table.counters().count(fid);
             let fast = vm.table.constant_reply(u64::from(fid.raw())).copied();
             assert_eq!(fast.is_some(), expected_constant, "{fid:?} with {config:?}");
+            // The exit fast path's answer: the same reply, counted once, in
+            // the caller's row.
+            let mut x = [u64::from(fid.raw()), 7, 8, 9];
+            let answered = vm.table.constants().answer(&mut x, vm.table.vcpu_counts(1));
+            assert_eq!(answered, expected_constant, "{fid:?} with {config:?}");
             if let Some(fast) = fast {
                 constants += 1;
+                assert_eq!(x, fast);
                 assert_eq!(vm.table.counters().count(fid), before + 1, "counted");
                 let (slow, action) = call_from(&vm.table, &CLOCK, 0, fid.raw(), &[]);
                 assert_eq!(action, Next::Resume);
