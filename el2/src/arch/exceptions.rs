@@ -152,7 +152,7 @@ global_asm!(
     local_fast_exit = const core::mem::offset_of!(super::cpu::CpuLocal, fast_exit),
     answer_on_exit = sym super::vcpu::answer_on_exit,
     resume_caller_saved = sym super::vcpu::resume_caller_saved,
-    sync_vector = const SYNC_FROM_AARCH64,
+    sync_vector = const Vector::new(Origin::LowerAarch64, Kind::Synchronous).0,
     regs_pc = const core::mem::offset_of!(el2::vcpu::GuestRegs, pc),
     regs_pstate = const core::mem::offset_of!(el2::vcpu::GuestRegs, pstate),
     regs_sp_el0 = const core::mem::offset_of!(el2::vcpu::GuestRegs, sp_el0),
@@ -161,10 +161,6 @@ global_asm!(
 unsafe extern "C" {
     fn vectors();
 }
-
-/// The vector number of a synchronous exception from a lower EL in
-/// AArch64 (the ninth entry, Arm ARM D1.3.1), as `enter_guest` returns it.
-const SYNC_FROM_AARCH64: u64 = 8;
 
 /// The address to program into VBAR_EL2.
 pub fn vector_base() -> u64 {
