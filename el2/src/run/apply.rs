@@ -10,9 +10,9 @@
 
 use super::machine::{Machine, VcpuContext};
 use super::vm::{Vm, reset_context};
-use super::{Applied, Decision, Runner};
+use super::{Applied, Decision, Picked, Runner};
 use crate::sched::onspin::{self, Spinner, VmSpin};
-use crate::sched::{PutReason, Wakeup};
+use crate::sched::{Handover, PutReason, Scheduler, Wakeup};
 use crate::trap::decision::Next;
 use crate::vcpu::{GuestRegs, PowerState, VcpuId, VmId};
 use pvlock_abi::{directed_yield, psci, smccc};
@@ -92,7 +92,8 @@ impl<'h, M: Machine> Runner<'h, M> {
     /// yield plainly.
     fn on_spin(&mut self, vm: &'h Vm<M>, vcpu: VcpuId, ctx: &mut VcpuContext<M::Saved>) -> Applied {
         let now = self.machine.counter();
-        let mut s = self.host.sched.lock();
+        let host = self.host;
+        let mut s = host.sched.lock();
         let mut spin = vm.spin.lock();
         // Lock order: the scheduler, then the spin state, then the virtual
         // GIC (a leaf).
@@ -117,10 +118,10 @@ impl<'h, M: Machine> Runner<'h, M> {
             &candidates[..count],
         );
         for choice in plan.iter() {
-            let yielded = s.yield_to(vcpu, choice.target, self.pcpu, now).is_ok();
-            spin.attempted(choice, yielded);
-            if yielded {
-                return self.yielded(vm, vcpu, ctx, &mut spin);
+            let handover = s.yield_to(vcpu, choice.target, self.pcpu, now);
+            spin.attempted(choice, handover.is_ok());
+            if let Ok(handover) = handover {
+                return self.yielded(vm, (vcpu, ctx), (choice.target, handover), &s, &mut spin);
             }
         }
         // No sibling took the slice: yield plainly, as before (the spinner
@@ -128,19 +129,30 @@ impl<'h, M: Machine> Runner<'h, M> {
         Applied::Put(PutReason::Yield)
     }
 
-    /// The scheduler took `vcpu` off this pCPU for a directed yield (the
-    /// caller holds the scheduler lock, and `spin`, its VM's spin state):
-    /// it waits in a run queue now, so its record says preempted, and its
-    /// deschedule snapshot is taken.
+    /// The scheduler switched this pCPU from `vcpu` to `target` for a
+    /// directed yield (the caller holds the scheduler lock `s`, and `spin`,
+    /// their VM's spin state): `vcpu` waits in a run queue now, so its
+    /// record says preempted, and its deschedule snapshot is taken;
+    /// `target` runs here next, and what its load and first pass need is
+    /// read now, under the lock of the switch, for
+    /// [`Runner::load_handover`].
     fn yielded(
-        &self,
+        &mut self,
         vm: &Vm<M>,
-        vcpu: VcpuId,
-        ctx: &VcpuContext<M::Saved>,
+        (vcpu, ctx): (VcpuId, &VcpuContext<M::Saved>),
+        (target, handover): (VcpuId, Handover),
+        s: &Scheduler,
         spin: &mut VmSpin,
     ) -> Applied {
         vm.write_preempted(&self.machine, vcpu.index, 1);
         spin.descheduled(vcpu.index, ctx.regs.pstate);
+        spin.resumed(target.index);
+        self.pick = Picked {
+            slice_end: Some(handover.slice_end),
+            runnable: s.runnable_on(self.pcpu),
+            next_deadline: s.next_deadline_on(self.pcpu),
+        };
+        self.handover = Some((target, handover.steal_ticks));
         Applied::Yielded
     }
 
@@ -154,15 +166,16 @@ impl<'h, M: Machine> Runner<'h, M> {
         target: VcpuId,
     ) -> Applied {
         let now = self.machine.counter();
-        let s = &mut *self.host.sched.lock();
-        let yielded = s.yield_to(vcpu, target, self.pcpu, now).is_ok();
+        let host = self.host;
+        let s = &mut *host.sched.lock();
+        let handover = s.yield_to(vcpu, target, self.pcpu, now);
         let mut spin = vm.spin.lock();
-        spin.stats_mut().record_pv_yield(yielded);
-        if !yielded {
+        spin.stats_mut().record_pv_yield(handover.is_ok());
+        let Ok(handover) = handover else {
             return Applied::Resume;
-        }
+        };
         ctx.regs.x[0] = smccc::ret_to_x0(directed_yield::YIELDED);
-        self.yielded(vm, vcpu, ctx, &mut spin)
+        self.yielded(vm, (vcpu, ctx), (target, handover), s, &mut spin)
     }
 
     /// PV KICK_CPU (openEuler / Anolis): wake `target` from its WFI wait
@@ -178,7 +191,8 @@ impl<'h, M: Machine> Runner<'h, M> {
     ) -> Applied {
         vm.spin.lock().stats_mut().record_kick();
         let now = self.machine.counter();
-        let s = &mut *self.host.sched.lock();
+        let host = self.host;
+        let s = &mut *host.sched.lock();
         let wakeup = match s.wake(target, now) {
             Ok(wakeup) => wakeup,
             Err(e) => {
@@ -198,7 +212,13 @@ impl<'h, M: Machine> Runner<'h, M> {
             return Applied::Resume;
         }
         match s.yield_to(caller, target, self.pcpu, now) {
-            Ok(()) => self.yielded(vm, caller, ctx, &mut vm.spin.lock()),
+            Ok(handover) => self.yielded(
+                vm,
+                (caller, ctx),
+                (target, handover),
+                s,
+                &mut vm.spin.lock(),
+            ),
             Err(_) => Applied::Resume,
         }
     }

@@ -141,8 +141,9 @@ enum Applied {
     Resume,
     /// Leave the pCPU for this reason.
     Put(PutReason),
-    /// The scheduler has already taken the vCPU off this pCPU (a directed
-    /// yield handed the rest of its slice to a sibling): save it and go.
+    /// The scheduler has already switched this pCPU to a sibling (a
+    /// directed yield handed it the rest of the slice): save the vCPU and
+    /// load the sibling ([`Runner::load_handover`]).
     Yielded,
 }
 
@@ -203,6 +204,9 @@ pub struct Runner<'h, M: Machine> {
     /// first pass (`pick_fresh`); later passes read the scheduler again.
     pick: Picked,
     pick_fresh: bool,
+    /// The target of the directed yield just applied and its steal ticks,
+    /// read under the switch's lock: loaded once the yielder is saved.
+    handover: Option<(VcpuId, u64)>,
     /// Decisions applied, for the host tests' "every exit, one decision"
     /// check (the exits the machine answered itself it counts).
     #[cfg(test)]
@@ -218,6 +222,7 @@ impl<'h, M: Machine> Runner<'h, M> {
             loaded: None,
             pick: Picked::default(),
             pick_fresh: false,
+            handover: None,
             #[cfg(test)]
             applied: 0,
         }
@@ -311,6 +316,28 @@ impl<'h, M: Machine> Runner<'h, M> {
             self.forward_console_input(None);
             return Step::Idle;
         };
+        if self.load_picked(vcpu, steal_ticks) {
+            self.vm(vcpu).spin.lock().resumed(vcpu.index);
+        }
+        Step::Ran
+    }
+
+    /// Loads the target of the directed yield just applied, once the
+    /// yielder is saved: the scheduler made it Running here under the
+    /// lock of the switch, which also read what its first pass needs
+    /// (`pick`) and took its deschedule snapshot's counterpart, so no
+    /// `pick_next` and no second lock.
+    fn load_handover(&mut self) {
+        if let Some((vcpu, steal_ticks)) = self.handover.take() {
+            self.pick_fresh = true;
+            self.load_picked(vcpu, steal_ticks);
+        }
+    }
+
+    /// Loads `vcpu`, which the scheduler made Running on this pCPU, with
+    /// `steal_ticks` for its stolen-time record. `false` if its context
+    /// never came back ([`Self::take_context`]): then it is put back.
+    fn load_picked(&mut self, vcpu: VcpuId, steal_ticks: u64) -> bool {
         let vm = self.vm(vcpu);
         let Some(mut ctx) = self.take_context(vm, vcpu) else {
             // The scheduler gave this pCPU a vCPU another pCPU holds and
@@ -321,14 +348,14 @@ impl<'h, M: Machine> Runner<'h, M> {
                 self.pcpu
             );
             self.pick_fresh = false;
-            let mut s = host.sched.lock();
+            let now = self.machine.counter();
+            let mut s = self.host.sched.lock();
             let _ = s.put(vcpu, self.pcpu, now, PutReason::Yield);
-            return Step::Ran;
+            return false;
         };
         self.vcpu_load(vm, vcpu, &mut ctx, steal_ticks);
-        vm.spin.lock().resumed(vcpu.index);
         self.loaded = Some(Loaded { vcpu, ctx });
-        Step::Ran
+        true
     }
 
     /// Runs the loaded vCPU through one full pass: the VM's state, the
@@ -383,6 +410,7 @@ impl<'h, M: Machine> Runner<'h, M> {
             Applied::Put(reason) => reason,
             Applied::Yielded => {
                 self.vcpu_put(vm, vcpu, loaded);
+                self.load_handover();
                 return;
             }
         };

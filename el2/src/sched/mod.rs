@@ -16,7 +16,7 @@
 //! | from | to | by |
 //! |---|---|---|
 //! | Off | Runnable | `add_vcpu(Runnable)`, `power_on` |
-//! | Runnable | Running(pcpu) | `pick_next` (first the target of a `yield_to`) |
+//! | Runnable | Running(pcpu) | `pick_next`, `yield_to` (the target) |
 //! | Running | Runnable | `put(SliceExpired)`, `put(Yield)`, `yield_to` (the yielder) |
 //! | Running | Blocked(Wfi) | `put(Wfi)` |
 //! | Blocked | Runnable | `wake`, `expire_timers` |
@@ -47,17 +47,16 @@
 //! pCPUs) and tells the caller to IPI it ([`Wakeup::Queued`] `ipi`).
 //!
 //! [`Scheduler::pick_next`] takes, in order:
-//! 1. a vCPU handed over by [`Scheduler::yield_to`];
-//! 2. its own queue's candidate (the head, unless another VM queued there
+//! 1. its own queue's candidate (the head, unless another VM queued there
 //!    is owed more: "Fair share" below) — unless the head of another queue
 //!    that may run here has had at least [`FAIRNESS_MARGIN_SLICES`] slices
 //!    less CPU time, and then that one moves here, or a sibling of the
 //!    candidate (same VM) queued elsewhere has had that margin less than
 //!    the candidate, and then the sibling moves here;
-//! 3. with an empty queue, the first vCPU allowed here from the most loaded
+//! 2. with an empty queue, the first vCPU allowed here from the most loaded
 //!    other queue (stealing).
 //!
-//! Rule 2 keeps shares even when the vCPUs do not divide evenly over the
+//! Rule 1 keeps shares even when the vCPUs do not divide evenly over the
 //! pCPUs: with n+1 vCPUs on n pCPUs, one pCPU would otherwise serve a single
 //! vCPU while another alternates two. The margin is the hysteresis: shares
 //! stay within about that many slices of each other while only a fraction
@@ -131,9 +130,7 @@
 //! the wake-up, about to block), or woken while the pCPU is between two
 //! vCPUs, it still moves to the head and runs next there; `latency_tests`
 //! holds two vCPUs bouncing an interrupt beside CPU-bound siblings to
-//! round trips within two minimum runs. A directed yield's
-//! hand-over still goes first: `pick_next` takes it before any queue. The
-//! credit a wake-up can
+//! round trips within two minimum runs. The credit a wake-up can
 //! spend is what the woken vCPU (or its VM) did not use, and a vCPU or VM
 //! back from a block keeps at most the fairness margin of it, so a guest that wakes
 //! itself over and over (self-sent SGIs, short timers) is served fast but
@@ -147,8 +144,9 @@
 //! [`Scheduler::yield_to`] is the primitive the directed-yield policy
 //! (KVM's `kvm_vcpu_on_spin`, docs/abi.md §6) builds on: the running vCPU gives
 //! the rest of its slice to a Runnable sibling *of the same VM*, which is
-//! taken out of whichever queue holds it and becomes this pCPU's next pick.
-//! The sibling inherits the yielder's `slice_end` — it does not get a fresh
+//! taken out of whichever queue holds it and runs on this pCPU at once:
+//! one call, under one lock, switches the two (the runner then saves one
+//! and loads the other without asking `pick_next`). The sibling inherits the yielder's `slice_end` — it does not get a fresh
 //! slice — and the yielder goes to the tail of the queue as with a plain
 //! yield. So a VM's hints only reorder its own vCPUs inside time the VM
 //! already had: no other VM's vCPU waits longer than it would have had the
@@ -239,8 +237,7 @@ pub const FAIRNESS_MARGIN_SLICES: u64 = 2;
 pub enum VcpuState {
     /// Powered off (never started, or after PSCI CPU_OFF).
     Off,
-    /// Wants to run and is waiting for a pCPU (queued, or handed over by a
-    /// directed yield and not yet picked): "preempted".
+    /// Wants to run and is waiting for a pCPU in a run queue: "preempted".
     Runnable,
     /// Running on logical pCPU `pcpu`.
     Running {
@@ -402,13 +399,24 @@ pub enum YieldError {
     /// The target belongs to another VM: a guest's hints never take time
     /// from another VM.
     OtherVm,
-    /// The target is not waiting in a run queue (it is running, blocked,
-    /// off, or already handed a slice by another yield).
+    /// The target is not waiting in a run queue (it is running, blocked or
+    /// off).
     NotRunnable(VcpuState),
     /// The target's affinity does not include this pCPU.
     NotAllowedHere,
     /// The yielder's slice is already used up; there is nothing to give.
     NoSliceLeft,
+}
+
+/// What the pCPU of a directed yield needs to load its target, read under
+/// the same lock as the switch ([`Scheduler::yield_to`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Handover {
+    /// The end of the slice the target inherited from the yielder.
+    pub slice_end: u64,
+    /// The target's steal ticks up to the switch: what its PV stolen-time
+    /// record is to say when it is loaded.
+    pub steal_ticks: u64,
 }
 
 /// Where a Runnable vCPU waits.
@@ -418,8 +426,6 @@ enum Place {
     Nowhere,
     /// In this pCPU's run queue.
     Queue(usize),
-    /// Handed over to this pCPU by a directed yield.
-    Handoff(usize),
 }
 
 #[derive(Debug)]
@@ -470,8 +476,6 @@ struct Pcpu {
     tail: Option<usize>,
     len: usize,
     current: Option<usize>,
-    /// The target of a directed yield and the slice end it inherits.
-    handoff: Option<(usize, u64)>,
     /// A vCPU that yielded here (`put(Yield)`): the next pick passes over
     /// it if anyone else waits, whatever the shares say.
     skip: Option<usize>,
@@ -479,9 +483,9 @@ struct Pcpu {
 }
 
 impl Pcpu {
-    /// vCPUs that want this pCPU: queued, running or handed over.
+    /// vCPUs that want this pCPU: queued or running.
     fn load(&self) -> usize {
-        self.len + usize::from(self.current.is_some()) + usize::from(self.handoff.is_some())
+        self.len + usize::from(self.current.is_some())
     }
 }
 
@@ -755,9 +759,8 @@ impl Scheduler {
         self.pcpus.get(pcpu).map_or(0, |p| p.len)
     }
 
-    /// Number of vCPUs that want `pcpu` now: the one running there, those
-    /// queued on it and one handed to it by a directed yield (0 for an
-    /// unknown pCPU). The count KVM's WFE trap policy looks at
+    /// Number of vCPUs that want `pcpu` now: the one running there and
+    /// those queued on it (0 for an unknown pCPU). The count KVM's WFE trap policy looks at
     /// (`single_task_running()`; docs/abi.md §6): with a vCPU loaded, 1 means it
     /// is alone. See [`crate::sched::onspin::trap_wfe`].
     pub fn runnable_on(&self, pcpu: usize) -> usize {
@@ -799,25 +802,13 @@ impl Scheduler {
             return self.vcpus.get(slot).map(|v| v.id);
         }
         let skip = p.skip.take();
-        match p.handoff.take() {
-            // A hand-over continues the yielder's slice inside its VM's
-            // time: the clocks move when a slice starts or is renewed.
-            Some((slot, inherited_end)) => self.run(slot, pcpu, now, inherited_end),
-            None => match self.choose_next(pcpu, now, skip) {
-                Some(slot) => {
-                    self.run(slot, pcpu, now, now.saturating_add(self.slice));
-                    self.advance_clocks(slot, now);
-                }
-                None => {
-                    self.idle.insert(pcpu);
-                    return None;
-                }
-            },
-        }
-        self.pcpus[pcpu]
-            .current
-            .and_then(|slot| self.vcpus.get(slot))
-            .map(|v| v.id)
+        let Some(slot) = self.choose_next(pcpu, now, skip) else {
+            self.idle.insert(pcpu);
+            return None;
+        };
+        self.run(slot, pcpu, now, now.saturating_add(self.slice));
+        self.advance_clocks(slot, now);
+        Some(self.vcpus[slot].id)
     }
 
     /// Takes the running `vcpu` off `pcpu` for `why`. See [`PutOutcome`]
@@ -885,21 +876,15 @@ impl Scheduler {
     /// was extended already (once per slice, so a guest that always claims
     /// a lock gets at most one extension per slice), nobody waits for
     /// `pcpu` (the slice is renewed anyway), or a vCPU of another VM waits
-    /// in `pcpu`'s queue or for a hand-over there: an extension may only
-    /// make the VM's own vCPUs wait, never another VM's.
+    /// in `pcpu`'s queue: an extension may only make the VM's own vCPUs
+    /// wait, never another VM's.
     pub fn extend_slice(&mut self, vcpu: VcpuId, pcpu: usize, now: u64, ticks: u64) -> Option<u64> {
         let slot = self.running_slot(vcpu, pcpu).ok()?;
         if self.vcpus[slot].extended {
             return None;
         }
         let p = &self.pcpus[pcpu];
-        let mut waiting =
-            p.handoff
-                .map(|(slot, _)| slot)
-                .into_iter()
-                .chain(core::iter::successors(p.head, |&slot| {
-                    self.vcpus[slot].next
-                }));
+        let mut waiting = core::iter::successors(p.head, |&slot| self.vcpus[slot].next);
         let mut any = false;
         if !waiting.all(|other| {
             any = true;
@@ -962,27 +947,32 @@ impl Scheduler {
 
     /// Directed yield: `from`, running on `pcpu`, gives the rest of its
     /// slice to `target`, a Runnable vCPU of the same VM allowed on `pcpu`.
-    /// `target` leaves its run queue (on any pCPU) and becomes `pcpu`'s next
-    /// [`Self::pick_next`], with `from`'s `slice_end`; `from` is queued at
-    /// the tail of `pcpu`'s queue as for [`PutReason::Yield`]. Call
-    /// `pick_next(pcpu)` next. On refusal nothing changes.
+    /// `from` is queued at the tail of `pcpu`'s queue as for
+    /// [`PutReason::Yield`]; `target` leaves its run queue (on any pCPU) and
+    /// is Running on `pcpu` at once, until `from`'s `slice_end`: the
+    /// caller saves `from` and loads `target` with the [`Handover`],
+    /// without a `pick_next`. A hand-over continues the yielder's slice
+    /// inside its VM's time, so the fairness clocks do not move (they move
+    /// when a slice starts or is renewed). On refusal nothing changes.
     pub fn yield_to(
         &mut self,
         from: VcpuId,
         target: VcpuId,
         pcpu: usize,
         now: u64,
-    ) -> Result<(), YieldError> {
+    ) -> Result<Handover, YieldError> {
         let (from_slot, target_slot) = self.yield_slots(from, target, pcpu, now)?;
-        let inherited_end = self.vcpus[from_slot].slice_end;
-        self.unlink(target_slot);
-        let t = &mut self.vcpus[target_slot];
-        t.place = Place::Handoff(pcpu);
-        t.stats.yielded_to += 1;
-        self.pcpus[pcpu].handoff = Some((target_slot, inherited_end));
+        let slice_end = self.vcpus[from_slot].slice_end;
         self.vcpus[from_slot].stats.yields += 1;
         self.requeue(from_slot, pcpu, now);
-        Ok(())
+        self.run(target_slot, pcpu, now, slice_end);
+        let t = &mut self.vcpus[target_slot];
+        t.stats.yielded_to += 1;
+        Ok(Handover {
+            slice_end,
+            // The wait just ended is in the total now (`transition`).
+            steal_ticks: t.stats.steal_ticks,
+        })
     }
 
     /// Whether [`Self::yield_to`]`(from, target, pcpu, now)` would be
@@ -991,7 +981,7 @@ impl Scheduler {
     /// directed-yield policy ([`crate::sched::onspin`]) uses it to offer only
     /// siblings that can take the yielder's slice on this pCPU, so that its
     /// few attempts are not spent on a vCPU pinned elsewhere or already
-    /// handed a slice.
+    /// running.
     pub fn can_yield_to(
         &self,
         from: VcpuId,
@@ -1249,7 +1239,7 @@ impl Scheduler {
                 self.vcpus[slot].kicked = true;
                 match self.vcpus[slot].place {
                     Place::Queue(pcpu) => self.preempt_for(slot, pcpu, now),
-                    Place::Handoff(_) | Place::Nowhere => None,
+                    Place::Nowhere => None,
                 }
                 .unwrap_or(Wakeup::Kicked { running_on: None })
             }
@@ -1275,8 +1265,7 @@ impl Scheduler {
     /// and the running vCPU's slice ends now, or once it has run the
     /// minimum since it was scheduled in. If it is not owed that much over
     /// the running vCPU, or nothing runs there (the pCPU is between two
-    /// vCPUs, or a directed yield's hand-over is pending, which goes
-    /// first), but it is owed that much over the queue's head, it still
+    /// vCPUs), but it is owed that much over the queue's head, it still
     /// moves to the head: it runs next there.
     fn preempt_for(&mut self, slot: usize, pcpu: usize, now: u64) -> Option<Wakeup> {
         let p = self.pcpus.get(pcpu)?;
@@ -1420,7 +1409,7 @@ impl Scheduler {
         self.queued.insert(pcpu);
     }
 
-    /// Takes a Runnable vCPU out of its queue or hand-over slot.
+    /// Takes a Runnable vCPU out of its queue.
     fn unlink(&mut self, slot: usize) {
         let (place, prev, next) = {
             let v = &mut self.vcpus[slot];
@@ -1430,11 +1419,6 @@ impl Scheduler {
         };
         match place {
             Place::Nowhere => {}
-            Place::Handoff(pcpu) => {
-                if let Some(p) = self.pcpus.get_mut(pcpu) {
-                    p.handoff = None;
-                }
-            }
             Place::Queue(pcpu) => {
                 match prev {
                     Some(prev) => self.vcpus[prev].next = next,
@@ -1478,7 +1462,7 @@ impl Scheduler {
         self.idle.remove(pcpu);
     }
 
-    /// The next vCPU for `pcpu` from the run queues (hand-overs aside).
+    /// The next vCPU for `pcpu` from the run queues.
     /// `skip`: a vCPU that has just yielded here.
     fn choose_next(&self, pcpu: usize, now: u64, skip: Option<usize>) -> Option<usize> {
         let Some(own) = self.queue_candidate(pcpu, now, None, skip) else {
@@ -1576,8 +1560,7 @@ impl Scheduler {
     /// is owed the time more.
     fn would_pick_again(&self, slot: usize, pcpu: usize, now: u64) -> bool {
         let p = &self.pcpus[pcpu];
-        p.handoff.is_none()
-            && (p.head.is_none() || self.queue_candidate(pcpu, now, Some(slot), None) == Some(slot))
+        (p.head.is_none() || self.queue_candidate(pcpu, now, Some(slot), None) == Some(slot))
             && self
                 .least_served_foreign_head(pcpu, now)
                 .is_none_or(|foreign| !self.owed(foreign, slot, now, self.margin()))

@@ -10,8 +10,7 @@ use core::ops::AddAssign;
 pub struct VcpuStats {
     /// Time spent Running on a pCPU.
     pub run_ticks: u64,
-    /// Time spent Runnable but not running: waiting in a run queue (or
-    /// handed over by a directed yield and not yet picked). This is the
+    /// Time spent Runnable but not running: waiting in a run queue. This is the
     /// vCPU's steal time (DEN0057A "stolen time"; docs/abi.md §4). Blocked and
     /// powered-off time is never steal.
     pub steal_ticks: u64,

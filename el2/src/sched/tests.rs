@@ -691,13 +691,22 @@ fn yield_to_hands_the_rest_of_the_slice_to_a_sibling() {
     assert_eq!(s.yield_to(a, b, 0, SLICE), Err(YieldError::NoSliceLeft));
     assert_eq!(s.queue_len(1), 3);
 
-    // a yields to b at 300: b leaves pCPU 1's queue and runs on pCPU 0 until
-    // a's slice would have ended, not for a fresh slice.
-    assert_eq!(s.yield_to(a, b, 0, 300), Ok(()));
+    // a yields to b at 300: b leaves pCPU 1's queue and runs on pCPU 0 at
+    // once, until a's slice would have ended, not for a fresh slice; what
+    // its load needs comes with the switch.
+    assert_eq!(
+        s.yield_to(a, b, 0, 300),
+        Ok(Handover {
+            slice_end: SLICE,
+            steal_ticks: 300
+        })
+    );
     assert_eq!(s.queue_len(1), 2);
     assert_eq!(s.state(a), Some(VcpuState::Runnable));
-    assert!(s.is_preempted(b), "handed over but not yet running");
-    assert_eq!(s.pick_next(0, 305), Some(b));
+    assert_eq!(s.state(b), Some(VcpuState::Running { pcpu: 0 }));
+    assert!(!s.is_preempted(b));
+    assert_eq!(s.current(0), Some(b));
+    assert_eq!(s.pick_next(0, 305), Some(b), "already running");
     assert_eq!(s.slice_end(b), Some(SLICE));
     // a queued behind y: y (the other VM) runs next, exactly when it would
     // have run had a used its whole slice.
@@ -708,20 +717,14 @@ fn yield_to_hands_the_rest_of_the_slice_to_a_sibling() {
     assert_eq!(s.pick_next(0, SLICE), Some(y));
     let (sa, sb) = (s.stats(a, SLICE).unwrap(), s.stats(b, SLICE).unwrap());
     assert_eq!((sa.run_ticks, sa.yields), (300, 1));
-    assert_eq!((sb.run_ticks, sb.yielded_to, sb.migrations), (695, 1, 0));
+    assert_eq!((sb.run_ticks, sb.yielded_to, sb.migrations), (700, 1, 0));
 
-    // A running, blocked or handed-over vCPU cannot be yielded to.
-    assert_eq!(
-        s.yield_to(x, z, 1, 400),
-        Ok(()),
+    // A running or blocked vCPU cannot be yielded to.
+    assert!(
+        s.yield_to(x, z, 1, 400).is_ok(),
         "same VM, queued on the same pCPU"
     );
-    assert_eq!(
-        s.yield_to(y, z, 0, SLICE + 1),
-        Err(YieldError::NotRunnable(VcpuState::Runnable)),
-        "z is already handed to pCPU 1"
-    );
-    assert_eq!(s.pick_next(1, 401), Some(z));
+    assert_eq!(s.current(1), Some(z));
     assert_eq!(
         s.yield_to(y, z, 0, SLICE + 1),
         Err(YieldError::NotRunnable(VcpuState::Running { pcpu: 1 }))
@@ -801,7 +804,7 @@ fn offline_pcpus_get_no_work() {
 }
 
 #[test]
-fn runnable_on_counts_running_queued_and_handed_over() {
+fn runnable_on_counts_running_and_queued() {
     let mut s = Scheduler::new(CpuSet::first_n(2), SLICE);
     let vm = s.add_vm(DEFAULT_WEIGHT).unwrap();
     let pinned = Some(CpuSet::single(0));
@@ -812,10 +815,10 @@ fn runnable_on_counts_running_queued_and_handed_over() {
     let b = s.add_vcpu(vm, pinned, InitialState::Runnable, 0).unwrap();
     let c = s.add_vcpu(vm, pinned, InitialState::Runnable, 0).unwrap();
     assert_eq!(s.runnable_on(0), 3);
-    // A directed yield: a queued, b handed over, c queued.
+    // A directed yield: a queued, b running, c queued.
     s.yield_to(a, b, 0, 10).unwrap();
     assert_eq!(s.runnable_on(0), 3);
-    assert_eq!(s.pick_next(0, 10), Some(b));
+    assert_eq!(s.current(0), Some(b));
     s.put(b, 0, 20, PutReason::Wfi { deadline: None }).unwrap();
     assert_eq!(s.runnable_on(0), 2, "b blocked");
     assert_eq!(s.pick_next(0, 20), Some(c));
@@ -873,7 +876,7 @@ fn can_yield_to_agrees_with_yield_to() {
                 let target = all[random(all.len())];
                 let at = [now, now, now, now + SLICE][random(4)];
                 let predicted = s.can_yield_to(from, target, pcpu, at);
-                assert_eq!(s.yield_to(from, target, pcpu, at), predicted);
+                assert_eq!(s.yield_to(from, target, pcpu, at).map(|_| ()), predicted);
                 match predicted {
                     Ok(()) => {
                         accepted += 1;
@@ -970,10 +973,6 @@ fn assert_consistent(s: &Scheduler) {
         }
         assert_eq!(pcpu.tail, prev, "pCPU {p}'s tail");
         assert_eq!(n, pcpu.len, "pCPU {p}'s length");
-        if let Some((slot, _)) = pcpu.handoff {
-            assert_eq!(s.vcpus[slot].place, Place::Handoff(p));
-            assert_eq!(s.vcpus[slot].state, VcpuState::Runnable);
-        }
         if let Some(slot) = pcpu.current {
             assert_eq!(s.vcpus[slot].state, VcpuState::Running { pcpu: p });
         }
@@ -1248,10 +1247,10 @@ fn a_waiting_vcpu_given_an_interrupt_moves_ahead() {
 }
 
 #[test]
-fn a_wakeup_does_not_overtake_a_directed_yield() {
-    // One pCPU, three vCPUs: `a` hands its slice to `c`; `b`, woken before
-    // the pCPU picks again and with less CPU time than either, does not
-    // preempt anyone (nobody runs) and waits behind the hand-over.
+fn a_wakeup_lets_a_directed_yield_run_its_minimum() {
+    // One pCPU, three vCPUs: `a` hands its slice to `c`; `b`, woken just
+    // after with less CPU time than either, preempts `c` only once `c` has
+    // run the minimum: the hand-over is not undone at once.
     let mut s = scheduler(1, &[3]);
     let (a, b, c) = (vcpu(0, 0), vcpu(0, 1), vcpu(0, 2));
     assert_eq!(s.pick_next(0, 0), Some(a));
@@ -1264,18 +1263,24 @@ fn a_wakeup_does_not_overtake_a_directed_yield() {
     assert_eq!(s.pick_next(0, SLICE), Some(c));
     let _ = s.put(c, 0, 3 * SLICE, PutReason::SliceExpired);
     assert_eq!(s.pick_next(0, 3 * SLICE), Some(a));
-    assert_eq!(s.yield_to(a, c, 0, 3 * SLICE + 10), Ok(()));
+    assert!(s.yield_to(a, c, 0, 3 * SLICE + 10).is_ok());
     assert_eq!(
         s.wake(b, 3 * SLICE + 20),
-        Ok(Wakeup::Queued {
-            pcpu: 0,
-            ipi: false
-        })
+        Ok(Wakeup::Preempting { pcpu: 0 })
     );
     assert_eq!(s.pick_next(0, 3 * SLICE + 20), Some(c));
-    // Once `c` runs, `b` (vruntime far below) preempts it as usual.
-    let now = 3 * SLICE + 20 + SLICE / MIN_RUN_DIVISOR;
-    assert_eq!(s.wake(b, now), Ok(Wakeup::Preempting { pcpu: 0 }));
+    assert_eq!(
+        s.slice_end(c),
+        Some(3 * SLICE + 10 + SLICE / MIN_RUN_DIVISOR),
+        "c keeps its minimum run"
+    );
+    // Then `b` (vruntime far below) runs, ahead of the yielder.
+    let now = 3 * SLICE + 10 + SLICE / MIN_RUN_DIVISOR;
+    assert_eq!(
+        s.put(c, 0, now, PutReason::SliceExpired),
+        Ok(PutOutcome::Requeued)
+    );
+    assert_eq!(s.pick_next(0, now), Some(b));
 }
 
 /// One pCPU shared by a vCPU that always computes (VM 0) and one that

@@ -1041,7 +1041,9 @@ mod tests {
                 .yield_to(self.id(from), self.id(to), pcpu, self.now)
                 .is_ok();
             if ok {
+                // The switch: the yielder is put, the target loaded.
                 self.write(from, preempted_on_put(PutOutcome::Requeued));
+                self.write(to, Some(preempted_on_load()));
             }
             ok
         }
