@@ -272,6 +272,10 @@ impl<'h, M: Machine> Runner<'h, M> {
     /// [`CONTEXT_WAIT_MS`].
     fn take_context(&self, vm: &Vm<M>, vcpu: VcpuId) -> Option<Box<VcpuContext<M::Saved>>> {
         let slot = &vm.vcpus[usize::from(vcpu.index)];
+        // Almost always back already: the deadline only once it is not.
+        if let Some(ctx) = slot.lock().take() {
+            return Some(ctx);
+        }
         let give_up = self
             .machine
             .counter()
@@ -605,7 +609,11 @@ impl<'h, M: Machine> Runner<'h, M> {
         let mut woken = VcpuMask::EMPTY;
         if ctx.lrs.used != 0 || ctx.lrs.underflow {
             let (read_back, used) = self.read_lrs(&ctx);
-            woken = vm.vgic.lock().sync_back(vcpu.index, &read_back[..used]);
+            woken = vm
+                .vgic
+                .lock()
+                .sync_back(vcpu.index, &read_back[..used])
+                .without(vcpu.index);
             // Anything the guest had not finished with (pending or active),
             // or that did not fit, is back in the model: the vCPU's next
             // load must fill its list registers again. Without it, the
@@ -628,7 +636,6 @@ impl<'h, M: Machine> Runner<'h, M> {
         self.machine.save_vcpu(&mut ctx);
         vm.note_vtimer(vcpu.index, &ctx);
         *vm.vcpus[usize::from(vcpu.index)].lock() = Some(ctx);
-        let woken = woken.without(vcpu.index);
         if !woken.is_empty() {
             self.deliver(vm, None, woken);
         }

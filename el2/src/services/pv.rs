@@ -285,13 +285,18 @@ pub struct PvRegistry {
     config: PvConfig,
     vcpus: u16,
     area: Option<MemRange>,
-    /// Base of the hypervisor-placed PV-lock records (seed-v2/v3).
-    lock_base: Option<u64>,
+    /// The width of the `preempted` field of the VM's variant (0 without
+    /// a PV lock).
+    lock_width: usize,
+    /// The guest chooses its PV-lock records (openEuler/Anolis).
+    guest_allocates: bool,
     /// Base of the stolen-time records.
     steal_base: Option<u64>,
-    /// Guest-chosen PV-lock IPAs (openEuler/Anolis), [`UNREGISTERED`] when
-    /// none; empty for the other variants.
-    guest_lock: Vec<AtomicU64>,
+    /// Per vCPU, the IPA of its PV-lock record: the fixed slot in the PV
+    /// area (seed-v2/v3), or the guest's choice (openEuler/Anolis),
+    /// [`UNREGISTERED`] when none; empty without a PV lock. One load at
+    /// every put, load and wake-up.
+    lock_ipa: Vec<AtomicU64>,
     /// Per vCPU, the scheduler steal ticks that count as stolen time 0.
     steal_origin: Vec<AtomicU64>,
     /// What the guest did with its PV-lock records, for the summary.
@@ -371,20 +376,24 @@ impl PvRegistry {
         } else {
             0
         };
-        let guest_lock = match config.lock {
+        let lock_ipa = match config.lock {
+            None => Vec::new(),
             Some(variant) if variant.guest_allocates() => {
                 (0..vcpus).map(|_| AtomicU64::new(UNREGISTERED)).collect()
             }
-            _ => Vec::new(),
+            Some(_) => (0..u64::from(vcpus))
+                .map(|vcpu| AtomicU64::new(base + vcpu * RECORD_SIZE))
+                .collect(),
         };
         Ok(Self {
             config,
             vcpus,
             area,
-            lock_base: config.hypervisor_places_lock().then_some(base),
+            lock_width: config.lock.map_or(0, |variant| variant.preempted_width()),
+            guest_allocates: config.lock.is_some_and(|variant| variant.guest_allocates()),
             // `new` checked that base + lock_bytes + steal bytes fits.
             steal_base: config.steal_time.then_some(base + lock_bytes),
-            guest_lock,
+            lock_ipa,
             steal_origin: (0..vcpus).map(|_| AtomicU64::new(0)).collect(),
             record_stats: RecordCounters::default(),
         })
@@ -412,20 +421,13 @@ impl PvRegistry {
     /// vcpu_load / vcpu_put / wake-up: a guest-chosen one can change
     /// whenever the vCPU runs.
     pub fn lock_record(&self, vcpu: u16) -> Option<LockRecord> {
-        let variant = self.config.lock?;
-        if vcpu >= self.vcpus {
-            return None;
-        }
-        let ipa = match self.lock_base {
-            Some(base) => base + u64::from(vcpu) * RECORD_SIZE,
-            None => {
-                let ipa = self.guest_lock.get(usize::from(vcpu))?;
-                Some(ipa.load(Ordering::Acquire)).filter(|&ipa| ipa != UNREGISTERED)?
-            }
-        };
-        Some(LockRecord {
+        let ipa = self
+            .lock_ipa
+            .get(usize::from(vcpu))?
+            .load(Ordering::Acquire);
+        (ipa != UNREGISTERED).then_some(LockRecord {
             ipa,
-            width: variant.preempted_width(),
+            width: self.lock_width,
         })
     }
 
@@ -450,11 +452,11 @@ impl PvRegistry {
         ipa: u64,
         ram_contains: &dyn Fn(u64, u64) -> bool,
     ) -> Result<(), LockRegisterError> {
-        if self.guest_lock.is_empty() {
+        if !self.guest_allocates {
             return Err(LockRegisterError::NotGuestAllocated);
         }
         let slot = self
-            .guest_lock
+            .lock_ipa
             .get(usize::from(vcpu))
             .ok_or(LockRegisterError::UnknownVcpu)?;
         if !ipa.is_multiple_of(RECORD_SIZE) {
@@ -518,7 +520,10 @@ impl PvRegistry {
     }
 
     fn forget_guest_lock(&self, vcpu: u16) {
-        if let Some(slot) = self.guest_lock.get(usize::from(vcpu)) {
+        if !self.guest_allocates {
+            return;
+        }
+        if let Some(slot) = self.lock_ipa.get(usize::from(vcpu)) {
             slot.store(UNREGISTERED, Ordering::Release);
         }
     }
