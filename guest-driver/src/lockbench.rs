@@ -48,6 +48,8 @@ pub const MAX_ITERATIONS: u64 = 100_000_000;
 /// Most `duration-ms=`: a day (`cargo xtask soak` runs for minutes to
 /// hours).
 pub const MAX_DURATION_MS: u64 = 86_400_000;
+/// Most `min-contended=`.
+pub const MAX_MIN_CONTENDED: u64 = 1_000_000_000;
 /// Most `costs=` rounds.
 pub const MAX_COST_ROUNDS: u64 = 10_000_000;
 /// With `seed=`: each iteration's private work is drawn within this many
@@ -97,6 +99,8 @@ impl LockKind {
 /// | `lock=pv\|pv-ticket\|ticket` | the PV queued lock, the PV ticket lock, or the plain ticket lock | `pv` |
 /// | `iterations=N` | acquisitions per vCPU (1..=100000000) | [`DEFAULT_ITERATIONS`] |
 /// | `duration-ms=N` | instead of `iterations`: every vCPU runs until N ms of counter time passed since the start (0..=86400000, a day; 0: use `iterations`) | 0 |
+/// | `min-contended=N` | with `duration-ms`: past the duration, the run goes on until the vCPUs together made N contended acquisitions (hand-offs between vCPUs), or until `max-duration-ms` (0..=1000000000; 0: stop at the duration) | 0 |
+/// | `max-duration-ms=N` | with `min-contended`: the longest the run goes on, since the start (0..=86400000; below `duration-ms`: `duration-ms`) | 0 |
 /// | `cs-work=N` | mixing rounds inside the lock (1..=1000000) | [`DEFAULT_CS_WORK`] |
 /// | `private-work=N` | mixing rounds between acquisitions (0..=1000000) | [`DEFAULT_PRIVATE_WORK`] |
 /// | `spin-limit=N` | PV locks: spins between two looks at the awaited vCPU's flag (1..=1000000000) | [`crate::lock::DEFAULT_SPIN_LIMIT`] |
@@ -112,6 +116,8 @@ pub struct Settings {
     pub lock: LockKind,
     pub iterations: u64,
     pub duration_ms: u64,
+    pub min_contended: u64,
+    pub max_duration_ms: u64,
     pub cs_work: u64,
     pub private_work: u64,
     pub spin_limit: u32,
@@ -133,6 +139,8 @@ impl Default for Settings {
             lock: LockKind::Pv,
             iterations: DEFAULT_ITERATIONS,
             duration_ms: 0,
+            min_contended: 0,
+            max_duration_ms: 0,
             cs_work: DEFAULT_CS_WORK,
             private_work: DEFAULT_PRIVATE_WORK,
             spin_limit: crate::lock::DEFAULT_SPIN_LIMIT,
@@ -169,6 +177,13 @@ impl Settings {
             lock,
             iterations: args.number("iterations", d.iterations, 1, MAX_ITERATIONS)?,
             duration_ms: args.number("duration-ms", d.duration_ms, 0, MAX_DURATION_MS)?,
+            min_contended: args.number("min-contended", d.min_contended, 0, MAX_MIN_CONTENDED)?,
+            max_duration_ms: args.number(
+                "max-duration-ms",
+                d.max_duration_ms,
+                0,
+                MAX_DURATION_MS,
+            )?,
             cs_work: args.number("cs-work", d.cs_work, 1, MAX_WORK)?,
             private_work: args.number("private-work", d.private_work, 0, MAX_WORK)?,
             // In range by the bounds just checked.
@@ -189,11 +204,14 @@ impl fmt::Display for Settings {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "lock={} iterations={} duration-ms={} cs-work={} private-work={} spin-limit={} \
-             halt-after={} first-hold-ms={} long-holds={} costs={} self-sgi={} seed={} timeout={}",
+            "lock={} iterations={} duration-ms={} min-contended={} max-duration-ms={} cs-work={} \
+             private-work={} spin-limit={} halt-after={} first-hold-ms={} long-holds={} costs={} \
+             self-sgi={} seed={} timeout={}",
             self.lock.name(),
             self.iterations,
             self.duration_ms,
+            self.min_contended,
+            self.max_duration_ms,
             self.cs_work,
             self.private_work,
             self.spin_limit,
@@ -698,6 +716,10 @@ mod tests {
         assert!(settings("halt-after=0").is_err());
         assert!(settings("duration-ms=86400000").is_ok());
         assert!(settings("duration-ms=86400001").is_err());
+        let s = settings("duration-ms=200 min-contended=200 max-duration-ms=600").unwrap();
+        assert_eq!((s.min_contended, s.max_duration_ms), (200, 600));
+        assert!(settings("min-contended=1000000001").is_err());
+        assert!(settings("max-duration-ms=86400001").is_err());
         assert!(settings("iterations=0").is_err());
         assert!(settings("cs-work=0").is_err());
         assert!(settings("spin-limit=0").is_err());
@@ -712,8 +734,9 @@ mod tests {
         assert_eq!(settings(&s.to_string()).unwrap(), s);
         assert_eq!(
             Settings::default().to_string(),
-            "lock=pv iterations=10000 duration-ms=0 cs-work=40 private-work=40 spin-limit=128 \
-             halt-after=16 first-hold-ms=0 long-holds=1 costs=0 self-sgi=0 seed=0 timeout=60"
+            "lock=pv iterations=10000 duration-ms=0 min-contended=0 max-duration-ms=0 cs-work=40 \
+             private-work=40 spin-limit=128 halt-after=16 first-hold-ms=0 long-holds=1 costs=0 \
+             self-sgi=0 seed=0 timeout=60"
         );
     }
 

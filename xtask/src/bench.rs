@@ -40,7 +40,7 @@ use guest_driver::lockbench::{
 };
 use pvlock_abi::pvlock::Variant;
 
-use crate::bench_report::{self, Cell, Costs, Mode, Point, Range, TARGETS, Timing};
+use crate::bench_report::{self, Cell, Costs, MIN_CONTENDED, Mode, Point, Range, TARGETS, Timing};
 use crate::boottest::{BootTest, Check, Kernel, Outcome as Expected};
 use crate::cli::BenchOpts;
 use crate::guests::{self, Guests};
@@ -133,11 +133,21 @@ fn lock_of(mode: Mode) -> LockKind {
     }
 }
 
-/// lockbench's command line for a run.
+/// How much longer than its duration a run may go on to make its
+/// [`MIN_CONTENDED`] hand-offs (`min-contended`): the slowest vanilla
+/// cells make about half of them in the duration.
+const MAX_DURATION_FACTOR: u64 = 3;
+
+/// lockbench's command line for a run: `duration_ms`, and on from there
+/// until the run has made [`MIN_CONTENDED`] contended acquisitions (at
+/// most [`MAX_DURATION_FACTOR`] times as long), so that no figure rests on
+/// a handful of hand-offs.
 fn settings(mode: Mode, duration_ms: u64, seed: Option<u64>) -> lockbench::Settings {
     lockbench::Settings {
         lock: lock_of(mode),
         duration_ms,
+        min_contended: MIN_CONTENDED,
+        max_duration_ms: duration_ms * MAX_DURATION_FACTOR,
         cs_work: CS_WORK,
         private_work: PRIVATE_WORK,
         seed: seed.unwrap_or(0),
@@ -170,11 +180,12 @@ fn bench_vm(plan: &Plan, duration_ms: u64) -> VmConfig {
 
 /// The CPU-hog neighbour: one vCPU per pCPU, each computing without a
 /// break (lockbench's private work, one acquisition of its own lock per
-/// million rounds) for longer than the benchmarked VM runs.
+/// million rounds) for `duration_ms`: give it longer than the VMs beside
+/// it may run.
 pub(crate) fn hog_vm(pcpus: u32, duration_ms: u64) -> VmConfig {
     let args = lockbench::Settings {
         lock: LockKind::Ticket,
-        duration_ms: duration_ms * 2,
+        duration_ms,
         cs_work: 1,
         private_work: lockbench::MAX_WORK,
         timeout_secs: 600,
@@ -417,7 +428,11 @@ fn run_plan(b: &Bench, plan: &Plan, duration_ms: u64) -> Result<Cell, String> {
     let start = Instant::now();
     let mut vms = vec![bench_vm(plan, duration_ms)];
     if plan.point.hog {
-        vms.push(hog_vm(plan.point.pcpus, duration_ms));
+        // Until after the benchmarked VM's latest end.
+        vms.push(hog_vm(
+            plan.point.pcpus,
+            duration_ms * (MAX_DURATION_FACTOR + 1),
+        ));
     }
     let t = boot(
         format!("bench {}", plan.name()),
@@ -877,6 +892,11 @@ mod tests {
         );
         let told = lockbench::Settings::from_bootargs(&BootArgs::new(&vanilla.bootargs)).unwrap();
         assert_eq!((told.lock, told.duration_ms), (LockKind::Ticket, 200));
+        assert_eq!(
+            (told.min_contended, told.max_duration_ms),
+            (200, 600),
+            "on past the duration until the run has its hand-offs"
+        );
         assert_eq!((told.cs_work, told.private_work), (CS_WORK, PRIVATE_WORK));
         assert_eq!(told.seed, 1);
         let pv = bench_vm(&plan(Mode::Pv, 2), 200);
@@ -897,13 +917,9 @@ mod tests {
         );
         let told = lockbench::Settings::from_bootargs(&BootArgs::new(&mt.bootargs)).unwrap();
         assert_eq!(told.seed, 0, "multi-threaded runs are not perturbed");
-        let hog = hog_vm(2, 200);
+        let hog = hog_vm(2, 800);
         let told = lockbench::Settings::from_bootargs(&BootArgs::new(&hog.bootargs)).unwrap();
-        assert_eq!(
-            (hog.vcpus, told.duration_ms),
-            (2, 400),
-            "outlives the benchmark"
-        );
+        assert_eq!((hog.vcpus, told.duration_ms), (2, 800));
         let t = boot("x".into(), 2, vec![pv.clone()], Timing::Icount);
         assert!(t.machine.icount && t.machine.virtualization);
         assert_eq!(t.machine.smp, 2);

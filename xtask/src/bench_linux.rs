@@ -253,7 +253,7 @@ fn run_plan(b: &Bench, guests: &Guests, plan: &Plan) -> Result<Run, String> {
             ..VmConfig::smp_demo(plan.cell.vcpus, "", 1)
         }];
         if plan.cell.hog {
-            vms.push(bench::hog_vm(PCPUS, HOG_MS / 2));
+            vms.push(bench::hog_vm(PCPUS, HOG_MS));
         }
         let t = BootTest {
             name: name.clone(),

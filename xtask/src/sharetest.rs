@@ -60,8 +60,7 @@ pub fn tests() -> Vec<BootTest> {
         boost: Some(true),
         ..VmConfig::smp_demo(TRICKY_VCPUS, &settings.to_string(), 1)
     };
-    // hog_vm runs for twice the time it is given.
-    let hog = hog_vm(PCPUS, DURATION_MS / 2);
+    let hog = hog_vm(PCPUS, DURATION_MS);
     vec![BootTest {
         name: format!(
             "shares lockbench vcpus={TRICKY_VCPUS} tricky + hog vcpus={PCPUS} {}",

@@ -13,6 +13,7 @@
 //! | `lock=pv\|pv-ticket\|ticket` | the PV queued lock (yield to a preempted holder, sleep until kicked), the PV ticket lock (yield only), or the plain ticket lock | `pv` |
 //! | `iterations=N` | acquisitions per vCPU | 10000 |
 //! | `duration-ms=N` | instead: run until N ms of counter time passed | 0 (off) |
+//! | `min-contended=N` / `max-duration-ms=M` | with `duration-ms`: go on past it until the vCPUs together made N contended acquisitions, at most until M ms | 0 / 0 (off) |
 //! | `cs-work=N` / `private-work=N` | mixing rounds inside / between acquisitions (about 7 instructions each) | 40 / 40 |
 //! | `spin-limit=N` | PV locks: spins between two looks at the awaited vCPU | 128 |
 //! | `halt-after=N` | PV queued lock: looks before a waiter sleeps anyway | 16 |
@@ -97,6 +98,10 @@ mod guest {
     static PONG_READY: AtomicBool = AtomicBool::new(false);
     static PONG_YIELDS: AtomicU64 = AtomicU64::new(0);
     static RESULTS: [Once<VcpuResult>; MAX_CPUS] = [const { Once::new() }; MAX_CPUS];
+    /// With `min-contended`: each vCPU's contended acquisitions, published
+    /// once its duration is over, so that every vCPU can tell whether the
+    /// run has had enough hand-offs to stop.
+    static CONTENDED: [AtomicU64; MAX_CPUS] = [const { AtomicU64::new(0) }; MAX_CPUS];
     static FAILURES: AtomicUsize = AtomicUsize::new(0);
 
     /// What one vCPU's run cost it.
@@ -441,15 +446,17 @@ mod guest {
         let mut perturb = lockbench::Perturbation::new(s, cpu);
         let mut count_inside = 0;
         let hold = time::to_ticks(Duration::from_millis(s.first_hold_ms));
+        let after_start = |ms| {
+            START
+                .load(Ordering::Relaxed)
+                .saturating_add(time::to_ticks(Duration::from_millis(ms)))
+        };
         let (iterations, deadline) = match s.duration_ms {
             0 => (s.iterations, u64::MAX),
-            ms => (
-                u64::MAX,
-                START
-                    .load(Ordering::Relaxed)
-                    .saturating_add(time::to_ticks(Duration::from_millis(ms))),
-            ),
+            ms => (u64::MAX, after_start(ms)),
         };
+        // `min-contended`: the latest the run may go on past `deadline`.
+        let last_deadline = after_start(s.max_duration_ms.max(s.duration_ms));
         // A perturbed run's start offset, before this vCPU's busy time.
         let offset = time::to_ticks(Duration::from_micros(perturb.start_offset_us()));
         let arrived = time::counter();
@@ -458,7 +465,13 @@ mod guest {
         }
         let start = time::counter();
         let mut i = 0;
-        while i < iterations && (deadline == u64::MAX || time::counter() < deadline) {
+        while i < iterations {
+            if deadline != u64::MAX
+                && time::counter() >= deadline
+                && run_may_stop(cpu, i, &stats, s, last_deadline)
+            {
+                break;
+            }
             let asked = time::counter();
             let mut shared = lock.take(&mut stats);
             let got = time::counter();
@@ -491,6 +504,38 @@ mod guest {
             busy: end.wrapping_sub(start),
             end,
         }
+    }
+
+    /// How often (in iterations) a vCPU past its duration looks whether the
+    /// run has had `min-contended` hand-offs.
+    const CONTENDED_CHECK_EVERY: u64 = 8;
+
+    /// Whether a vCPU past its duration ends the run now: at once without
+    /// `min-contended`; with it, once the vCPUs together made that many
+    /// contended acquisitions, or the run reached `last_deadline`. Looked
+    /// at every [`CONTENDED_CHECK_EVERY`] iterations (`i`), each time
+    /// publishing this vCPU's count first. A vCPU that has not passed its
+    /// duration yet counts what it had published (0): the sum only
+    /// undercounts, so a run never stops early.
+    fn run_may_stop(
+        cpu: usize,
+        i: u64,
+        stats: &WaitStats,
+        s: &Settings,
+        last_deadline: u64,
+    ) -> bool {
+        if s.min_contended == 0 {
+            return true;
+        }
+        if !i.is_multiple_of(CONTENDED_CHECK_EVERY) {
+            return false;
+        }
+        CONTENDED[cpu].store(stats.contended, Ordering::Relaxed);
+        if time::counter() >= last_deadline {
+            return true;
+        }
+        let total: u64 = CONTENDED.iter().map(|c| c.load(Ordering::Relaxed)).sum();
+        total >= s.min_contended
     }
 
     /// Priority of the self-sent SGI (any value the priority mask lets
