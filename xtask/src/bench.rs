@@ -322,6 +322,8 @@ pub fn parse_costs(console: &str) -> Result<Costs, String> {
 /// Everything the runs share.
 pub(crate) struct Bench {
     el2_image: PathBuf,
+    el2_elf: PathBuf,
+    el2_link_base: u64,
     guests: Guests,
     logs: PathBuf,
     /// Show each run's console on the terminal (the `cargo xtask run` demo).
@@ -344,10 +346,22 @@ impl Bench {
         fs::create_dir_all(&logs).with_context(|| format!("cannot create {}", logs.display()))?;
         Ok(Self {
             el2_image: art.image,
+            el2_elf: art.elf,
+            el2_link_base: art.link_base,
             guests,
             logs,
             echo,
         })
+    }
+
+    /// The el2 ELF the runs boot (its symbols).
+    pub(crate) fn el2_elf(&self) -> &std::path::Path {
+        &self.el2_elf
+    }
+
+    /// The address el2's ELF is linked at.
+    pub(crate) fn el2_link_base(&self) -> u64 {
+        self.el2_link_base
     }
 
     /// The machine and image of `t`, its VMs placed and described.
@@ -447,8 +461,15 @@ fn run_plan(b: &Bench, plan: &Plan, duration_ms: u64) -> Result<Cell, String> {
 /// The cost run: null hypercalls and directed yields between two vCPUs
 /// of one pCPU, under icount (exact).
 fn run_costs(b: &Bench) -> Result<Costs, String> {
+    b.run(&cost_test(COST_ROUNDS))
+        .and_then(|console| parse_costs(&console))
+}
+
+/// The cost run with `rounds` of each operation: 2 vCPUs of one VM on 1
+/// pCPU, under icount (also what `cargo xtask profile` traces).
+pub(crate) fn cost_test(rounds: u64) -> BootTest {
     let cost_args = lockbench::Settings {
-        costs: COST_ROUNDS,
+        costs: rounds,
         duration_ms: 1,
         ..settings(Mode::Pv, 1, None)
     };
@@ -457,13 +478,7 @@ fn run_costs(b: &Bench) -> Result<Costs, String> {
         pv_lock: Some(PvLock::Variant(Variant::OpenEuler)),
         ..VmConfig::smp_demo(2, &cost_args.to_string(), 1)
     };
-    b.run(&boot(
-        "bench costs".into(),
-        1,
-        vec![cost_vm],
-        Timing::Icount,
-    ))
-    .and_then(|console| parse_costs(&console))
+    boot("bench costs".into(), 1, vec![cost_vm], Timing::Icount)
 }
 
 pub fn bench(ws: &Workspace, o: &BenchOpts) -> Result<ExitCode> {

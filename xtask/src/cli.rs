@@ -24,6 +24,8 @@ COMMANDS:
               file, a table in docs/benchmarks.md and an SVG plot
     soak      The PV lock benchmark and a stock Linux VM side by side for N minutes,
               then checks of every vCPU's progress and the lock's data
+    profile   Where the cost run's instructions go: the null hypercall and the directed
+              yield + vCPU switch traced under icount, el2's share per source function
     gdb       Build, start QEMU halted with a gdb stub and attach gdb-multiarch
     linux-build
               Build the project's Linux guest kernel: Debian's linux-source-6.12 with the
@@ -33,7 +35,7 @@ COMMANDS:
               UEFI firmware, gdb)
     help      Print this help
 
-BUILD OPTIONS (build, run, test, bench, soak, gdb):
+BUILD OPTIONS (build, run, test, bench, soak, profile, gdb):
     --debug            Build the debug profile instead of release
     --elf PATH         Use this prebuilt el2 ELF instead of building
 
@@ -129,6 +131,13 @@ LINUX-BUILD OPTIONS:
     with apt-get as root; caches each kernel in target/xtask/kernel/ by source version,
     series and configuration.
 
+PROFILE OPTIONS:
+    --rounds N         Operations of each kind in the traced cost run [default: 200]
+    --depth D          Inlined frames shown per row, outermost first [default: 3]
+    --min X            Hide rows below X instructions per operation [default: 2]
+    Installs llvm (llvm-symbolizer, llvm-nm) with apt-get as root. The report is exact
+    (icount) and goes to target/xtask/profile/report.txt.
+
 SOAK OPTIONS:
     --minutes N        How long both guests run (1..=1440) [default: 5]
     --smp N            Physical CPUs; the two VMs have 4 vCPUs each [default: 2]
@@ -147,7 +156,20 @@ pub enum Cmd {
     Test(TestOpts),
     Bench(BenchOpts),
     Soak(SoakOpts),
+    Profile(ProfileOpts),
     LinuxBuild(LinuxBuildOpts),
+}
+
+/// `cargo xtask profile`'s options.
+#[derive(Debug)]
+pub struct ProfileOpts {
+    pub build: BuildOpts,
+    /// Operations of each kind the cost run makes.
+    pub rounds: u64,
+    /// Inlined frames shown, outermost first.
+    pub depth: usize,
+    /// The fewest instructions per operation a row needs to be shown.
+    pub min: f64,
 }
 
 /// `cargo xtask linux-build`'s options.
@@ -335,10 +357,11 @@ pub fn parse(args: Vec<String>) -> Result<Cmd> {
         "test" => "test",
         "bench" => "bench",
         "soak" => "soak",
+        "profile" => "profile",
         "linux-build" => "linux-build",
         other => bail!(
-            "unknown command {other:?}; the commands are build, run, test, bench, soak, gdb, \
-             linux-build, setup (see `cargo xtask help`)"
+            "unknown command {other:?}; the commands are build, run, test, bench, soak, profile, \
+             gdb, linux-build, setup (see `cargo xtask help`)"
         ),
     };
     let mut p = Parser { args, cmd };
@@ -371,6 +394,7 @@ pub fn parse(args: Vec<String>) -> Result<Cmd> {
         }
         "bench" => parse_bench(&mut p),
         "soak" => parse_soak(&mut p),
+        "profile" => parse_profile(&mut p),
         "linux-build" => {
             let mut o = LinuxBuildOpts { stock: false };
             while let Some(opt) = p.next()? {
@@ -429,6 +453,42 @@ fn parse_bench(p: &mut Parser) -> Result<Cmd> {
         "bench --linux runs beside the hog anyway (every cell but --quick's): drop --hog"
     );
     Ok(Cmd::Bench(o))
+}
+
+fn parse_profile(p: &mut Parser) -> Result<Cmd> {
+    let mut o = ProfileOpts {
+        build: default_build(),
+        rounds: 200,
+        depth: 3,
+        min: 2.0,
+    };
+    while let Some(mut opt) = p.next()? {
+        if p.build_opt(&mut opt, &mut o.build)? {
+            continue;
+        }
+        match opt.name.as_str() {
+            "--help" | "-h" => return Ok(Cmd::Help),
+            "--rounds" => o.rounds = p.number(&mut opt)?,
+            "--depth" => o.depth = p.number(&mut opt)?,
+            "--min" => {
+                let v = p.value(&mut opt)?;
+                o.min = v
+                    .parse()
+                    .ok()
+                    .filter(|m: &f64| m.is_finite() && *m >= 0.0)
+                    .with_context(|| format!("--min {v:?}: expected a non-negative number"))?;
+            }
+            _ => return Err(p.unknown(&opt)),
+        }
+    }
+    ensure!(
+        (3..=10_000).contains(&o.rounds),
+        "--rounds {}: the window needs at least 3 and the trace grows by about 3 MB per round \
+         (at most 10000)",
+        o.rounds
+    );
+    ensure!(o.depth >= 1, "--depth 0 shows nothing");
+    Ok(Cmd::Profile(o))
 }
 
 fn parse_soak(p: &mut Parser) -> Result<Cmd> {
@@ -669,6 +729,12 @@ mod tests {
 
     #[test]
     fn soak_takes_minutes_and_pcpus() {
+        let Cmd::Profile(o) = parse_str("profile --rounds 50 --depth 5 --min 0.5").unwrap() else {
+            panic!("not profile")
+        };
+        assert_eq!((o.rounds, o.depth, o.min), (50, 5, 0.5));
+        assert!(parse_str("profile --rounds 2").is_err());
+        assert!(parse_str("profile --min -1").is_err());
         let Cmd::Soak(o) = parse_str("soak").unwrap() else {
             panic!("not soak")
         };

@@ -19,6 +19,7 @@ mod linuxpv;
 mod linuxpvtest;
 mod linuxtest;
 mod measure;
+mod profile;
 mod qemu;
 mod setup;
 mod sharetest;
@@ -120,6 +121,7 @@ fn dispatch(cmd: Cmd) -> Result<ExitCode> {
         Cmd::Bench(o) if o.linux => bench_linux::bench(&ws, &o),
         Cmd::Bench(o) => bench::bench(&ws, &o),
         Cmd::Soak(o) => soak::soak(&ws, &o),
+        Cmd::Profile(o) => profile::profile(&ws, &o),
         Cmd::LinuxBuild(o) => {
             let flavor = if o.stock {
                 kernel::Flavor::Stock

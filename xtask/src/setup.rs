@@ -47,6 +47,8 @@ pub enum Tool {
     Xz,
     /// The Python modules `scripts/checkpatch.pl` runs its SPDX check with.
     CheckpatchPython,
+    /// `llvm-symbolizer` and `llvm-nm`, for `cargo xtask profile`.
+    Symbolizer,
 }
 
 impl Tool {
@@ -65,6 +67,7 @@ impl Tool {
             Tool::Make => "make",
             Tool::Xz => "xz-utils",
             Tool::CheckpatchPython => "python3-ply python3-git",
+            Tool::Symbolizer => "llvm",
         }
     }
 
@@ -83,6 +86,9 @@ impl Tool {
             Tool::Make => "make".to_string(),
             Tool::Xz => "xz".to_string(),
             Tool::CheckpatchPython => format!("the Python modules ply and git for {SYSTEM_PYTHON}"),
+            Tool::Symbolizer => {
+                format!("{} and {}", crate::profile::SYMBOLIZER, crate::profile::NM)
+            }
         }
     }
 
@@ -106,6 +112,10 @@ impl Tool {
                 .stderr(Stdio::null())
                 .status()
                 .is_ok_and(|s| s.success()),
+            Tool::Symbolizer => {
+                find_in_path(crate::profile::SYMBOLIZER).is_some()
+                    && find_in_path(crate::profile::NM).is_some()
+            }
         }
     }
 }
