@@ -148,11 +148,15 @@ fn bucket_of(raw: u32, multiplier: u32) -> usize {
     (raw.wrapping_mul(multiplier) >> (u32::BITS - BUCKETS.trailing_zeros())) as usize % BUCKETS
 }
 
-/// The multipliers `build` tries, in order: odd, with their bits spread
-/// (a fixed sequence, so that a VM's table is the same on every boot).
-fn candidate_multipliers() -> impl Iterator<Item = u32> {
-    // Knuth's 2^32 / golden ratio, then a Weyl sequence of odd steps.
-    (0..1024u32).map(|k| 0x9E37_79B9u32.wrapping_add(k.wrapping_mul(0x6A09_E668)) | 1)
+/// The first of [`candidate_multipliers`]: Knuth's 2^32 / golden ratio.
+pub(super) const FIRST_MULTIPLIER: u32 = 0x9E37_79B9;
+
+/// The multipliers `build` (and the dispatcher's route index) try, in
+/// order: odd, with their bits spread (a fixed sequence, so that a VM's
+/// table is the same on every boot).
+pub(super) fn candidate_multipliers() -> impl Iterator<Item = u32> {
+    // The golden ratio's, then a Weyl sequence of odd steps.
+    (0..1024u32).map(|k| FIRST_MULTIPLIER.wrapping_add(k.wrapping_mul(0x6A09_E668)) | 1)
 }
 
 #[cfg(test)]

@@ -434,36 +434,68 @@ const _: () = assert!(RESULT_REGS <= PRESERVED_FIRST);
 
 /// An open-addressing hash index over a dispatcher's routes: slot
 /// `hash(fid)` and the following ones (linear probing) hold route
-/// positions + 1, 0 marks an empty slot. At most half full, so a lookup
-/// usually reads one slot. Rebuilt whenever a service registers.
+/// positions + 1, 0 marks an empty slot. At most a quarter full, and
+/// hashed with the first multiplier of `constants::candidate_multipliers`
+/// that gives every route a home slot of its own (there is one for any
+/// table el2 builds; the probing is for a table that had none), so a call
+/// is found with one read: every hypercall that is not constant looks
+/// here. Rebuilt whenever a service registers.
 #[derive(Clone, Debug, Default)]
 struct RouteIndex {
     slots: Vec<u16>,
+    multiplier: u32,
+    /// 32 - log2(slots.len()): the hash is the product's top bits.
+    shift: u32,
 }
 
 impl RouteIndex {
     /// The index of `routes` (positions must fit in `u16`, which a table of
     /// a few dozen calls does).
     fn build(routes: &[Route]) -> Self {
-        let size = (routes.len() * 2).next_power_of_two().max(16);
+        let size = (routes.len() * 4).next_power_of_two().max(16);
+        let shift = u32::BITS - size.trailing_zeros();
+        let separates = |multiplier: u32| {
+            let mut taken = alloc::vec![false; size];
+            routes.iter().all(|route| {
+                let at = Self::hash(route.fid, multiplier, shift, size);
+                !core::mem::replace(&mut taken[at], true)
+            })
+        };
+        let multiplier = constants::candidate_multipliers()
+            .find(|&m| separates(m))
+            .unwrap_or(constants::FIRST_MULTIPLIER);
         let mut slots = alloc::vec![0u16; size];
         for (position, route) in routes.iter().enumerate() {
             let Ok(entry) = u16::try_from(position + 1) else {
                 break;
             };
-            let mut at = Self::hash(route.fid, size);
+            let mut at = Self::hash(route.fid, multiplier, shift, size);
             while slots[at] != 0 {
                 at = (at + 1) & (size - 1);
             }
             slots[at] = entry;
         }
-        Self { slots }
+        Self {
+            slots,
+            multiplier,
+            shift,
+        }
     }
 
-    /// Fibonacci hashing of the id to a slot of a power-of-two table.
-    fn hash(fid: FunctionId, size: usize) -> usize {
-        let mixed = fid.raw().wrapping_mul(0x9E37_79B9);
-        (mixed >> (32 - size.trailing_zeros())) as usize & (size - 1)
+    /// Multiplicative hashing of the id to a slot of a power-of-two table.
+    #[inline(always)]
+    fn hash(fid: FunctionId, multiplier: u32, shift: u32, size: usize) -> usize {
+        (fid.raw().wrapping_mul(multiplier) >> shift) as usize & (size - 1)
+    }
+
+    /// Whether every route has its home slot (no lookup probes), for the
+    /// host tests.
+    #[cfg(test)]
+    fn is_collision_free(&self, routes: &[Route]) -> bool {
+        routes.iter().enumerate().all(|(position, route)| {
+            let at = Self::hash(route.fid, self.multiplier, self.shift, self.slots.len());
+            usize::from(self.slots[at]) == position + 1
+        })
     }
 
     /// The route of `fid` among `routes` (those the index was built from).
@@ -472,7 +504,7 @@ impl RouteIndex {
         if size == 0 {
             return None;
         }
-        let mut at = Self::hash(fid, size);
+        let mut at = Self::hash(fid, self.multiplier, self.shift, size);
         for _ in 0..size {
             let entry = usize::from(self.slots[at]);
             let route = routes.get(entry.checked_sub(1)?)?;

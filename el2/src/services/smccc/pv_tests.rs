@@ -941,3 +941,21 @@ fn constant_replies_are_exactly_what_dispatch_answers() {
         }
     }
 }
+
+/// Every table a valid configuration builds finds each of its calls at
+/// its home slot: the route look-up on every hypercall reads one slot.
+#[test]
+fn every_route_index_is_collision_free() {
+    for config in PvConfig::every_valid() {
+        let vm = vm_with(config.lock, config.steal_time, config.ptp);
+        let table = &vm.table;
+        assert!(
+            table.index.is_collision_free(&table.routes),
+            "{config:?}: {} routes",
+            table.routes.len()
+        );
+        for route in &table.routes {
+            assert_eq!(table.route(route.fid).map(|r| r.fid), Some(route.fid));
+        }
+    }
+}
