@@ -19,11 +19,8 @@ use crate::{Launch, Workspace, display_command, image, prepare_launch, sys};
 
 const GDB_PORT: u16 = 1234;
 
-/// Where the kernel (el2, or the guest with `--bare`) runs on QEMU's virt
-/// machine, both with `-kernel` and after U-Boot's `booti`: RAM base
-/// 0x4000_0000 plus the header's text_offset. (The symbols of guests in VMs
-/// are not loaded: they run wherever el2 puts them.)
-const LOAD_ADDR: u64 = 0x4000_0000 + image::TEXT_OFFSET;
+/// Where the kernel runs (the symbols of guests in VMs are not loaded).
+const LOAD_ADDR: u64 = image::LOAD_ADDR;
 
 pub fn gdb(ws: &Workspace, o: &RunOpts) -> Result<ExitCode> {
     setup::ensure_tools(&[Tool::Gdb])?;

@@ -28,6 +28,11 @@ pub const TARGET: &str = "aarch64-unknown-none-softfloat";
 
 /// The arm64 Image header fields (Documentation/arch/arm64/booting.rst).
 pub const TEXT_OFFSET: u64 = 0x8_0000;
+
+/// Where the kernel (el2, or the guest with `--bare`) runs on QEMU's virt
+/// machine, both with `-kernel` and after U-Boot's `booti`: RAM base plus
+/// the header's text_offset. (Guests in VMs run wherever el2 puts them.)
+pub const LOAD_ADDR: u64 = crate::vm::RAM_BASE + TEXT_OFFSET;
 pub const MAGIC: u32 = 0x644d_5241; // "ARM\x64"
 const HEADER_LEN: usize = 64;
 /// flags bit 0: the kernel is big-endian.

@@ -36,9 +36,6 @@ pub const NM: &str = "llvm-nm";
 /// (`guest_driver::lockbench::CostLine`).
 const COST_LINE: &str = "lockbench: cost:";
 
-/// Where el2 runs: QEMU's loader puts the Image at RAM base + TEXT_OFFSET.
-pub const EL2_RUNS_AT: u64 = 0x4000_0000 + image::TEXT_OFFSET;
-
 /// One operation the cost run repeats, found by a function it runs once
 /// per operation.
 struct Operation {
@@ -420,7 +417,7 @@ pub fn profile(ws: &Workspace, o: &ProfileOpts) -> Result<ExitCode> {
     let dir = ws.xtask_dir()?.join("profile");
     let b = Bench::prepare(ws, &o.build, dir.join("logs"), false)?;
     let elf = b.el2_elf().to_path_buf();
-    let offset = EL2_RUNS_AT.wrapping_sub(b.el2_link_base());
+    let offset = image::LOAD_ADDR.wrapping_sub(b.el2_link_base());
     let trace = dir.join("trace.log");
     let _ = fs::remove_file(&trace);
     let mut t = bench::cost_test(o.rounds);

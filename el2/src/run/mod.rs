@@ -328,9 +328,9 @@ impl<'h, M: Machine> Runner<'h, M> {
 
     /// Loads the target of the directed yield just applied, once the
     /// yielder is saved: the scheduler made it Running here under the
-    /// lock of the switch, which also read what its first pass needs
-    /// (`pick`) and took its deschedule snapshot's counterpart, so no
-    /// `pick_next` and no second lock.
+    /// lock of the switch, where `Runner::yielded` also read what its
+    /// first pass needs (`pick`) and marked it resumed in the spin state,
+    /// so no `pick_next` and no second lock.
     fn load_handover(&mut self) {
         if let Some((vcpu, steal_ticks)) = self.handover.take() {
             self.pick_fresh = true;

@@ -146,8 +146,9 @@
 //! the rest of its slice to a Runnable sibling *of the same VM*, which is
 //! taken out of whichever queue holds it and runs on this pCPU at once:
 //! one call, under one lock, switches the two (the runner then saves one
-//! and loads the other without asking `pick_next`). The sibling inherits the yielder's `slice_end` — it does not get a fresh
-//! slice — and the yielder goes to the tail of the queue as with a plain
+//! and loads the other without asking `pick_next`). The sibling inherits
+//! the yielder's `slice_end` — it does not get a fresh slice — and the
+//! yielder goes to the tail of the queue as with a plain
 //! yield. So a VM's hints only reorder its own vCPUs inside time the VM
 //! already had: no other VM's vCPU waits longer than it would have had the
 //! yielder spun to the end of its slice. A yield with no slice left is
@@ -760,9 +761,9 @@ impl Scheduler {
     }
 
     /// Number of vCPUs that want `pcpu` now: the one running there and
-    /// those queued on it (0 for an unknown pCPU). The count KVM's WFE trap policy looks at
-    /// (`single_task_running()`; docs/abi.md §6): with a vCPU loaded, 1 means it
-    /// is alone. See [`crate::sched::onspin::trap_wfe`].
+    /// those queued on it (0 for an unknown pCPU). The count KVM's WFE
+    /// trap policy looks at (`single_task_running()`; docs/abi.md §6): with
+    /// a vCPU loaded, 1 means it is alone. See [`crate::sched::onspin::trap_wfe`].
     pub fn runnable_on(&self, pcpu: usize) -> usize {
         self.pcpus.get(pcpu).map_or(0, Pcpu::load)
     }
