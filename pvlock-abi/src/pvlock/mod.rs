@@ -94,22 +94,25 @@ pub const LOCK_COUNT_WIDTH: usize = 4;
 const _: () = assert!(LOCK_COUNT_OFFSET >= 8 && LOCK_COUNT_OFFSET.is_multiple_of(LOCK_COUNT_WIDTH));
 const _: () = assert!(LOCK_COUNT_OFFSET + LOCK_COUNT_WIDTH <= STATE_SIZE);
 
-/// Guest side of the lock count: one lock more (`up`) or one fewer, as a
-/// single-copy-atomic little-endian read-modify-write that saturates
-/// rather than wraps. `count` is a record's `lock_count` cell
+/// Guest side of the lock count: one lock more (`up`) or one fewer,
+/// saturating rather than wrapping. `count` is a record's `lock_count` cell
 /// ([`VcpuState64::lock_count_cell`], [`VcpuState32::lock_count_cell`]),
 /// for a guest that keeps a reference to it rather than to the record.
+///
+/// A single-copy-atomic load and store, not a read-modify-write: only the
+/// vCPU that owns the record writes the cell (the hypervisor only reads
+/// it), and an interrupt handler that runs between the two on that vCPU
+/// takes and drops its locks in pairs, so it leaves the cell as it found
+/// it. The hypervisor sees the old or the new count, never a torn one.
+#[inline]
 pub fn lock_count_add(count: &AtomicU32, up: bool) {
-    // The closure never returns `None`, so `fetch_update` cannot fail.
-    let _ = count.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |raw| {
-        let value = u32::from_le(raw);
-        let next = if up {
-            value.saturating_add(1)
-        } else {
-            value.saturating_sub(1)
-        };
-        Some(next.to_le())
-    });
+    let value = u32::from_le(count.load(Ordering::Relaxed));
+    let next = if up {
+        value.saturating_add(1)
+    } else {
+        value.saturating_sub(1)
+    };
+    count.store(next.to_le(), Ordering::Relaxed);
 }
 
 /// Per-vCPU state with a 64-bit `preempted` field:

@@ -101,7 +101,9 @@ impl Node {
 static NODES: [[Node; LEVELS]; MAX_CPUS] = [const { [const { Node::new() }; LEVELS] }; MAX_CPUS];
 
 /// Each CPU's waits in progress: the next free level. Only its own CPU
-/// touches it, and nested waits (interrupts) leave it as they found it.
+/// touches it, and nested waits (interrupts) leave it as they found it, so
+/// a load and a store update it: a handler that runs between the two takes
+/// and gives back the same level before the interrupted wait uses it.
 static DEPTH: [AtomicU32; MAX_CPUS] = [const { AtomicU32::new(0) }; MAX_CPUS];
 
 /// A node's tag in the tail field and in `next`: never 0.
@@ -144,12 +146,15 @@ impl Slot {
     /// The calling CPU's next free node, if it has one.
     fn take(cpu: usize) -> Option<Self> {
         let depth = DEPTH.get(cpu)?;
-        let level = depth.fetch_add(1, Ordering::Relaxed) as usize;
-        if level >= LEVELS {
-            depth.fetch_sub(1, Ordering::Relaxed);
+        let level = depth.load(Ordering::Relaxed);
+        if level as usize >= LEVELS {
             return None;
         }
-        Some(Self { cpu, level })
+        depth.store(level + 1, Ordering::Relaxed);
+        Some(Self {
+            cpu,
+            level: level as usize,
+        })
     }
 
     fn node(&self) -> &'static Node {
@@ -163,7 +168,13 @@ impl Slot {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        DEPTH[self.cpu].fetch_sub(1, Ordering::Relaxed);
+        // Only this CPU writes its depth, and nested waits gave theirs
+        // back already (see DEPTH).
+        let depth = &DEPTH[self.cpu];
+        depth.store(
+            depth.load(Ordering::Relaxed).saturating_sub(1),
+            Ordering::Relaxed,
+        );
     }
 }
 
@@ -238,14 +249,23 @@ impl<T: ?Sized, P: Paravirt> QueuedLock<T, P> {
             .compare_exchange(0, holder_field(me), Ordering::Acquire, Ordering::Relaxed)
             .is_err()
         {
-            stats.contended += 1;
-            match Slot::take(me) {
-                Some(slot) => self.lock_queued(&slot, stats),
-                None => self.lock_unqueued(me, stats),
-            }
+            self.lock_contended(me, stats);
         }
         stats.acquisitions += 1;
         self.acquired()
+    }
+
+    /// The lock was taken or waited for: queue (or, without a free node,
+    /// compete directly). Out of line, so that the uncontended path above
+    /// stays a compare-and-swap in a small frame.
+    #[cold]
+    #[inline(never)]
+    fn lock_contended(&self, me: usize, stats: &mut WaitStats) {
+        stats.contended += 1;
+        match Slot::take(me) {
+            Some(slot) => self.lock_queued(&slot, stats),
+            None => self.lock_unqueued(me, stats),
+        }
     }
 
     /// Takes the lock if it is free and nobody waits for it.
@@ -481,12 +501,20 @@ impl<T: ?Sized, P: Paravirt> QueuedLock<T, P> {
             self.pv.lock_released();
         }
         if old & HEAD_HALTED != 0 {
-            let head = self.word.halted_head.load(Ordering::Relaxed);
-            if let Some(cpu) = (head as usize).checked_sub(1) {
-                self.word.kicks.fetch_add(1, Ordering::Relaxed);
-                if self.pv.kick(cpu) != Kick::Kicked {
-                    self.word.kicks_refused.fetch_add(1, Ordering::Relaxed);
-                }
+            self.kick_halted_head();
+        }
+    }
+
+    /// The unlock found the queue's head asleep: kick it (out of line, as
+    /// the contended lock path).
+    #[cold]
+    #[inline(never)]
+    fn kick_halted_head(&self) {
+        let head = self.word.halted_head.load(Ordering::Relaxed);
+        if let Some(cpu) = (head as usize).checked_sub(1) {
+            self.word.kicks.fetch_add(1, Ordering::Relaxed);
+            if self.pv.kick(cpu) != Kick::Kicked {
+                self.word.kicks_refused.fetch_add(1, Ordering::Relaxed);
             }
         }
     }
