@@ -1056,8 +1056,9 @@ impl Scheduler {
         let target_slot = self
             .slot(target)
             .map_err(|_| YieldError::UnknownVcpu(target))?;
-        self.running_slot(from, pcpu)
-            .map_err(|_| YieldError::NotRunningHere)?;
+        if !self.runs_on(from_slot, pcpu) {
+            return Err(YieldError::NotRunningHere);
+        }
         if target == from {
             return Err(YieldError::ToSelf);
         }
@@ -1140,12 +1141,17 @@ impl Scheduler {
     /// The slot of `vcpu` if it is the one running on `pcpu`.
     fn running_slot(&self, vcpu: VcpuId, pcpu: usize) -> Result<usize, SchedError> {
         let slot = self.slot(vcpu)?;
-        let here = self.pcpus.get(pcpu).and_then(|p| p.current) == Some(slot);
-        if here && self.vcpus[slot].state == (VcpuState::Running { pcpu }) {
+        if self.runs_on(slot, pcpu) {
             Ok(slot)
         } else {
             Err(SchedError::NotRunningHere { vcpu, pcpu })
         }
+    }
+
+    /// Whether `slot` is the vCPU running on `pcpu`.
+    fn runs_on(&self, slot: usize, pcpu: usize) -> bool {
+        self.pcpus.get(pcpu).and_then(|p| p.current) == Some(slot)
+            && self.vcpus[slot].state == (VcpuState::Running { pcpu })
     }
 
     fn stats_of(v: &Vcpu, now: u64) -> VcpuStats {
