@@ -9,13 +9,18 @@
 //! | bits | meaning |
 //! |---|---|
 //! | 0..16 | the holder: its CPU number + 1, [`ANON_HOLDER`] for a CPU without a number, 0 when free |
-//! | 16 | [`HEAD_HALTED`]: the waiter at the head of the queue sleeps; the unlocker must kick it |
+//! | 16 | [`HEAD_HALTED`]: the waiter next in line (the pending one, else the queue's head) sleeps; the unlocker must kick it |
+//! | 17 | [`PENDING`]: one waiter spins on the word without a node and takes the lock next |
 //! | 32..64 | the queue's tail: the tag of the last waiter's node, 0 when nobody waits |
 //!
-//! Waiters queue on per-CPU nodes (MCS): each spins on its own node until
-//! its predecessor makes it the head, and only the head spins on the lock
-//! word, so a release disturbs one waiter, and waiters are served in the
-//! order they queued. A CPU has [`LEVELS`] nodes, one per wait that can be
+//! The first CPU to find the lock held while nobody waits sets
+//! [`PENDING`] and spins on the lock word itself (qspinlock's pending
+//! bit): two CPUs that share a lock, the common case, never touch a queue
+//! node. Later waiters queue on per-CPU nodes (MCS): each spins on its
+//! own node until its predecessor makes it the head, and only the head
+//! spins on the lock word, waiting for the holder and the pending waiter
+//! to be gone, so a release disturbs one or two waiters, and waiters are
+//! served in the order they came (the pending one first, then the queue). A CPU has [`LEVELS`] nodes, one per wait that can be
 //! in progress at once on it (a thread, and handlers that interrupt it
 //! while it waits); a CPU beyond them, or beyond [`MAX_CPUS`], takes the
 //! lock without queuing (it competes with the head; rare).
@@ -25,8 +30,12 @@
 //! Every [`spin_limit`](QueuedLock::spin_limit) spins a waiter looks at the
 //! vCPU it waits for ([`Paravirt`]):
 //!
-//! - the head waits for the **holder**: if the hypervisor preempted it, the
-//!   head gives it the rest of its own time slice ([`Paravirt::yield_to`]);
+//! - the pending waiter, and the head while nobody is pending, wait for the
+//!   **holder**: if the hypervisor preempted it, they give it the rest of
+//!   their own time slice ([`Paravirt::yield_to`]);
+//! - the head behind a pending waiter waits for that waiter as for a
+//!   predecessor (below), except that it yields to it when the lock is
+//!   already free, since it then takes the lock the moment it runs;
 //! - a waiter behind the head waits for its **predecessor** in the queue:
 //!   if that vCPU is preempted, spinning is pointless (even once it runs it
 //!   must first get the lock), so the waiter sleeps ([`Paravirt::wait`]);
@@ -34,9 +43,12 @@
 //!   without getting anywhere sleeps too, freeing its pCPU for a sibling.
 //!
 //! A sleeping waiter is woken with [`Paravirt::kick`] by whoever makes its
-//! wait end: a sleeping head by the unlocker (which sees [`HEAD_HALTED`]),
-//! a sleeping waiter behind the head by its predecessor's unlock, once the
-//! predecessor took the lock and made it the head. Nobody kicks a waiter
+//! wait end: a sleeping pending waiter or head by the unlocker (which sees
+//! [`HEAD_HALTED`]), a sleeping waiter behind the head by its
+//! predecessor's unlock, once the predecessor took the lock and made it
+//! the head, and a head sleeping behind the pending waiter by that
+//! waiter's unlock, once it took the lock (the word names the queue's
+//! head for it). Nobody kicks a waiter
 //! that could not take the lock at once, so a kicked vCPU never runs only
 //! to spin. The hypervisor latches a kick sent before the waiter's WFI
 //! (docs/abi.md §3), and `wait` may return early (the backend bounds it): every
@@ -70,10 +82,27 @@ pub const DEFAULT_HALT_AFTER: u32 = 16;
 const HOLDER_MASK: u64 = 0xffff;
 /// The holder field for a CPU whose number does not fit (no yield to it).
 pub const ANON_HOLDER: u64 = HOLDER_MASK;
-/// The queue head sleeps: the unlocker kicks the CPU in `halted_head`.
+/// The waiter next in line sleeps: the unlocker kicks the CPU in
+/// `halted_head`.
 pub const HEAD_HALTED: u64 = 1 << 16;
+/// A waiter without a node spins on the word and takes the lock next.
+pub const PENDING: u64 = 1 << 17;
+/// How often a contended lock tries to become the pending waiter (or to
+/// take a lock that came free meanwhile) before it queues.
+const PENDING_TRIES: u32 = 4;
 const TAIL_SHIFT: u32 = 32;
 const TAIL_MASK: u64 = 0xffff_ffff << TAIL_SHIFT;
+
+/// What a contended lock found when it tried the pending bit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Contended {
+    /// The lock came free and nobody waited: taken.
+    Taken,
+    /// We are the pending waiter.
+    Pending,
+    /// Others wait: queue.
+    Queue,
+}
 
 /// One queued wait.
 #[repr(C, align(64))]
@@ -184,6 +213,12 @@ struct Word {
     state: AtomicU64,
     /// CPU number + 1 of the sleeping head (valid while HEAD_HALTED).
     halted_head: AtomicU32,
+    /// CPU number + 1 of the pending waiter (a hint while PENDING).
+    pending_cpu: AtomicU32,
+    /// The tag of the queue's head node while a waiter is pending, 0
+    /// otherwise: the pending waiter that takes the lock kicks it if it
+    /// sleeps.
+    queue_head: AtomicU32,
     spin_limit: AtomicU32,
     halt_after: AtomicU32,
     /// Kicks the unlockers sent, and how many the hypervisor refused.
@@ -216,6 +251,8 @@ impl<T, P> QueuedLock<T, P> {
             word: Word {
                 state: AtomicU64::new(0),
                 halted_head: AtomicU32::new(0),
+                pending_cpu: AtomicU32::new(0),
+                queue_head: AtomicU32::new(0),
                 spin_limit: AtomicU32::new(DEFAULT_SPIN_LIMIT),
                 halt_after: AtomicU32::new(DEFAULT_HALT_AFTER),
                 kicks: AtomicU64::new(0),
@@ -262,6 +299,11 @@ impl<T: ?Sized, P: Paravirt> QueuedLock<T, P> {
     #[inline(never)]
     fn lock_contended(&self, me: usize, stats: &mut WaitStats) {
         stats.contended += 1;
+        match self.try_pending(me) {
+            Contended::Taken => return,
+            Contended::Pending => return self.wait_pending(me, stats),
+            Contended::Queue => {}
+        }
         match Slot::take(me) {
             Some(slot) => self.lock_queued(&slot, stats),
             None => self.lock_unqueued(me, stats),
@@ -285,6 +327,99 @@ impl<T: ?Sized, P: Paravirt> QueuedLock<T, P> {
         QueuedLockGuard {
             lock: self,
             _per_cpu: PhantomData,
+        }
+    }
+
+    /// Takes a lock that came free while nobody waits, or becomes the
+    /// pending waiter of a held one; [`Contended::Queue`] when others wait
+    /// already (or the word kept changing).
+    fn try_pending(&self, me: usize) -> Contended {
+        let state = &self.word.state;
+        let mut seen = state.load(Ordering::Relaxed);
+        for _ in 0..PENDING_TRIES {
+            if seen & (PENDING | TAIL_MASK) != 0 {
+                break;
+            }
+            let (want, outcome) = if seen & HOLDER_MASK == 0 {
+                (seen | holder_field(me), Contended::Taken)
+            } else {
+                (seen | PENDING, Contended::Pending)
+            };
+            // Acquire: a take pairs with the previous holder's release.
+            match state.compare_exchange(seen, want, Ordering::Acquire, Ordering::Relaxed) {
+                Ok(_) => {
+                    if outcome == Contended::Pending
+                        && let Ok(field) = u32::try_from(holder_field(me))
+                    {
+                        self.word.pending_cpu.store(field, Ordering::Relaxed);
+                    }
+                    return outcome;
+                }
+                Err(now) => seen = now,
+            }
+        }
+        Contended::Queue
+    }
+
+    /// As the pending waiter: spin on the lock word until the holder
+    /// releases, then take it (clearing [`PENDING`]) and kick the queue's
+    /// head if it fell asleep behind us. Yields to a preempted holder;
+    /// sleeps (to be kicked by the unlocker) after `halt_after` fruitless
+    /// looks, as the head does.
+    fn wait_pending(&self, me: usize, stats: &mut WaitStats) {
+        let (limit, halt_after) = self.limits();
+        let (mut spins, mut looks) = (0u32, 0u32);
+        let state = &self.word.state;
+        loop {
+            let s = state.load(Ordering::Relaxed);
+            if s & HOLDER_MASK == 0 {
+                // The unlock cleared HEAD_HALTED with the holder; the tail
+                // stays. SeqCst: see sleep_behind_pending.
+                let taken = (s & TAIL_MASK) | holder_field(me);
+                if state
+                    .compare_exchange_weak(s, taken, Ordering::SeqCst, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    if P::ENABLED {
+                        self.wake_queue_head();
+                    }
+                    return;
+                }
+                continue;
+            }
+            stats.spins += 1;
+            spins += 1;
+            if P::ENABLED && spins >= limit {
+                spins = 0;
+                looks += 1;
+                stats.looks += 1;
+                if self.help_holder(s, me, stats) {
+                    continue;
+                }
+                if self.pv.can_halt() && looks >= halt_after {
+                    looks = 0;
+                    self.sleep_as_head(me, stats, true);
+                    continue;
+                }
+            }
+            self.pv.relax();
+        }
+    }
+
+    /// Just took the lock as the pending waiter: if the queue's head sleeps
+    /// behind us, have our unlock kick it (it is next in line now).
+    fn wake_queue_head(&self) {
+        // SeqCst: see sleep_behind_pending.
+        let head = self.word.queue_head.load(Ordering::SeqCst);
+        if head == 0 {
+            return;
+        }
+        let (node, cpu) = node_of(head);
+        if node.halted.load(Ordering::SeqCst) != 0
+            && let Ok(field) = u32::try_from(holder_field(cpu))
+        {
+            self.word.halted_head.store(field, Ordering::Relaxed);
+            self.word.state.fetch_or(HEAD_HALTED, Ordering::Relaxed);
         }
     }
 
@@ -312,7 +447,7 @@ impl<T: ?Sized, P: Paravirt> QueuedLock<T, P> {
             pred.next.store(my_tag, Ordering::Release);
             self.wait_to_be_head(node, pred_cpu, stats);
         }
-        let was_last = self.wait_for_lock(slot.cpu, my_tag, stats);
+        let was_last = self.wait_for_lock(node, slot.cpu, my_tag, stats);
         if !was_last {
             self.pass_head_on(node);
         }
@@ -356,21 +491,33 @@ impl<T: ?Sized, P: Paravirt> QueuedLock<T, P> {
         node.halted.store(0, Ordering::Relaxed);
     }
 
-    /// As the head: spin on the lock word until the holder releases, then
-    /// take it. Yields to a preempted holder; sleeps (to be kicked by the
-    /// unlocker) after `halt_after` fruitless looks. Returns whether this
-    /// waiter was the last in the queue (the tail is then cleared).
-    fn wait_for_lock(&self, me: usize, my_tag: u32, stats: &mut WaitStats) -> bool {
+    /// As the head: spin on the lock word until the holder and the
+    /// pending waiter are gone, then take it. Yields to a preempted holder;
+    /// sleeps (to be kicked by the unlocker) after `halt_after` fruitless
+    /// looks; behind a pending waiter, waits for it as for a predecessor.
+    /// Returns whether this waiter was the last in the queue (the tail is
+    /// then cleared).
+    fn wait_for_lock(&self, node: &Node, me: usize, my_tag: u32, stats: &mut WaitStats) -> bool {
         let (limit, halt_after) = self.limits();
         let (mut spins, mut looks) = (0u32, 0u32);
         let state = &self.word.state;
+        // Whether `queue_head` names us: from our first sleep behind a
+        // pending waiter, which once gone does not come back while we
+        // queue (PENDING is only set when nobody queues).
+        let mut named = false;
         loop {
             let s = state.load(Ordering::Relaxed);
-            if s & HOLDER_MASK == 0 {
+            if s & (HOLDER_MASK | PENDING) == 0 {
                 let last = (s >> TAIL_SHIFT) as u32 == my_tag;
                 // Taking the lock also clears HEAD_HALTED (it was ours) and,
                 // when no one queued behind us, the tail.
                 let tail = if last { 0 } else { s & TAIL_MASK };
+                if named {
+                    // Before the take, whose release orders it before a
+                    // later head's naming.
+                    named = false;
+                    self.word.queue_head.store(0, Ordering::Relaxed);
+                }
                 if self.try_swap(s, tail | holder_field(me)) {
                     return last;
                 }
@@ -385,14 +532,61 @@ impl<T: ?Sized, P: Paravirt> QueuedLock<T, P> {
                 if self.help_holder(s, me, stats) {
                     continue;
                 }
+                if s & PENDING != 0 {
+                    if self.help_pending(s, looks >= halt_after, stats) {
+                        if !named {
+                            // SeqCst: see sleep_behind_pending.
+                            self.word.queue_head.store(my_tag, Ordering::SeqCst);
+                            named = true;
+                        }
+                        looks = 0;
+                        self.sleep_behind_pending(node, stats);
+                    }
+                    continue;
+                }
                 if self.pv.can_halt() && looks >= halt_after {
                     looks = 0;
-                    self.sleep_as_head(me, stats);
+                    self.sleep_as_head(me, stats, false);
                     continue;
                 }
             }
             self.pv.relax();
         }
+    }
+
+    /// The head behind the pending waiter (`word` has [`PENDING`]) looked:
+    /// a preempted pending waiter gets our slice if the lock is free (it
+    /// takes the lock as soon as it runs); otherwise true if we should
+    /// sleep until its unlock kicks us: it is preempted (as behind a
+    /// preempted predecessor), or we `waited_long`.
+    fn help_pending(&self, word: u64, waited_long: bool, stats: &mut WaitStats) -> bool {
+        let pending = self.word.pending_cpu.load(Ordering::Relaxed);
+        let preempted = (pending as usize)
+            .checked_sub(1)
+            .filter(|&cpu| self.pv.vcpu_is_preempted(cpu));
+        stats.saw_preempted += u64::from(preempted.is_some());
+        if let Some(cpu) = preempted
+            && word & HOLDER_MASK == 0
+        {
+            let answer = self.pv.yield_to(cpu);
+            stats.count_yield(answer);
+            return false;
+        }
+        self.pv.can_halt() && (preempted.is_some() || waited_long)
+    }
+
+    /// Sleeps until the pending waiter's unlock kicks us, unless it took
+    /// the lock meanwhile. SeqCst with the pending waiter's take and its
+    /// look at our node (`wake_queue_head`): either it sees `halted` (and
+    /// our registration in `queue_head`) and arranges the kick, or we see
+    /// [`PENDING`] gone and do not sleep.
+    fn sleep_behind_pending(&self, node: &Node, stats: &mut WaitStats) {
+        node.halted.store(1, Ordering::SeqCst);
+        if self.word.state.load(Ordering::SeqCst) & PENDING != 0 {
+            stats.halts += 1;
+            self.pv.wait();
+        }
+        node.halted.store(0, Ordering::Relaxed);
     }
 
     /// If the holder named in `word` is preempted, yields to it; true when
@@ -411,9 +605,11 @@ impl<T: ?Sized, P: Paravirt> QueuedLock<T, P> {
         answer == YieldResult::Yielded
     }
 
-    /// Marks the lock "head halted" while it is still held, then sleeps;
-    /// the unlock that clears the mark kicks us.
-    fn sleep_as_head(&self, me: usize, stats: &mut WaitStats) {
+    /// Marks the lock "head halted" while it is still held (and, for the
+    /// queue's head, while nobody is pending: the pending waiter is next
+    /// in line then), then sleeps; the unlock that clears the mark kicks
+    /// us. `pending`: we are the pending waiter.
+    fn sleep_as_head(&self, me: usize, stats: &mut WaitStats, pending: bool) {
         let Ok(me_field) = u32::try_from(holder_field(me)) else {
             return;
         };
@@ -423,7 +619,8 @@ impl<T: ?Sized, P: Paravirt> QueuedLock<T, P> {
             .word
             .state
             .fetch_update(Ordering::Release, Ordering::Relaxed, |s| {
-                (s & HOLDER_MASK != 0).then_some(s | HEAD_HALTED)
+                let next_in_line = pending || s & PENDING == 0;
+                (s & HOLDER_MASK != 0 && next_in_line).then_some(s | HEAD_HALTED)
             });
         if marked.is_ok() {
             stats.halts += 1;
@@ -484,9 +681,11 @@ impl<T: ?Sized, P: Paravirt> QueuedLock<T, P> {
     /// changed meanwhile.
     fn try_swap(&self, seen: u64, taken: u64) -> bool {
         // Acquire: pairs with the previous holder's release in unlock.
+        // Release: a head's clearing of `queue_head` comes before the
+        // registration of the head that finds the tail this take cleared.
         self.word
             .state
-            .compare_exchange_weak(seen, taken, Ordering::Acquire, Ordering::Relaxed)
+            .compare_exchange_weak(seen, taken, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok()
     }
 
@@ -531,9 +730,9 @@ impl<T: ?Sized, P: Paravirt> QueuedLock<T, P> {
         self.word.state.load(Ordering::Relaxed) & HOLDER_MASK != 0
     }
 
-    /// Whether CPUs wait in the queue (a snapshot).
+    /// Whether CPUs wait for the lock, pending or queued (a snapshot).
     pub fn has_waiters(&self) -> bool {
-        self.word.state.load(Ordering::Relaxed) & TAIL_MASK != 0
+        self.word.state.load(Ordering::Relaxed) & (PENDING | TAIL_MASK) != 0
     }
 
     /// The CPU holding the lock, if it is held by a CPU with a number (a

@@ -81,10 +81,17 @@ fn queue_up<'s, P: Paravirt + Sync>(
         lock.lock_counted(&mut stats).push(cpu);
         stats
     });
-    wait_for("the waiter to queue", || {
-        (lock.word.state.load(Ordering::SeqCst) >> TAIL_SHIFT) as u32 == tag(cpu, 0)
-    });
+    wait_for("the waiter to queue", || waiting(lock, cpu));
     handle
+}
+
+/// Whether `cpu` waits for `lock` as the pending waiter or as the queue's
+/// tail (the first waiter of a held lock is pending, later ones queue).
+fn waiting<T, P: Paravirt>(lock: &QueuedLock<T, P>, cpu: usize) -> bool {
+    let state = lock.word.state.load(Ordering::SeqCst);
+    let pending =
+        state & PENDING != 0 && lock.word.pending_cpu.load(Ordering::SeqCst) as usize == cpu + 1;
+    pending || (state >> TAIL_SHIFT) as u32 == tag(cpu, 0)
 }
 
 #[test]
@@ -108,11 +115,12 @@ fn excludes_and_loses_nothing_while_yielding_and_sleeping() {
     lock.set_spin_limit(1);
     lock.set_halt_after(1);
     // A queue that surely forms (the hammer's threads may not overlap on
-    // a loaded host): CPU 1 waits at the head, CPU 2 sleeps behind it.
+    // a loaded host): CPU 1 is pending and CPU 2 heads the queue, both
+    // yield to the holder; CPU 3 sleeps behind CPU 2.
     become_cpu(0);
     let guard = lock.lock();
     let mut stats = thread::scope(|s| {
-        let waiters: Vec<_> = [1, 2]
+        let waiters: Vec<_> = [1, 2, 3]
             .into_iter()
             .map(|cpu| {
                 let lock = &lock;
@@ -122,14 +130,15 @@ fn excludes_and_loses_nothing_while_yielding_and_sleeping() {
                     lock.lock_counted(&mut stats).a += 1;
                     stats
                 });
-                wait_for("the waiter to queue", || {
-                    (lock.word.state.load(Ordering::SeqCst) >> TAIL_SHIFT) as u32 == tag(cpu, 0)
-                });
+                wait_for("the waiter to queue", || waiting(lock, cpu));
                 waiter
             })
             .collect();
-        wait_for("CPU 2 to sleep", || fake.sleeping[2].load(Ordering::SeqCst));
-        wait_for("CPU 1 to yield", || !fake.yields().is_empty());
+        wait_for("CPU 3 to sleep", || fake.sleeping[3].load(Ordering::SeqCst));
+        wait_for("CPU 1 and CPU 2 to yield", || {
+            let yields = fake.yields();
+            yields.contains(&(1, 0)) && yields.contains(&(2, 0))
+        });
         drop(guard);
         let mut stats = WaitStats::default();
         for w in waiters {
@@ -137,7 +146,7 @@ fn excludes_and_loses_nothing_while_yielding_and_sleeping() {
         }
         stats
     });
-    lock.lock().a -= 2;
+    lock.lock().a -= 3;
     stats += hammer(&lock, 6, 3_000);
     assert!(stats.halts > 0, "{stats:?}");
     assert!(stats.yielded > 0, "{stats:?}");
@@ -303,6 +312,77 @@ fn a_head_that_waited_long_sleeps_and_the_unlock_kicks_it() {
 }
 
 #[test]
+fn the_head_behind_a_sleeping_pending_waiter_is_kicked_by_its_unlock() {
+    let _serial = serial();
+    let fake = Fake::halting();
+    let lock = QueuedLock::with_paravirt(Vec::new(), &fake);
+    lock.set_spin_limit(4);
+    lock.set_halt_after(3);
+    become_cpu(0);
+    let guard = lock.lock();
+    thread::scope(|s| {
+        // The holder runs long: CPU 1, pending, sleeps with the word's
+        // mark; CPU 2, the queue's head, sleeps on its node behind it.
+        let pending = queue_up(s, &lock, 1);
+        let head = queue_up(s, &lock, 2);
+        wait_for("both to sleep", || {
+            fake.sleeping[1].load(Ordering::SeqCst) && fake.sleeping[2].load(Ordering::SeqCst)
+        });
+        assert_ne!(lock.word.state.load(Ordering::SeqCst) & HEAD_HALTED, 0);
+        assert_eq!(lock.word.halted_head.load(Ordering::SeqCst), 2, "CPU 1");
+        assert_eq!(lock.word.queue_head.load(Ordering::SeqCst), tag(2, 0));
+        assert!(fake.kicks().is_empty());
+        drop(guard);
+        let (pending, head) = (pending.join().unwrap(), head.join().unwrap());
+        assert!(
+            pending.halts >= 1 && head.halts >= 1,
+            "{pending:?} {head:?}"
+        );
+    });
+    // The holder's unlock kicks the pending waiter; the pending waiter's
+    // unlock kicks the head it found asleep when it took the lock.
+    assert_eq!(fake.kicks(), [(0, 1), (1, 2)]);
+    assert_eq!(
+        fake.wait_timeouts.load(Ordering::SeqCst),
+        0,
+        "woken by the kicks"
+    );
+    assert_eq!(lock.word.state.load(Ordering::SeqCst), 0);
+    assert_eq!(
+        lock.word.queue_head.load(Ordering::SeqCst),
+        0,
+        "name cleared"
+    );
+    assert_eq!(lock.into_inner(), [1, 2]);
+}
+
+#[test]
+fn what_the_head_behind_a_pending_waiter_does_when_it_looks() {
+    let _serial = serial();
+    let held = holder_field(0) | PENDING;
+    let free = PENDING;
+    for fake in [Fake::halting(), Fake::new()] {
+        let halts = fake.can_halt();
+        let lock = QueuedLock::with_paravirt((), &fake);
+        lock.word.pending_cpu.store(2, Ordering::SeqCst); // CPU 1
+        become_cpu(2);
+        let mut stats = WaitStats::default();
+        // Pending CPU running: sleep only after waiting long.
+        assert!(!lock.help_pending(held, false, &mut stats));
+        assert_eq!(lock.help_pending(held, true, &mut stats), halts);
+        // Pending CPU preempted, lock held: it must get the lock before it
+        // can release anything, so sleep (as behind a predecessor).
+        fake.preempt(1, true);
+        assert_eq!(lock.help_pending(held, false, &mut stats), halts);
+        assert!(fake.yields().is_empty());
+        // Lock free: the preempted pending CPU takes it the moment it runs.
+        assert!(!lock.help_pending(free, true, &mut stats));
+        assert_eq!(fake.yields(), [(2, 1)]);
+        assert_eq!((stats.saw_preempted, stats.yield_calls), (2, 1));
+    }
+}
+
+#[test]
 fn a_cpu_out_of_nodes_still_gets_the_lock() {
     let _serial = serial();
     let fake = Fake::new();
@@ -316,6 +396,8 @@ fn a_cpu_out_of_nodes_still_gets_the_lock() {
     let guard = lock.lock();
     fake.preempt(0, true);
     thread::scope(|s| {
+        // CPU 1 is pending (no node needed), so CPU 3 would have to queue.
+        let pending = queue_up(s, &lock, 1);
         let waiter = s.spawn(|| {
             become_cpu(3);
             let mut stats = WaitStats::default();
@@ -326,15 +408,26 @@ fn a_cpu_out_of_nodes_still_gets_the_lock() {
         wait_for("a yield from the unqueued waiter", || {
             fake.yields().contains(&(3, 0))
         });
-        assert!(!lock.has_waiters(), "it did not queue");
+        assert_eq!(
+            lock.word.state.load(Ordering::SeqCst) & TAIL_MASK,
+            0,
+            "it did not queue"
+        );
         fake.preempt(0, false);
         drop(guard);
         let stats = waiter.join().unwrap();
         assert_eq!((stats.acquisitions, stats.contended), (1, 1));
+        pending.join().unwrap();
     });
     drop(taken);
     assert_eq!(DEPTH[3].load(Ordering::Relaxed), 0);
-    assert_eq!(lock.into_inner(), [3]);
+    let mut took = lock.into_inner();
+    took.sort_unstable();
+    assert_eq!(
+        took,
+        [1, 3],
+        "the unqueued CPU may overtake the pending one"
+    );
 }
 
 #[test]
