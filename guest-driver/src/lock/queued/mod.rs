@@ -20,10 +20,12 @@
 //! own node until its predecessor makes it the head, and only the head
 //! spins on the lock word, waiting for the holder and the pending waiter
 //! to be gone, so a release disturbs one or two waiters, and waiters are
-//! served in the order they came (the pending one first, then the queue). A CPU has [`LEVELS`] nodes, one per wait that can be
-//! in progress at once on it (a thread, and handlers that interrupt it
-//! while it waits); a CPU beyond them, or beyond [`MAX_CPUS`], takes the
-//! lock without queuing (it competes with the head; rare).
+//! served in the order they came (the pending one first, then the
+//! queue). A CPU has [`LEVELS`] nodes, one per wait that can be in
+//! progress at once on it (a thread, and handlers that interrupt it while
+//! it waits); a CPU beyond them, or beyond [`MAX_CPUS`], takes the lock
+//! without queuing (it competes with the pending waiter and the head;
+//! rare).
 //!
 //! # Paravirtual waiting
 //!
