@@ -735,7 +735,7 @@ mod tests {
         assert_eq!(
             Settings::default().to_string(),
             "lock=pv iterations=10000 duration-ms=0 min-contended=0 max-duration-ms=0 cs-work=40 \
-             private-work=40 spin-limit=128 halt-after=16 first-hold-ms=0 long-holds=1 costs=0 \
+             private-work=40 spin-limit=128 halt-after=64 first-hold-ms=0 long-holds=1 costs=0 \
              self-sgi=0 seed=0 timeout=60"
         );
     }

@@ -568,7 +568,7 @@ fn lockbench_settings(lock: LockKind, iterations: u64) -> lockbench::Settings {
             0
         },
         // The queued lock's head then only waits by spinning and yielding
-        // to a preempted holder; with its default (sleep after 16 looks)
+        // to a preempted holder; with its default (sleep after 64 looks)
         // every waiter soon sleeps, the holder has a pCPU to itself and
         // is hardly ever preempted: fast, but no yield to show. Waiters
         // behind a preempted predecessor still sleep and are kicked.

@@ -16,7 +16,7 @@
 //! | `min-contended=N` / `max-duration-ms=M` | with `duration-ms`: go on past it until the vCPUs together made N contended acquisitions, at most until M ms | 0 / 0 (off) |
 //! | `cs-work=N` / `private-work=N` | mixing rounds inside / between acquisitions (about 7 instructions each) | 40 / 40 |
 //! | `spin-limit=N` | PV locks: spins between two looks at the awaited vCPU | 128 |
-//! | `halt-after=N` | PV queued lock: looks before a waiter sleeps anyway | 16 |
+//! | `halt-after=N` | PV queued lock: looks before a waiter sleeps anyway | 64 |
 //! | `first-hold-ms=N` | each vCPU's first critical section lasts at least N ms: with more vCPUs than pCPUs and N above the hypervisor's time slice (el2: 4 ms), its holder is surely preempted inside it | 0 |
 //! | `long-holds=N` | how many of each vCPU's first critical sections last `first-hold-ms` | 1 |
 //! | `costs=N` | first time N null hypercalls (vCPU 0 alone) and N directed-yield round trips between vCPUs 0 and 1 | 0 (off) |

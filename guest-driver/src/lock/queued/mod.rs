@@ -78,8 +78,16 @@ mod tests;
 pub const LEVELS: usize = 4;
 
 /// Looks at the awaited vCPU after which a waiter sleeps even though that
-/// vCPU runs, unless [`QueuedLock::set_halt_after`] says otherwise.
-pub const DEFAULT_HALT_AFTER: u32 = 16;
+/// vCPU runs, unless [`QueuedLock::set_halt_after`] says otherwise: 64
+/// looks of [`DEFAULT_SPIN_LIMIT`] spins, 8,192 spins (Linux's PV
+/// qspinlock spins 32,768 before it halts). A sleep and its kick cost two
+/// exits and a wake-up, which pays off only when a sibling wants the pCPU;
+/// with 16 looks a waiter behind a holder that merely ran slowly (a host
+/// hiccup under parallel emulation) slept hundreds of times a run and the
+/// multi-threaded lockbench lost a third of its throughput at 1x and half
+/// at 2x, while 32 to 64 looks did as well as 16 under icount at 2x
+/// (docs/benchmarks.md, "Reading the figures").
+pub const DEFAULT_HALT_AFTER: u32 = 64;
 
 const HOLDER_MASK: u64 = 0xffff;
 /// The holder field for a CPU whose number does not fit (no yield to it).
