@@ -2186,7 +2186,7 @@ mod tests {
                 .bootargs
                 .starts_with("lock=pv-ticket iterations=10000 ")
         );
-        assert!(tests[2].vms[0].bootargs.contains(" halt-after=16 "));
+        assert!(tests[2].vms[0].bootargs.contains(" halt-after=64 "));
         let ticket = &tests[3].vms[0].bootargs;
         assert!(
             ticket.starts_with("lock=ticket iterations=500 "),
