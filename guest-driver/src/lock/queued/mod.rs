@@ -83,9 +83,9 @@ pub const LEVELS: usize = 4;
 /// qspinlock spins 32,768 before it halts). A sleep and its kick cost two
 /// exits and a wake-up, which pays off only when a sibling wants the pCPU;
 /// with 16 looks a waiter behind a holder that merely ran slowly (a host
-/// hiccup under parallel emulation) slept hundreds of times a run and the
-/// multi-threaded lockbench lost a third of its throughput at 1x and half
-/// at 2x, while 32 to 64 looks did as well as 16 under icount at 2x
+/// hiccup under parallel emulation) slept hundreds of times a run even at
+/// 1x, and the multi-threaded lockbench at 2x ran at less than half of
+/// its speed with 64, which does as well as 16 under icount at 2x
 /// (docs/benchmarks.md, "Reading the figures").
 pub const DEFAULT_HALT_AFTER: u32 = 64;
 
