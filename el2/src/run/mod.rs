@@ -469,6 +469,19 @@ impl<'h, M: Machine> Runner<'h, M> {
         vector: u64,
         esr: u64,
     ) -> Option<Applied> {
+        // PV_SCHED_YIELD_TO, the PV lock waiters' one hot call whose reply
+        // is not constant: answered and applied without the exit's decode
+        // and the general dispatch (docs/benchmarks.md, "Costs").
+        if crate::trap::exit::is_hvc_call(vector, esr) {
+            if let Some(next) = vm
+                .dispatcher
+                .directed_yield(vcpu, &mut ctx.regs, vm.vcpu_count())
+            {
+                vm.count_exit(&Exit::Hvc { imm: 0 });
+                let applied = self.apply_directed_yield(vm, vcpu, ctx, next);
+                return (applied != Applied::Resume).then_some(applied);
+            }
+        }
         // The syndrome, captured once: the fault address registers only
         // for the exits they describe.
         let (far, hpfar) = if Syndrome::has_fault_address(vector, esr) {

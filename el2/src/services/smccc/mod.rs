@@ -111,6 +111,7 @@ use core::fmt;
 
 use platform::{Mpidr, VmConfig};
 use pvlock_abi::catalog;
+use pvlock_abi::directed_yield::PV_SCHED_YIELD_TO;
 use pvlock_abi::kvm::KvmFeatures;
 use pvlock_abi::smccc::{self, FunctionId, PRESERVED_FIRST, RESULT_REGS};
 
@@ -394,6 +395,14 @@ pub trait Service: Send + Sync {
         let _ = fid;
         false
     }
+
+    /// Whether this service owns PV_SCHED_YIELD_TO and answers it with
+    /// `pvyield::reply`, so that the dispatcher may answer the call
+    /// without its general route ([`Dispatcher::directed_yield`]). Only
+    /// [`PvYieldService`] does. The default: no.
+    fn answers_directed_yield(&self) -> bool {
+        false
+    }
 }
 
 /// Why [`Dispatcher::register`] refused a service.
@@ -562,6 +571,10 @@ pub struct Dispatcher {
     /// recomputed by every registration (a new service can change
     /// KVM_FEATURES).
     constants: ConstantReplies,
+    /// PV_SCHED_YIELD_TO's route when a service registered it that
+    /// answers it with `pvyield::reply` (every VM with a PV-lock variant):
+    /// [`Self::directed_yield`] takes it without the route look-up.
+    directed_yield: Option<Route>,
 }
 
 impl Default for Dispatcher {
@@ -591,6 +604,7 @@ impl Dispatcher {
             index: RouteIndex::default(),
             counters: CallCounters::new(),
             constants: ConstantReplies::default(),
+            directed_yield: None,
         }
     }
 
@@ -688,6 +702,12 @@ impl Dispatcher {
             }
         }
         self.index = RouteIndex::build(&routes);
+        if service.answers_directed_yield() {
+            self.directed_yield = routes
+                .iter()
+                .find(|r| r.fid == PV_SCHED_YIELD_TO && r.service == index)
+                .copied();
+        }
         self.routes = routes;
         self.services.push(service);
         self.constants = self.compute_constants();
@@ -794,6 +814,33 @@ impl Dispatcher {
     /// Per-function-id call counts of this VM.
     pub fn counters(&self) -> &CallCounters {
         &self.counters
+    }
+
+    /// PV_SCHED_YIELD_TO from `caller` in a VM of `vcpu_count` vCPUs,
+    /// answered and counted as [`Self::dispatch`] would, without its route
+    /// look-up and service call: every PV lock waiter's hot call whose
+    /// reply is not constant, one per directed yield and vCPU switch.
+    /// `None`, with nothing touched, if X0 holds another call or the VM is
+    /// not offered it: then `dispatch` answers.
+    #[inline(always)]
+    pub fn directed_yield(
+        &self,
+        caller: VcpuId,
+        regs: &mut GuestRegs,
+        vcpu_count: u16,
+    ) -> Option<Next> {
+        let route = self.directed_yield.as_ref()?;
+        let fid = FunctionId::from_x0(regs.x[0]);
+        if fid != route.fid {
+            return None;
+        }
+        match route.counter {
+            Some(index) => self.counters.record_index(index, fid),
+            None => self.counters.record(fid),
+        }
+        let reply = pvyield::reply(caller, vcpu_count, regs.x[1]);
+        regs.x[..RESULT_REGS].copy_from_slice(&reply.x);
+        Some(reply.next)
     }
 
     /// Handles one SMCCC call from `caller`, whose saved registers are

@@ -870,6 +870,104 @@ fn pv_sched_yield_to() {
     }
 }
 
+/// The dispatcher's shortcut for PV_SCHED_YIELD_TO (the runner's exit
+/// path takes it before the general dispatch) answers and counts every
+/// call exactly as `dispatch` does, touches nothing for any other call,
+/// and is not there on a VM without the service.
+#[test]
+fn the_directed_yield_shortcut_answers_as_dispatch_does() {
+    let regs_for = |x0: u64, x1: u64| GuestRegs {
+        x: core::array::from_fn(|n| match n {
+            0 => x0,
+            1 => x1,
+            _ => 0xA5A5_0000_0000_0000 | n as u64,
+        }),
+        pc: 0xFFFF_8000_0000_1000,
+        pstate: 0x3C5,
+        ..GuestRegs::default()
+    };
+    let yield_x0 = u64::from(abi::YIELD_TO);
+    let targets = [
+        0,
+        1,
+        u64::from(VCPUS - 1),
+        u64::from(VCPUS),
+        0x1_0000,
+        0x1_0000_0001,
+        u64::MAX,
+    ];
+    for variant in Variant::ALL {
+        let vm = lock_vm(variant);
+        for caller in 0..VCPUS + 2 {
+            let caller = VcpuId {
+                vm: VM,
+                index: caller,
+            };
+            // SMCCC reads W0 only and ignores the SVE hint (bit 16).
+            for (x0, &x1) in [
+                yield_x0,
+                0xdead_beef_0000_0000 | yield_x0,
+                yield_x0 | 1 << 16,
+            ]
+            .into_iter()
+            .flat_map(|x0| targets.iter().map(move |x1| (x0, x1)))
+            {
+                let mut slow = regs_for(x0, x1);
+                let slow_next = vm.table.dispatch(caller, &mut slow, &CLOCK);
+                let counted = vm.table.counters().count(directed_yield::PV_SCHED_YIELD_TO);
+                let mut fast = regs_for(x0, x1);
+                let fast_next = vm
+                    .table
+                    .directed_yield(caller, &mut fast, CLOCK.vcpu_count());
+                assert_eq!(
+                    fast_next,
+                    Some(slow_next),
+                    "{variant:?} {caller} -> {x1:#x}"
+                );
+                assert_eq!(fast, slow, "{variant:?} {caller} -> {x1:#x}");
+                assert_eq!(
+                    vm.table.counters().count(directed_yield::PV_SCHED_YIELD_TO),
+                    counted + 1,
+                    "counted once"
+                );
+            }
+        }
+        // Any other call, the yield's SMC32 twin included: not taken,
+        // nothing written or counted.
+        for x0 in [
+            u64::from(abi::OE_KICK_CPU),
+            u64::from(abi_arch::SMCCC_VERSION.raw()),
+            yield_x0 + 1,
+            yield_x0 & !(1 << 30),
+        ] {
+            let mut regs = regs_for(x0, 1);
+            let before = regs.clone();
+            let total = vm.table.counters().total();
+            assert_eq!(
+                vm.table
+                    .directed_yield(VcpuId { vm: VM, index: 0 }, &mut regs, VCPUS),
+                None
+            );
+            assert_eq!(regs, before, "{x0:#x}");
+            assert_eq!(vm.table.counters().total(), total, "{x0:#x}");
+        }
+    }
+    for config in PvConfig::every_valid()
+        .into_iter()
+        .filter(|c| c.lock.is_none())
+    {
+        let vm = vm_with(config.lock, config.steal_time, config.ptp);
+        let mut regs = regs_for(yield_x0, 1);
+        let before = regs.clone();
+        assert_eq!(
+            vm.table
+                .directed_yield(VcpuId { vm: VM, index: 0 }, &mut regs, VCPUS),
+            None
+        );
+        assert_eq!(regs, before, "{config:?}");
+    }
+}
+
 #[test]
 fn pv_sched_yield_to_answers_match_the_abi_constants() {
     assert_eq!(directed_yield::YIELDED, 0);

@@ -50,21 +50,8 @@ impl Service for PvYieldService {
         if call.fid() != PV_SCHED_YIELD_TO {
             return Reply::not_supported();
         }
-        let caller = call.caller();
         // SMC64: the whole of X1 is the index.
-        let index = match u16::try_from(call.arg(1)) {
-            Ok(index) if index < call.vm().vcpu_count() => index,
-            _ => return Reply::code(UNKNOWN_VCPU),
-        };
-        if index == caller.index {
-            return Reply::code(TO_SELF);
-        }
-        Reply::code(NOT_YIELDED).then(Next::YieldTo {
-            target: VcpuId {
-                vm: caller.vm,
-                index,
-            },
-        })
+        reply(call.caller(), call.vm().vcpu_count(), call.arg(1))
     }
 
     fn arch_features(&self, fid: FunctionId) -> Option<i64> {
@@ -74,4 +61,30 @@ impl Service for PvYieldService {
     fn kvm_features(&self) -> KvmFeatures {
         KvmFeatures::EMPTY.with(KVM_FEATURES_BIT)
     }
+
+    fn answers_directed_yield(&self) -> bool {
+        true
+    }
+}
+
+/// PV_SCHED_YIELD_TO's reply to `caller`, in a VM of `vcpu_count` vCPUs,
+/// for the target index in X1 (`x1`, all 64 bits: SMC64): the table
+/// above. The one rule behind both ways the call is answered,
+/// [`PvYieldService::call`] and the dispatcher's shortcut
+/// [`super::Dispatcher::directed_yield`].
+#[inline(always)]
+pub(super) fn reply(caller: VcpuId, vcpu_count: u16, x1: u64) -> Reply {
+    let index = match u16::try_from(x1) {
+        Ok(index) if index < vcpu_count => index,
+        _ => return Reply::code(UNKNOWN_VCPU),
+    };
+    if index == caller.index {
+        return Reply::code(TO_SELF);
+    }
+    Reply::code(NOT_YIELDED).then(Next::YieldTo {
+        target: VcpuId {
+            vm: caller.vm,
+            index,
+        },
+    })
 }
