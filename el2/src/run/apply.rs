@@ -67,30 +67,6 @@ impl<'h, M: Machine> Runner<'h, M> {
         }
     }
 
-    /// The decision of the dispatcher's PV_SCHED_YIELD_TO shortcut
-    /// (`Dispatcher::directed_yield`): the yield goes straight to
-    /// [`Self::yield_to`], on every directed yield's path; anything else
-    /// (a refused call resumes) through [`Self::apply`].
-    #[inline(always)]
-    pub(super) fn apply_directed_yield(
-        &mut self,
-        vm: &'h Vm<M>,
-        vcpu: VcpuId,
-        ctx: &mut VcpuContext<M::Saved>,
-        next: Next,
-    ) -> Applied {
-        match next {
-            Next::YieldTo { target } => {
-                #[cfg(test)]
-                {
-                    self.applied += 1;
-                }
-                self.yield_to(vm, vcpu, ctx, target)
-            }
-            other => self.apply(vm, vcpu, ctx, Decision::new(other)),
-        }
-    }
-
     /// WFI (and CPU_SUSPEND) completes at once if an interrupt is pending
     /// for the vCPU: look, with the list registers read back first (the
     /// guest may have taken what they held). Otherwise block until the
@@ -182,7 +158,9 @@ impl<'h, M: Machine> Runner<'h, M> {
 
     /// PV_SCHED_YIELD_TO: hand the rest of the caller's slice to `target`.
     /// X0 already says "not yielded" (1); only a real yield changes it.
-    fn yield_to(
+    /// Also called by the runner's exit path for the dispatcher's yield
+    /// shortcut, which counts it as applied.
+    pub(super) fn yield_to(
         &mut self,
         vm: &'h Vm<M>,
         vcpu: VcpuId,

@@ -472,15 +472,25 @@ impl<'h, M: Machine> Runner<'h, M> {
         // PV_SCHED_YIELD_TO, the PV lock waiters' one hot call whose reply
         // is not constant: answered and applied without the exit's decode
         // and the general dispatch (docs/benchmarks.md, "Costs").
-        if crate::trap::exit::is_hvc_call(vector, esr) {
-            if let Some(next) = vm
+        if crate::trap::exit::is_hvc_call(vector, esr)
+            && let Some(next) = vm
                 .dispatcher
                 .directed_yield(vcpu, &mut ctx.regs, vm.vcpu_count())
-            {
-                vm.count_exit(&Exit::Hvc { imm: 0 });
-                let applied = self.apply_directed_yield(vm, vcpu, ctx, next);
-                return (applied != Applied::Resume).then_some(applied);
-            }
+        {
+            vm.count_exit(&Exit::Hvc { imm: 0 });
+            let applied = match next {
+                // Straight to the yield; anything else (a refused call
+                // resumes) through `apply`.
+                Next::YieldTo { target } => {
+                    #[cfg(test)]
+                    {
+                        self.applied += 1;
+                    }
+                    self.yield_to(vm, vcpu, ctx, target)
+                }
+                other => self.apply(vm, vcpu, ctx, Decision::new(other)),
+            };
+            return (applied != Applied::Resume).then_some(applied);
         }
         // The syndrome, captured once: the fault address registers only
         // for the exits they describe.
