@@ -105,6 +105,7 @@ impl LockKind {
 /// | `private-work=N` | mixing rounds between acquisitions (0..=1000000) | [`DEFAULT_PRIVATE_WORK`] |
 /// | `spin-limit=N` | PV locks: spins between two looks at the awaited vCPU's flag (1..=1000000000) | [`crate::lock::DEFAULT_SPIN_LIMIT`] |
 /// | `halt-after=N` | PV queued lock: looks after which a waiter sleeps until kicked although the awaited vCPU runs (1..=4294967295) | [`crate::lock::DEFAULT_HALT_AFTER`] |
+/// | `steal=on\|off` | PV queued lock: a CPU that comes to the lock takes it past a waiter whose turn it is but who does not run | `on` |
 /// | `first-hold-ms=N` | each vCPU's first critical sections (see `long-holds`) last at least N ms of counter time (0..=1000): longer than a time slice, their holder is preempted inside them for sure (with more vCPUs than pCPUs) | 0 |
 /// | `long-holds=N` | how many of each vCPU's first critical sections `first-hold-ms` lengthens (1..=1000) | 1 |
 /// | `costs=N` | first measure N null hypercalls and N directed-yield round trips between vCPUs 0 and 1 (0..=10000000; 0: skip) | 0 |
@@ -122,6 +123,7 @@ pub struct Settings {
     pub private_work: u64,
     pub spin_limit: u32,
     pub halt_after: u32,
+    pub steal: bool,
     pub first_hold_ms: u64,
     pub long_holds: u64,
     pub costs: u64,
@@ -145,6 +147,7 @@ impl Default for Settings {
             private_work: DEFAULT_PRIVATE_WORK,
             spin_limit: crate::lock::DEFAULT_SPIN_LIMIT,
             halt_after: crate::lock::DEFAULT_HALT_AFTER,
+            steal: true,
             first_hold_ms: 0,
             long_holds: 1,
             costs: 0,
@@ -173,6 +176,10 @@ impl Settings {
         };
         let spin_limit = args.number("spin-limit", d.spin_limit.into(), 1, 1_000_000_000)?;
         let halt_after = args.number("halt-after", d.halt_after.into(), 1, u32::MAX.into())?;
+        let steal = match args.choice("steal", &["on", "off"])? {
+            Some(word) => word == "on",
+            None => d.steal,
+        };
         Ok(Self {
             lock,
             iterations: args.number("iterations", d.iterations, 1, MAX_ITERATIONS)?,
@@ -189,6 +196,7 @@ impl Settings {
             // In range by the bounds just checked.
             spin_limit: u32::try_from(spin_limit).unwrap_or(u32::MAX),
             halt_after: u32::try_from(halt_after).unwrap_or(u32::MAX),
+            steal,
             first_hold_ms: args.number("first-hold-ms", d.first_hold_ms, 0, 1000)?,
             long_holds: args.number("long-holds", d.long_holds, 1, 1000)?,
             costs: args.number("costs", d.costs, 0, MAX_COST_ROUNDS)?,
@@ -205,8 +213,8 @@ impl fmt::Display for Settings {
         write!(
             f,
             "lock={} iterations={} duration-ms={} min-contended={} max-duration-ms={} cs-work={} \
-             private-work={} spin-limit={} halt-after={} first-hold-ms={} long-holds={} costs={} \
-             self-sgi={} seed={} timeout={}",
+             private-work={} spin-limit={} halt-after={} steal={} first-hold-ms={} long-holds={} \
+             costs={} self-sgi={} seed={} timeout={}",
             self.lock.name(),
             self.iterations,
             self.duration_ms,
@@ -216,6 +224,7 @@ impl fmt::Display for Settings {
             self.private_work,
             self.spin_limit,
             self.halt_after,
+            if self.steal { "on" } else { "off" },
             self.first_hold_ms,
             self.long_holds,
             self.costs,
@@ -714,6 +723,9 @@ mod tests {
         let s = settings("duration-ms=250 halt-after=3 costs=1000").unwrap();
         assert_eq!((s.duration_ms, s.halt_after, s.costs), (250, 3, 1000));
         assert!(settings("halt-after=0").is_err());
+        assert!(!settings("steal=off").unwrap().steal);
+        assert!(settings("steal=on").unwrap().steal);
+        assert!(settings("steal=yes").is_err());
         assert!(settings("duration-ms=86400000").is_ok());
         assert!(settings("duration-ms=86400001").is_err());
         let s = settings("duration-ms=200 min-contended=200 max-duration-ms=600").unwrap();
@@ -729,14 +741,15 @@ mod tests {
         assert_eq!(settings("self-sgi=7").unwrap().self_sgi, 7);
         assert!(settings("self-sgi=1000001").is_err());
         // The words round-trip.
-        let s = settings("lock=ticket iterations=3 seed=18446744073709551615 timeout=9").unwrap();
+        let s = settings("lock=ticket iterations=3 steal=off seed=18446744073709551615 timeout=9")
+            .unwrap();
         assert_eq!(s.seed, u64::MAX);
         assert_eq!(settings(&s.to_string()).unwrap(), s);
         assert_eq!(
             Settings::default().to_string(),
             "lock=pv iterations=10000 duration-ms=0 min-contended=0 max-duration-ms=0 cs-work=40 \
-             private-work=40 spin-limit=128 halt-after=64 first-hold-ms=0 long-holds=1 costs=0 \
-             self-sgi=0 seed=0 timeout=60"
+             private-work=40 spin-limit=128 halt-after=64 steal=on first-hold-ms=0 long-holds=1 \
+             costs=0 self-sgi=0 seed=0 timeout=60"
         );
     }
 

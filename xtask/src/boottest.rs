@@ -2173,8 +2173,8 @@ mod tests {
         assert_eq!(
             tests[0].vms[0].bootargs,
             "lock=pv iterations=10000 duration-ms=0 min-contended=0 max-duration-ms=0 cs-work=40 \
-             private-work=40 spin-limit=128 halt-after=4294967295 first-hold-ms=10 long-holds=8 \
-             costs=0 self-sgi=0 seed=0 timeout=60"
+             private-work=40 spin-limit=128 halt-after=4294967295 steal=on first-hold-ms=10 \
+             long-holds=8 costs=0 self-sgi=0 seed=0 timeout=60"
         );
         assert!(
             tests[1].vms[0]

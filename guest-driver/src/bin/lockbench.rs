@@ -17,6 +17,7 @@
 //! | `cs-work=N` / `private-work=N` | mixing rounds inside / between acquisitions (about 7 instructions each) | 40 / 40 |
 //! | `spin-limit=N` | PV locks: spins between two looks at the awaited vCPU | 128 |
 //! | `halt-after=N` | PV queued lock: looks before a waiter sleeps anyway | 64 |
+//! | `steal=on\|off` | PV queued lock: newcomers take the lock past a waiter whose turn it is but who does not run | on |
 //! | `first-hold-ms=N` | each vCPU's first critical section lasts at least N ms: with more vCPUs than pCPUs and N above the hypervisor's time slice (el2: 4 ms), its holder is surely preempted inside it | 0 |
 //! | `long-holds=N` | how many of each vCPU's first critical sections last `first-hold-ms` | 1 |
 //! | `costs=N` | first time N null hypercalls (vCPU 0 alone) and N directed-yield round trips between vCPUs 0 and 1 | 0 (off) |
@@ -43,7 +44,7 @@
 //! lockbench: 4 vCPUs, 64 MiB of RAM at 0x40000000, counter 62500000 Hz
 //! lockbench: lock pv, 10000 iterations per vCPU, ... (bootargs "lock=pv")
 //! lockbench: PV: SMCCC 1.1, KVM (...), PV-lock openeuler, stolen time, kick, directed yield
-//! lockbench: vcpu 0: 10000 acquisitions, 9999 contended, 1498 looks (0 owner unknown, 202 preempted), 202 yield calls, 96 yielded, 310 halts, worst wait 30.105 ms, in 2381.905 ms
+//! lockbench: vcpu 0: 10000 acquisitions, 9999 contended, 1498 looks (0 owner unknown, 202 preempted), 202 yield calls, 96 yielded, 310 halts, 7 steals, worst wait 30.105 ms, in 2381.905 ms
 //! ...
 //! lockbench: data ok: 40000 acquisitions, 0 lost updates
 //! lockbench: yields: 801 calls, 387 yielded, 1240 halts, 1236 kicks
@@ -195,13 +196,14 @@ mod guest {
         };
         println!(
             "{PREFIX} lock {}, {}, cs-work {}, private-work {}, spin-limit {}, halt-after {}, \
-             first-hold-ms {}, long-holds {} (bootargs \"{}\")",
+             steal {}, first-hold-ms {}, long-holds {} (bootargs \"{}\")",
             s.lock.name(),
             RunLength(s),
             s.cs_work,
             s.private_work,
             s.spin_limit,
             s.halt_after,
+            if s.steal { "on" } else { "off" },
             s.first_hold_ms,
             s.long_holds,
             args.as_str()
@@ -213,6 +215,7 @@ mod guest {
         }
         PV_LOCK.set_spin_limit(s.spin_limit);
         PV_LOCK.set_halt_after(s.halt_after);
+        PV_LOCK.set_steal(s.steal);
         PV_TICKET_LOCK.set_spin_limit(s.spin_limit);
         if s.self_sgi > 0
             && let Err(e) = gic::init()
@@ -591,7 +594,7 @@ mod guest {
             let st = r.stats;
             println!(
                 "{}, {} looks ({} owner unknown, {} preempted), {} yield calls, {} yielded, {} \
-                 halts, worst wait {:.3} ms, in {:.3} ms",
+                 halts, {} steals, worst wait {:.3} ms, in {:.3} ms",
                 VcpuLine {
                     cpu: cpu as u64,
                     acquisitions: st.acquisitions,
@@ -603,6 +606,7 @@ mod guest {
                 st.yield_calls,
                 st.yielded,
                 st.halts,
+                st.steals,
                 millis(r.worst_wait),
                 millis(r.busy)
             );

@@ -225,6 +225,9 @@ pub struct WaitStats {
     pub yield_refused: u64,
     /// Sleeps until a kick (queued lock only).
     pub halts: u64,
+    /// Locks taken past waiters whose turn it was but who did not run
+    /// (queued lock only).
+    pub steals: u64,
 }
 
 impl WaitStats {
@@ -253,6 +256,7 @@ impl AddAssign for WaitStats {
         self.yielded += other.yielded;
         self.yield_refused += other.yield_refused;
         self.halts += other.halts;
+        self.steals += other.steals;
     }
 }
 

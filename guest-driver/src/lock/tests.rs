@@ -564,6 +564,7 @@ fn stats_add_up() {
         yielded: 6,
         yield_refused: 7,
         halts: 10,
+        steals: 11,
     };
     a += a;
     assert_eq!(
@@ -579,6 +580,7 @@ fn stats_add_up() {
             yielded: 12,
             yield_refused: 14,
             halts: 20,
+            steals: 22,
         }
     );
     assert_eq!(TicketLock::new(()).spin_limit(), DEFAULT_SPIN_LIMIT);

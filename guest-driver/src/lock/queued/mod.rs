@@ -42,7 +42,14 @@
 //!   if that vCPU is preempted, spinning is pointless (even once it runs it
 //!   must first get the lock), so the waiter sleeps ([`Paravirt::wait`]);
 //! - any waiter that looked [`halt_after`](QueuedLock::halt_after) times
-//!   without getting anywhere sleeps too, freeing its pCPU for a sibling.
+//!   without getting anywhere sleeps too, freeing its pCPU for a sibling;
+//! - a CPU that comes to a lock others wait for takes it past them if the
+//!   one whose turn it is does not run: the lock is free and the pending
+//!   waiter is preempted, or it stays free for `spin_limit` reads (lock
+//!   stealing, as Linux's PV qspinlock allows). In strict FIFO order the
+//!   lock would sit idle until the hypervisor runs that vCPU again; under
+//!   overcommit that is most hand-offs to a waiter that was descheduled.
+//!   A waiter that runs takes a free lock at once, so it is not starved.
 //!
 //! A sleeping waiter is woken with [`Paravirt::kick`] by whoever makes its
 //! wait end: a sleeping pending waiter or head by the unlocker (which sees
@@ -56,8 +63,8 @@
 //! (docs/abi.md §3), and `wait` may return early (the backend bounds it): every
 //! sleep is followed by a fresh look at the lock.
 //!
-//! Mutual exclusion and FIFO order rest on the lock word and the queue
-//! alone; the backend only gives hints and wake-ups, and a backend that
+//! Mutual exclusion, and FIFO order among the waiters, rest on the lock
+//! word and the queue alone; the backend only gives hints and wake-ups, and a backend that
 //! answers nonsense cannot break the lock (a wrong `kick` only costs a
 //! sleeper the backend's wait bound).
 
@@ -231,12 +238,15 @@ struct Word {
     queue_head: AtomicU32,
     spin_limit: AtomicU32,
     halt_after: AtomicU32,
+    /// Whether newcomers may steal the lock (non-zero; the default).
+    steal: AtomicU32,
     /// Kicks the unlockers sent, and how many the hypervisor refused.
     kicks: AtomicU64,
     kicks_refused: AtomicU64,
 }
 
-/// A fair (FIFO) queued spin lock around a `T`, waiting paravirtually with
+/// A fair (FIFO, except for steals past a waiter that does not run)
+/// queued spin lock around a `T`, waiting paravirtually with
 /// the backend `P` (see the module documentation).
 ///
 /// `P::this_cpu` must give each CPU that takes the lock its own number
@@ -265,6 +275,7 @@ impl<T, P> QueuedLock<T, P> {
                 queue_head: AtomicU32::new(0),
                 spin_limit: AtomicU32::new(DEFAULT_SPIN_LIMIT),
                 halt_after: AtomicU32::new(DEFAULT_HALT_AFTER),
+                steal: AtomicU32::new(1),
                 kicks: AtomicU64::new(0),
                 kicks_refused: AtomicU64::new(0),
             },
@@ -313,6 +324,10 @@ impl<T: ?Sized, P: Paravirt> QueuedLock<T, P> {
             Contended::Taken => return,
             Contended::Pending => return self.wait_pending(me, stats),
             Contended::Queue => {}
+        }
+        if P::ENABLED && self.word.steal.load(Ordering::Relaxed) != 0 && self.try_steal(me) {
+            stats.steals += 1;
+            return;
         }
         match Slot::take(me) {
             Some(slot) => self.lock_queued(&slot, stats),
@@ -369,6 +384,48 @@ impl<T: ?Sized, P: Paravirt> QueuedLock<T, P> {
             }
         }
         Contended::Queue
+    }
+
+    /// A newcomer that found others waiting takes the lock past them if
+    /// the one whose turn it is does not run: the lock is free and the
+    /// pending waiter is preempted, or the lock stays free for
+    /// `spin_limit` reads (far longer than a running waiter needs to take
+    /// a lock it watches: the pending waiter or the queue's head is
+    /// preempted or asleep until its kick gets it a pCPU). FIFO order
+    /// would leave the lock idle until that vCPU runs again; Linux's PV
+    /// qspinlock lets a newcomer steal the lock too
+    /// (`pv_hybrid_queued_unfair_trylock`). The steal sets only the holder
+    /// field, so the waiters wait on for this holder as for any other, and
+    /// the one whose turn it is, once it runs, takes the lock at the next
+    /// release: it takes a free lock at once, a stealer only one that
+    /// stayed free.
+    fn try_steal(&self, me: usize) -> bool {
+        let (limit, _) = self.limits();
+        let state = &self.word.state;
+        let mut seen = state.load(Ordering::Relaxed);
+        let pending_preempted = seen & PENDING != 0
+            && (self.word.pending_cpu.load(Ordering::Relaxed) as usize)
+                .checked_sub(1)
+                .is_some_and(|cpu| self.pv.vcpu_is_preempted(cpu));
+        let reads = if pending_preempted { 0 } else { limit };
+        for _ in 0..reads {
+            if seen & HOLDER_MASK != 0 || seen & (PENDING | TAIL_MASK) == 0 {
+                return false;
+            }
+            self.pv.relax();
+            seen = state.load(Ordering::Relaxed);
+        }
+        // Acquire: pairs with the previous holder's release in unlock.
+        seen & HOLDER_MASK == 0
+            && seen & (PENDING | TAIL_MASK) != 0
+            && state
+                .compare_exchange(
+                    seen,
+                    seen | holder_field(me),
+                    Ordering::Acquire,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
     }
 
     /// As the pending waiter: spin on the lock word until the holder
@@ -780,6 +837,19 @@ impl<T: ?Sized, P: Paravirt> QueuedLock<T, P> {
     /// when the awaited vCPU is preempted).
     pub fn set_halt_after(&self, looks: u32) {
         self.word.halt_after.store(looks.max(1), Ordering::Relaxed);
+    }
+
+    /// Whether a CPU that comes to the lock may take it past a waiter
+    /// whose turn it is but who does not run (the module documentation's
+    /// lock stealing; on by default).
+    pub fn steals(&self) -> bool {
+        self.word.steal.load(Ordering::Relaxed) != 0
+    }
+
+    /// Allows or forbids lock stealing: without it the lock is strictly
+    /// FIFO, and a hand-off to a descheduled waiter waits for it to run.
+    pub fn set_steal(&self, steal: bool) {
+        self.word.steal.store(u32::from(steal), Ordering::Relaxed);
     }
 
     /// The paravirtual backend.

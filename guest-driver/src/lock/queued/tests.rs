@@ -382,6 +382,90 @@ fn what_the_head_behind_a_pending_waiter_does_when_it_looks() {
     }
 }
 
+/// A newcomer takes a free lock past the waiter whose turn it is only
+/// when that waiter does not run: at once if the pending waiter is
+/// preempted, otherwise once the lock stayed free for `spin_limit` reads.
+/// It never takes a held lock, nor steals where nobody waits, and leaves
+/// every other field of the word as it was.
+#[test]
+fn a_newcomer_steals_the_lock_only_past_a_waiter_that_does_not_run() {
+    let _serial = serial();
+    let fake = Fake::new();
+    let lock = QueuedLock::with_paravirt((), &fake);
+    lock.set_spin_limit(1 << 20);
+    let queued = u64::from(tag(2, 0)) << TAIL_SHIFT;
+    lock.word.pending_cpu.store(2, Ordering::SeqCst); // CPU 1
+    become_cpu(3);
+    // The pending CPU is preempted and the lock free: taken at once (a
+    // wait of 2^20 reads would time the test out).
+    fake.preempt(1, true);
+    lock.word.state.store(PENDING | queued, Ordering::SeqCst);
+    assert!(lock.try_steal(3));
+    assert_eq!(
+        lock.word.state.load(Ordering::SeqCst),
+        PENDING | queued | holder_field(3)
+    );
+    // Held, or free with nobody waiting (the fast path's case): no steal.
+    for state in [PENDING | queued | holder_field(0), holder_field(0), 0] {
+        lock.word.state.store(state, Ordering::SeqCst);
+        assert!(!lock.try_steal(3), "{state:#x}");
+        assert_eq!(lock.word.state.load(Ordering::SeqCst), state);
+    }
+}
+
+/// The waiting half of the steal: a pending waiter that runs takes the
+/// lock during the newcomer's reads, and the newcomer leaves it alone; a
+/// lock that stays free for all of them is stolen.
+#[test]
+fn a_newcomer_waits_for_a_running_waiter_before_it_steals() {
+    /// A backend whose `relax` is where CPU 1, the pending waiter, takes
+    /// the lock: at the `TAKE_AT`th read.
+    struct TakenWhileWaiting;
+    static LOCK: QueuedLock<(), TakenWhileWaiting> =
+        QueuedLock::with_paravirt((), TakenWhileWaiting);
+    static RELAXES: AtomicU32 = AtomicU32::new(0);
+    const TAKE_AT: u32 = 5;
+    impl Paravirt for TakenWhileWaiting {
+        // The point of this backend: CPU 1 takes the lock in here.
+        fn relax(&self) {
+            if RELAXES.fetch_add(1, Ordering::SeqCst) + 1 == TAKE_AT {
+                let s = LOCK.word.state.load(Ordering::SeqCst);
+                LOCK.word
+                    .state
+                    .store(s & TAIL_MASK | holder_field(1), Ordering::SeqCst);
+            }
+        }
+        fn this_cpu(&self) -> usize {
+            3
+        }
+        // CPU 1 runs; nobody yields.
+        fn vcpu_is_preempted(&self, _cpu: usize) -> bool {
+            false
+        }
+        fn yield_to(&self, _cpu: usize) -> YieldResult {
+            YieldResult::Unavailable
+        }
+    }
+    let _serial = serial();
+    LOCK.word.pending_cpu.store(2, Ordering::SeqCst); // CPU 1, running
+    // More reads than it takes CPU 1: CPU 1 gets the lock, not CPU 3.
+    LOCK.set_spin_limit(TAKE_AT + 3);
+    LOCK.word.state.store(PENDING, Ordering::SeqCst);
+    assert!(!LOCK.try_steal(3));
+    assert_eq!(RELAXES.load(Ordering::SeqCst), TAKE_AT);
+    assert_eq!(LOCK.word.state.load(Ordering::SeqCst), holder_field(1));
+    // Fewer reads than it takes CPU 1: the lock stayed free, CPU 3 takes it.
+    RELAXES.store(0, Ordering::SeqCst);
+    LOCK.set_spin_limit(TAKE_AT - 1);
+    LOCK.word.state.store(PENDING, Ordering::SeqCst);
+    assert!(LOCK.try_steal(3));
+    assert_eq!(RELAXES.load(Ordering::SeqCst), TAKE_AT - 1);
+    assert_eq!(
+        LOCK.word.state.load(Ordering::SeqCst),
+        PENDING | holder_field(3)
+    );
+}
+
 #[test]
 fn a_cpu_out_of_nodes_still_gets_the_lock() {
     let _serial = serial();
