@@ -468,16 +468,20 @@ mod guest {
         }
         let start = time::counter();
         let mut i = 0;
+        // When this vCPU next looks whether the run may stop: at the
+        // duration's end, then every CONTENDED_LOOK_US.
+        let mut next_look = deadline;
+        let look_ticks = time::to_ticks(Duration::from_micros(CONTENDED_LOOK_US));
         while i < iterations {
-            // Past the duration, the look at `min-contended` only every
-            // CONTENDED_CHECK_EVERY iterations, tested here: a call per
-            // iteration cost about 13 instructions of one.
-            if deadline != u64::MAX
-                && time::counter() >= deadline
-                && (s.min_contended == 0 || i.is_multiple_of(CONTENDED_CHECK_EVERY))
-                && run_may_stop(cpu, &stats, s, last_deadline)
-            {
-                break;
+            // One compare per iteration; the look itself (a call and, with
+            // `min-contended`, a sum over every CPU's count) only every
+            // CONTENDED_LOOK_US.
+            let now = time::counter();
+            if now >= next_look {
+                if run_may_stop(cpu, &stats, s, last_deadline) {
+                    break;
+                }
+                next_look = now.saturating_add(look_ticks);
             }
             let asked = time::counter();
             let mut shared = lock.take(&mut stats);
@@ -513,21 +517,20 @@ mod guest {
         }
     }
 
-    /// How often (in iterations) a vCPU past its duration looks whether the
-    /// run has had `min-contended` hand-offs: seldom enough that the look
-    /// (a sum over every CPU's count) adds about one instruction to an
-    /// iteration of about 850, so that a run that goes on past its
-    /// duration measures the lock as the duration did (every 8 it added
-    /// about 30, which a PV 1x run, which never reaches its hand-offs,
-    /// paid for two thirds of its time); often enough that a run stops
-    /// within about 0.1 ms of one vCPU's time of reaching them.
-    const CONTENDED_CHECK_EVERY: u64 = 128;
+    /// How often (µs of counter time) a vCPU past its duration looks
+    /// whether the run has had `min-contended` hand-offs. By time, not by
+    /// iterations: a look every 8 iterations added about 30 instructions
+    /// to an iteration of about 860 of a fast run (the PV lock at 1x,
+    /// which never reaches its hand-offs, paid it for two thirds of its
+    /// time), and a look every 128 let a slow one (the plain lock at 2x,
+    /// one iteration per slice at worst) run on far past its hand-offs.
+    const CONTENDED_LOOK_US: u64 = 50;
 
     /// Whether a vCPU past its duration ends the run now: at once without
     /// `min-contended`; with it, once the vCPUs together made that many
     /// contended acquisitions, or the run reached `last_deadline`. The loop
-    /// asks every [`CONTENDED_CHECK_EVERY`] iterations; each time this
-    /// vCPU's count is published first. A vCPU that has not passed its
+    /// asks every [`CONTENDED_LOOK_US`]; each time this vCPU's count is
+    /// published first. A vCPU that has not passed its
     /// duration yet counts what it had published (0): the sum only
     /// undercounts, so a run never stops early.
     fn run_may_stop(cpu: usize, stats: &WaitStats, s: &Settings, last_deadline: u64) -> bool {
