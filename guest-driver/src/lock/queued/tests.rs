@@ -413,6 +413,39 @@ fn a_newcomer_steals_the_lock_only_past_a_waiter_that_does_not_run() {
     }
 }
 
+/// A CPU that stole the lock queues at its next contended acquisition,
+/// and may steal again at the one after.
+#[test]
+fn a_cpu_steals_at_most_every_other_contended_acquisition() {
+    let _serial = serial();
+    let fake = Fake::new();
+    let lock = QueuedLock::with_paravirt((), &fake);
+    let stealable = PENDING | u64::from(tag(2, 0)) << TAIL_SHIFT;
+    lock.word.pending_cpu.store(2, Ordering::SeqCst); // CPU 1
+    fake.preempt(1, true);
+    become_cpu(3);
+    STOLE_LAST[3].store(false, Ordering::SeqCst);
+    for (round, steals) in [true, false, true, false].into_iter().enumerate() {
+        lock.word.state.store(stealable, Ordering::SeqCst);
+        assert_eq!(lock.steal_in_turn(3), steals, "round {round}");
+        let expected = if steals {
+            stealable | holder_field(3)
+        } else {
+            stealable
+        };
+        assert_eq!(lock.word.state.load(Ordering::SeqCst), expected);
+    }
+    // Any contended acquisition that does not steal, one that found the
+    // lock held included, gives the CPU its turn back.
+    lock.word
+        .state
+        .store(stealable | holder_field(0), Ordering::SeqCst);
+    assert!(!lock.steal_in_turn(3));
+    lock.word.state.store(stealable, Ordering::SeqCst);
+    assert!(lock.steal_in_turn(3));
+    STOLE_LAST[3].store(false, Ordering::SeqCst);
+}
+
 /// The waiting half of the steal: a pending waiter that runs takes the
 /// lock during the newcomer's reads, and the newcomer leaves it alone; a
 /// lock that stays free for all of them is stolen.
