@@ -691,8 +691,8 @@ pub fn comparison(cells: &[Cell]) -> String {
     let mut out = String::from(
         "lock benchmark, 4 vCPUs on 2 pCPUs (2x overcommit), virtual time under -icount, \
          median [smallest-largest] of each mode's runs:\n\n\
-         | mode     | lock          | runs |              acquisitions/s | worst wait | fairness | data |\n\
-         |----------|---------------|-----:|----------------------------:|-----------:|---------:|------|\n",
+         | mode     | lock          | runs |                      acquisitions/s | worst wait | fairness | data |\n\
+         |----------|---------------|-----:|------------------------------------:|-----------:|---------:|------|\n",
     );
     let mut modes: Vec<Mode> = cells.iter().map(|c| c.point.mode).collect();
     modes.dedup();
@@ -716,7 +716,7 @@ pub fn comparison(cells: &[Cell]) -> String {
             .all(|c| c.data_ok);
         let _ = writeln!(
             out,
-            "| {:<8} | {:<13} | {:>4} | {:>27} | {:>10} | {:>8} | {} |",
+            "| {:<8} | {:<13} | {:>4} | {:>35} | {:>10} | {:>8} | {:<4} |",
             mode.name(),
             match lock_of(mode) {
                 LockKind::Ticket => "plain ticket",
@@ -1067,14 +1067,23 @@ mod tests {
             cell(Mode::PvBoost, 2, 70_000),
         ];
         let table = comparison(&cells);
+        // Every row as wide as the header, so the columns line up.
+        let widths: Vec<usize> = table
+            .lines()
+            .filter(|l| l.starts_with('|'))
+            .map(str::len)
+            .collect();
+        assert!(widths.windows(2).all(|w| w[0] == w[1]), "{table}");
         assert!(
             table.contains(
-                "| vanilla  | plain ticket  |    3 |    100,000 [80,000-120,000] |   2.500 ms |     1.00 | ok |"
+                "| vanilla  | plain ticket  |    3 |            100,000 [80,000-120,000] |   2.500 ms |     1.00 | ok   |"
             ),
             "{table}"
         );
         assert!(
-            table.contains("| pv+boost | PV queued     |    3 |   650,000 [600,000-700,000] |"),
+            table.contains(
+                "| pv+boost | PV queued     |    3 |           650,000 [600,000-700,000] |"
+            ),
             "{table}"
         );
         assert!(
