@@ -66,9 +66,10 @@
 //! sleep is followed by a fresh look at the lock.
 //!
 //! Mutual exclusion, and FIFO order among the waiters, rest on the lock
-//! word and the queue alone; the backend only gives hints and wake-ups, and a backend that
-//! answers nonsense cannot break the lock (a wrong `kick` only costs a
-//! sleeper the backend's wait bound).
+//! word and the queue alone; the backend only gives hints and wake-ups,
+//! and a backend that answers nonsense cannot break the lock (a wrong
+//! `kick` only costs a sleeper the backend's wait bound; a wrong
+//! "preempted" only lets a newcomer steal).
 
 use core::cell::UnsafeCell;
 use core::fmt;
