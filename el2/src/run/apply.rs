@@ -1,7 +1,9 @@
-//! Carrying out decisions: [`Runner::apply`] is the one place where what
-//! an exit handler decided happens — interrupt deliveries, blocking,
+//! Carrying out decisions: this module is the one place where what an
+//! exit handler decided happens — interrupt deliveries, blocking,
 //! directed yields, kicks, vCPUs powered on and off, the VM stopped or
-//! reset, a WFE policy changed — each under the locks the module doc of
+//! reset, a WFE policy changed — through [`Runner::apply`], or, for the
+//! dispatcher's PV_SCHED_YIELD_TO shortcut, straight through
+//! `Runner::yield_to`; each under the locks the module doc of
 //! `el2::run` orders: first the deliveries (the vGIC lock already
 //! released; a wake-up takes the scheduler's), then the next step, under
 //! the scheduler lock where it changes a vCPU's state. Every scheduler
