@@ -601,7 +601,11 @@ pub fn bench(ws: &Workspace, o: &BenchOpts) -> Result<ExitCode> {
         println!(
             "target {}: {} (target {} {}): {}",
             v.key,
-            v.value.map_or("not measured".into(), |x| format!("{x:.2}")),
+            if v.value.is_some() {
+                bench_report::verdict_figure(v)
+            } else {
+                "not measured".into()
+            },
             if v.higher_is_better { ">=" } else { "<=" },
             v.target,
             if v.met { "met" } else { "MISSED" }

@@ -596,6 +596,19 @@ fn vcpu_counts(cells: &[Cell], timing: Timing, pcpus: u32, hog: bool) -> Vec<u32
 
 /// A headline figure for the targets table: ratios with two decimals,
 /// instruction counts with one.
+/// A verdict's figure as [`figure`] shows it, with four decimals where two
+/// would read as the target itself although the verdict says otherwise
+/// (0.9494 against ">= 0.95" reads "0.95 ... MISSED").
+pub fn verdict_figure(v: &Verdict) -> String {
+    let shown = figure(v.key, v.value);
+    match v.value {
+        Some(x) if shown.parse::<f64>().ok() == Some(v.target) && x != v.target => {
+            format!("{x:.4}")
+        }
+        _ => shown,
+    }
+}
+
 fn figure(key: &str, value: Option<f64>) -> String {
     match value {
         None => MISSING.to_string(),
@@ -817,7 +830,7 @@ pub fn markdown(
             out,
             "| `{}` | {} | {direction} {} | {met} |",
             v.key,
-            figure(v.key, v.value),
+            verdict_figure(v),
             v.target
         );
     }
@@ -1400,6 +1413,18 @@ mod tests {
             &TARGETS,
         );
         assert!(within[2].met, "<= includes the bound");
+        // A figure just short of its target is not shown as the target.
+        let verdict = |value| Verdict {
+            key: "retention_2x",
+            value: Some(value),
+            target: 0.95,
+            higher_is_better: true,
+            met: value >= 0.95,
+        };
+        assert_eq!(verdict_figure(&verdict(0.94936)), "0.9494");
+        assert_eq!(verdict_figure(&verdict(0.95)), "0.95");
+        assert_eq!(verdict_figure(&verdict(0.9812)), "0.98");
+        assert_eq!(verdict_figure(&verdict(0.9441)), "0.94");
     }
 
     #[test]
