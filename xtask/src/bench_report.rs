@@ -594,8 +594,6 @@ fn vcpu_counts(cells: &[Cell], timing: Timing, pcpus: u32, hog: bool) -> Vec<u32
     vcpus
 }
 
-/// A headline figure for the targets table: ratios with two decimals,
-/// instruction counts with one.
 /// A verdict's figure as [`figure`] shows it, with four decimals where two
 /// would read as the target itself although the verdict says otherwise
 /// (0.9494 against ">= 0.95" reads "0.95 ... MISSED").
@@ -609,6 +607,8 @@ pub fn verdict_figure(v: &Verdict) -> String {
     }
 }
 
+/// A headline figure for the targets table: ratios with two decimals,
+/// instruction counts with one.
 fn figure(key: &str, value: Option<f64>) -> String {
     match value {
         None => MISSING.to_string(),

@@ -476,14 +476,13 @@ mod guest {
             // One compare per iteration; the look itself (a call and, with
             // `min-contended`, a sum over every CPU's count) only every
             // CONTENDED_LOOK_US.
-            let now = time::counter();
-            if now >= next_look {
+            let asked = time::counter();
+            if asked >= next_look {
                 if run_may_stop(cpu, &stats, s, last_deadline) {
                     break;
                 }
-                next_look = now.saturating_add(look_ticks);
+                next_look = asked.saturating_add(look_ticks);
             }
-            let asked = time::counter();
             let mut shared = lock.take(&mut stats);
             let got = time::counter();
             worst_wait = worst_wait.max(got.wrapping_sub(asked));

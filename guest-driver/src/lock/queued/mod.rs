@@ -245,8 +245,8 @@ struct Word {
     queue_head: AtomicU32,
     spin_limit: AtomicU32,
     halt_after: AtomicU32,
-    /// Whether newcomers may steal the lock (non-zero; the default).
-    steal: AtomicU32,
+    /// Whether newcomers may steal the lock (the default).
+    steal: AtomicBool,
     /// Kicks the unlockers sent, and how many the hypervisor refused.
     kicks: AtomicU64,
     kicks_refused: AtomicU64,
@@ -282,7 +282,7 @@ impl<T, P> QueuedLock<T, P> {
                 queue_head: AtomicU32::new(0),
                 spin_limit: AtomicU32::new(DEFAULT_SPIN_LIMIT),
                 halt_after: AtomicU32::new(DEFAULT_HALT_AFTER),
-                steal: AtomicU32::new(1),
+                steal: AtomicBool::new(true),
                 kicks: AtomicU64::new(0),
                 kicks_refused: AtomicU64::new(0),
             },
@@ -332,7 +332,7 @@ impl<T: ?Sized, P: Paravirt> QueuedLock<T, P> {
             Contended::Pending => return self.wait_pending(me, stats),
             Contended::Queue => {}
         }
-        if P::ENABLED && self.word.steal.load(Ordering::Relaxed) != 0 && self.steal_in_turn(me) {
+        if P::ENABLED && self.word.steal.load(Ordering::Relaxed) && self.steal_in_turn(me) {
             stats.steals += 1;
             return;
         }
@@ -866,13 +866,13 @@ impl<T: ?Sized, P: Paravirt> QueuedLock<T, P> {
     /// whose turn it is but who does not run (the module documentation's
     /// lock stealing; on by default).
     pub fn steals(&self) -> bool {
-        self.word.steal.load(Ordering::Relaxed) != 0
+        self.word.steal.load(Ordering::Relaxed)
     }
 
     /// Allows or forbids lock stealing: without it the lock is strictly
     /// FIFO, and a hand-off to a descheduled waiter waits for it to run.
     pub fn set_steal(&self, steal: bool) {
-        self.word.steal.store(u32::from(steal), Ordering::Relaxed);
+        self.word.steal.store(steal, Ordering::Relaxed);
     }
 
     /// The paravirtual backend.
