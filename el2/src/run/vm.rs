@@ -8,11 +8,11 @@ use super::machine::{Allocations, Machine, Refusal, VcpuContext, VmRegisters};
 use crate::devices::emul::ConsoleSink;
 use crate::devices::emul::pl011::Pl011;
 use crate::devices::vgic::VGic;
-use crate::guest::layout::{self, EmulatedDevice, GuestLayout};
+use crate::guest::layout::{self, EmulatedDevice, GuestLayout, RAM_BASE};
 use crate::guest::placement::VmPlacement;
 use crate::guest::{VmError, dt};
 use crate::sched::onspin::{VmSpin, WfxPolicies};
-use crate::services::pv::PvRegistry;
+use crate::services::pv::{HostWindow, PvRegistry};
 use crate::services::smccc::{CpuVulnerabilities, Dispatcher, VmServices};
 use crate::trap::exit::{EXIT_CLASSES, Exit};
 use crate::trap::fault;
@@ -208,7 +208,11 @@ impl<M: Machine> Vm<M> {
         let vcpu_count =
             u16::try_from(layout.vcpus).map_err(|_| fail("vcpus", "too many vCPUs".into()))?;
         let registry = PvRegistry::new(vcpu_count, services.pv, layout.pv_area)
-            .map_err(|e| fail("pv-lock", alloc::format!("{e}")))?;
+            .map_err(|e| fail("pv-lock", alloc::format!("{e}")))?
+            .backed_by(HostWindow {
+                ipa_base: RAM_BASE,
+                host: placement.ram,
+            });
         let pv = Arc::new(registry);
         let dispatcher =
             crate::services::smccc::dispatcher_for(services, pv.clone(), vulnerabilities)
@@ -334,35 +338,26 @@ impl<M: Machine> Vm<M> {
     /// against the guest's plain load (docs/abi.md §3). Nothing the guest
     /// wrote there is read.
     pub(super) fn write_preempted(&self, machine: &M, index: u16, value: u64) {
-        let Some(record) = self.pv.lock_record(index) else {
-            return;
-        };
-        if let Some(pa) = self.placement.host_pa(record.ipa) {
-            machine.store_preempted(pa, record.width, value);
+        if let Some(pa) = self.pv.lock_record_pa(index) {
+            machine.store_preempted(pa, self.pv.lock_width(), value);
         }
     }
 
     /// The `lock_count` hint in vCPU `index`'s PV-lock record (0 without
     /// one); untrusted, `el2::sched::onspin` sanitises it.
     pub(super) fn lock_count_hint(&self, machine: &M, index: u16) -> u32 {
-        let Some(record) = self.pv.lock_record(index) else {
-            return 0;
-        };
-        self.placement
-            .host_pa(record.ipa)
-            .map_or(0, |pa| machine.lock_count_hint(pa, record.width))
+        self.pv
+            .lock_record_pa(index)
+            .map_or(0, |pa| machine.lock_count_hint(pa, self.pv.lock_width()))
     }
 
     /// Stores vCPU `index`'s stolen time (ns) in its PV-time record, if it
     /// has one (docs/abi.md §4: `le64 stolen_time` at offset 8).
     pub(super) fn write_stolen_time(&self, machine: &M, index: u16, steal_ticks: u64) {
-        let Some(ipa) = self.pv.steal_record(index) else {
-            return;
-        };
-        if let Some(pa) = self.placement.host_pa(ipa) {
-            let ns = self
-                .pv
-                .stolen_time_ns(index, steal_ticks, machine.counter_frequency());
+        if let Some((pa, ns)) =
+            self.pv
+                .stolen_time_record(index, steal_ticks, machine.counter_frequency())
+        {
             machine.store_stolen_time(pa, ns);
         }
     }

@@ -56,13 +56,14 @@
 //! # What the runner (`el2::run`) does
 //!
 //! - **vcpu_load**: after `pick_next` named the vCPU and before entering
-//!   it, if [`PvRegistry::lock_record`] is `Some`, store
-//!   [`preempted_on_load`] in the record's first `width` bytes
+//!   it, if [`PvRegistry::lock_record_pa`] is `Some`, store
+//!   [`preempted_on_load`] in the record's first
+//!   [`PvRegistry::lock_width`] bytes
 //!   (little-endian, single-copy atomic, e.g. `VcpuState64::store_preempted`
 //!   / `VcpuState32::store_preempted` with `Release`); if
-//!   [`PvRegistry::steal_record`] is `Some`, store
-//!   [`PvRegistry::stolen_time_ns`] of the scheduler's steal ticks
-//!   (`StolenTime::store_stolen_time`, `Release`).
+//!   [`PvRegistry::stolen_time_record`] is `Some`, store the
+//!   nanoseconds it gives for the scheduler's steal ticks at the address
+//!   it gives (`StolenTime::store_stolen_time`, `Release`).
 //! - **vcpu_put**: store [`preempted_on_put`] of the [`PutOutcome`] (if
 //!   `Some`) **while still holding the scheduler lock** that `put` ran
 //!   under: once the lock is dropped another pCPU may pick the vCPU and
@@ -82,9 +83,12 @@
 //!   ticks, so the new guest's stolen time starts from 0.
 //! - **KICK** (`Next::Kick`): see [`crate::trap::decision::Next::Kick`].
 //!
-//! Guest memory at these IPAs is the VM's own RAM: the runner (`el2::run`) must
-//! write it through a mapping of that RAM, never through anything the
-//! guest controls.
+//! Guest memory at these IPAs is the VM's own RAM: the runner (`el2::run`)
+//! writes it through EL2's mapping of that RAM, never through anything the
+//! guest controls. [`PvRegistry::backed_by`] gives the registry that RAM's
+//! host block ([`HostWindow`]); each record's host address is computed
+//! once, when the record is placed or registered, and kept beside its IPA,
+//! so the writes at every put, load and wake-up translate nothing.
 
 use alloc::vec::Vec;
 use core::fmt;
@@ -245,6 +249,25 @@ impl fmt::Display for ConfigError {
     }
 }
 
+/// Where a VM's RAM is on the host: guest RAM from IPA `ipa_base` is the
+/// host block `host` (the VM's placement). Records are written through it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostWindow {
+    /// The IPA of the first byte of guest RAM.
+    pub ipa_base: u64,
+    /// The host block behind it.
+    pub host: MemRange,
+}
+
+impl HostWindow {
+    /// The host address of the record at `ipa`, if all of its
+    /// [`RECORD_SIZE`] bytes are in the window.
+    pub fn record_pa(&self, ipa: u64) -> Option<u64> {
+        let offset = ipa.checked_sub(self.ipa_base)?;
+        (self.host.size.checked_sub(offset)? >= RECORD_SIZE).then(|| self.host.base + offset)
+    }
+}
+
 /// Where one vCPU's PV-lock record is and how wide its `preempted` field
 /// is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -299,6 +322,17 @@ pub struct PvRegistry {
     lock_ipa: Vec<AtomicU64>,
     /// Per vCPU, the scheduler steal ticks that count as stolen time 0.
     steal_origin: Vec<AtomicU64>,
+    /// Where the VM's RAM is on the host, once [`Self::backed_by`] said.
+    host: Option<HostWindow>,
+    /// Per vCPU, `lock_ipa` translated to the host address the runner
+    /// writes through ([`UNREGISTERED`] when none, or without a
+    /// [`HostWindow`]); kept with `lock_ipa`, so that a put, load or
+    /// wake-up costs one load, not a look-up and a translation. Empty
+    /// without a PV lock.
+    lock_pa: Vec<AtomicU64>,
+    /// The host address of vCPU 0's stolen-time record (the others follow
+    /// at [`RECORD_SIZE`] strides), with PV time and a [`HostWindow`].
+    steal_pa_base: Option<u64>,
     /// What the guest did with its PV-lock records, for the summary.
     record_stats: RecordCounters,
 }
@@ -393,10 +427,35 @@ impl PvRegistry {
             guest_allocates: config.lock.is_some_and(|variant| variant.guest_allocates()),
             // `new` checked that base + lock_bytes + steal bytes fits.
             steal_base: config.steal_time.then_some(base + lock_bytes),
+            lock_pa: lock_ipa
+                .iter()
+                .map(|_| AtomicU64::new(UNREGISTERED))
+                .collect(),
             lock_ipa,
             steal_origin: (0..vcpus).map(|_| AtomicU64::new(0)).collect(),
+            host: None,
+            steal_pa_base: None,
             record_stats: RecordCounters::default(),
         })
+    }
+
+    /// The registry of a VM whose RAM is `host`: what its records' host
+    /// addresses ([`Self::lock_record_pa`], [`Self::stolen_time_record`])
+    /// are computed from. The caller guarantees that `host` holds the PV
+    /// area; a record outside it gets no host address (and is never
+    /// written).
+    pub fn backed_by(mut self, host: HostWindow) -> Self {
+        self.host = Some(host);
+        for (ipa, pa) in self.lock_ipa.iter().zip(&self.lock_pa) {
+            let ipa = ipa.load(Ordering::Relaxed);
+            let translated = (ipa != UNREGISTERED).then(|| host.record_pa(ipa)).flatten();
+            pa.store(translated.unwrap_or(UNREGISTERED), Ordering::Relaxed);
+        }
+        self.steal_pa_base = self.steal_base.and_then(|base| {
+            let last = base + u64::from(self.vcpus.saturating_sub(1)) * RECORD_SIZE;
+            host.record_pa(last).and_then(|_| host.record_pa(base))
+        });
+        self
     }
 
     /// The configuration the registry was built for.
@@ -438,6 +497,43 @@ impl PvRegistry {
         (vcpu < self.vcpus).then(|| base + u64::from(vcpu) * RECORD_SIZE)
     }
 
+    /// The host address of `vcpu`'s PV-lock record ([`Self::lock_record`]
+    /// translated through the [`HostWindow`]), `None` when it has none:
+    /// what the runner writes the `preempted` field through, at every put,
+    /// load and wake-up.
+    #[inline]
+    pub fn lock_record_pa(&self, vcpu: u16) -> Option<u64> {
+        let pa = self.lock_pa.get(usize::from(vcpu))?.load(Ordering::Acquire);
+        (pa != UNREGISTERED).then_some(pa)
+    }
+
+    /// Width in bytes of the VM's `preempted` field (`Variant::preempted_width`;
+    /// 0 without a PV lock).
+    #[inline]
+    pub fn lock_width(&self) -> usize {
+        self.lock_width
+    }
+
+    /// What vcpu_load stores in `vcpu`'s stolen-time record: its host
+    /// address and [`Self::stolen_time_ns`] of `steal_ticks` at
+    /// `counter_hz`; `None` without PV time, a [`HostWindow`], or such a
+    /// vCPU.
+    #[inline]
+    pub fn stolen_time_record(
+        &self,
+        vcpu: u16,
+        steal_ticks: u64,
+        counter_hz: u64,
+    ) -> Option<(u64, u64)> {
+        let base = self.steal_pa_base?;
+        let origin = self.steal_origin.get(usize::from(vcpu))?;
+        let ns = stolen_ns(
+            steal_ticks.saturating_sub(origin.load(Ordering::Relaxed)),
+            counter_hz,
+        );
+        Some((base + u64::from(vcpu) * RECORD_SIZE, ns))
+    }
+
     /// Records the guest's choice of PV-lock record for `vcpu`
     /// (openEuler PV_SCHED_IPA_INIT, Anolis PV_LOCK_PREEMPTED), replacing
     /// any earlier one. Accepted only if `ipa` is 64-byte aligned, its 64
@@ -469,6 +565,10 @@ impl PvRegistry {
         let record = MemRange::new(ipa, RECORD_SIZE);
         if self.area.is_some_and(|area| area.overlaps(&record)) {
             return Err(LockRegisterError::InPvArea);
+        }
+        let pa = self.host.and_then(|host| host.record_pa(ipa));
+        if let Some(slot_pa) = self.lock_pa.get(usize::from(vcpu)) {
+            slot_pa.store(pa.unwrap_or(UNREGISTERED), Ordering::Release);
         }
         slot.store(ipa, Ordering::Release);
         Ok(())
@@ -524,6 +624,9 @@ impl PvRegistry {
             return;
         }
         if let Some(slot) = self.lock_ipa.get(usize::from(vcpu)) {
+            slot.store(UNREGISTERED, Ordering::Release);
+        }
+        if let Some(slot) = self.lock_pa.get(usize::from(vcpu)) {
             slot.store(UNREGISTERED, Ordering::Release);
         }
     }
@@ -883,6 +986,93 @@ mod tests {
             reg.release_guest_lock(9);
             reg.reset_vcpu(u16::MAX);
         }
+    }
+
+    /// A host block behind [`RAM`] that is not at its IPA, so that a
+    /// record written at its IPA instead of its host address shows.
+    const HOST: HostWindow = HostWindow {
+        ipa_base: RAM.base,
+        host: MemRange::new(0x8_2000_0000, RAM.size),
+    };
+
+    /// The host address the runner writes through, by hand.
+    fn on_host(ipa: u64) -> u64 {
+        ipa - RAM.base + HOST.host.base
+    }
+
+    #[test]
+    fn records_are_written_at_their_host_address_kept_with_their_ipa() {
+        // Hypervisor-placed: every record's host address is known at once.
+        for variant in [Variant::SeedV2, Variant::SeedV3] {
+            let reg = PvRegistry::new(4, config(Some(variant), true, false), Some(AREA))
+                .unwrap()
+                .backed_by(HOST);
+            for v in 0..4 {
+                let ipa = reg.lock_record(v).unwrap().ipa;
+                assert_eq!(reg.lock_record_pa(v), Some(on_host(ipa)));
+                let (pa, ns) = reg.stolen_time_record(v, 62_500_000, 62_500_000).unwrap();
+                assert_eq!(pa, on_host(reg.steal_record(v).unwrap()));
+                assert_eq!(ns, 1_000_000_000);
+            }
+            assert_eq!(reg.lock_width(), 8);
+            assert_eq!(reg.lock_record_pa(4), None);
+            assert_eq!(reg.stolen_time_record(4, 1, 1), None);
+            // The steal origin counts as it does for `stolen_time_ns`.
+            reg.rebase_steal(2, 1_000);
+            assert_eq!(
+                reg.stolen_time_record(2, 1_500, 1_000_000_000).map(|r| r.1),
+                Some(reg.stolen_time_ns(2, 1_500, 1_000_000_000))
+            );
+            assert_eq!(reg.stolen_time_ns(2, 1_500, 1_000_000_000), 500);
+        }
+        // Guest-chosen: the host address follows every registration,
+        // refusal, release and reset.
+        for variant in [Variant::OpenEuler, Variant::Anolis] {
+            let reg = PvRegistry::new(4, config(Some(variant), false, false), Some(AREA))
+                .unwrap()
+                .backed_by(HOST);
+            let ok = RAM.base + 0x2_0000;
+            assert_eq!(reg.lock_record_pa(1), None);
+            assert_eq!(reg.stolen_time_record(1, 5, 5), None, "no PV time");
+            reg.register_guest_lock(1, ok, &in_ram).unwrap();
+            assert_eq!(reg.lock_record_pa(1), Some(on_host(ok)));
+            assert_eq!(reg.lock_width(), 4);
+            assert!(reg.register_guest_lock(1, ok + 4, &in_ram).is_err());
+            assert_eq!(reg.lock_record_pa(1), Some(on_host(ok)));
+            reg.register_guest_lock(1, RAM.end() - 64, &in_ram).unwrap();
+            assert_eq!(reg.lock_record_pa(1), Some(on_host(RAM.end() - 64)));
+            reg.release_guest_lock(1);
+            assert_eq!(reg.lock_record_pa(1), None);
+            reg.register_guest_lock(2, ok, &in_ram).unwrap();
+            reg.reset_vcpu(2);
+            assert_eq!(reg.lock_record_pa(2), None);
+            reg.register_guest_lock(3, ok, &in_ram).unwrap();
+            reg.reset_all();
+            assert!((0..4).all(|v| reg.lock_record_pa(v).is_none()));
+        }
+        // Without a host window nothing has a host address: nothing is
+        // written.
+        let unbacked =
+            PvRegistry::new(2, config(Some(Variant::SeedV2), true, false), Some(AREA)).unwrap();
+        assert_eq!(unbacked.lock_record_pa(0), None);
+        assert_eq!(unbacked.stolen_time_record(0, 1, 1), None);
+        // A window that ends inside the area gives its records none either.
+        let short = HostWindow {
+            ipa_base: RAM.base,
+            host: MemRange::new(HOST.host.base, AREA.base - RAM.base + 64),
+        };
+        let reg = PvRegistry::new(2, config(Some(Variant::SeedV2), true, false), Some(AREA))
+            .unwrap()
+            .backed_by(short);
+        assert_eq!(reg.lock_record_pa(0), Some(on_host(AREA.base)));
+        assert_eq!(reg.lock_record_pa(1), None);
+        assert_eq!(reg.stolen_time_record(0, 1, 1), None);
+        assert_eq!(HOST.record_pa(RAM.base - 1), None);
+        assert_eq!(HOST.record_pa(RAM.end() - 63), None);
+        assert_eq!(
+            HOST.record_pa(RAM.end() - 64),
+            Some(on_host(RAM.end() - 64))
+        );
     }
 
     #[test]
