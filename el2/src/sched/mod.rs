@@ -992,8 +992,12 @@ impl Scheduler {
         f.since = from_since.max(now);
         f.state = VcpuState::Runnable;
         self.pcpus[pcpu].current = None;
-        self.enqueue(from_slot, pcpu);
-        self.unlink(target_slot);
+        if self.vcpus[target_slot].place == Place::Queue(pcpu) {
+            self.replace_in_queue(target_slot, from_slot, pcpu);
+        } else {
+            self.enqueue(from_slot, pcpu);
+            self.unlink(target_slot);
+        }
         let t = &mut self.vcpus[target_slot];
         t.stats.steal_ticks = t
             .stats
@@ -1052,10 +1056,15 @@ impl Scheduler {
         pcpu: usize,
         now: u64,
     ) -> Result<(usize, usize), YieldError> {
-        let from_slot = self.slot(from).map_err(|_| YieldError::UnknownVcpu(from))?;
-        let target_slot = self
-            .slot(target)
-            .map_err(|_| YieldError::UnknownVcpu(target))?;
+        let entry = self.vms.get(usize::from(from.vm.0));
+        let slot_in = |vcpu: VcpuId| entry?.slots.get(usize::from(vcpu.index)).copied();
+        let from_slot = slot_in(from).ok_or(YieldError::UnknownVcpu(from))?;
+        let target_slot = if target.vm == from.vm {
+            slot_in(target)
+        } else {
+            self.slot(target).ok()
+        }
+        .ok_or(YieldError::UnknownVcpu(target))?;
         if !self.runs_on(from_slot, pcpu) {
             return Err(YieldError::NotRunningHere);
         }
@@ -1151,7 +1160,7 @@ impl Scheduler {
     /// Whether `slot` is the vCPU running on `pcpu`.
     fn runs_on(&self, slot: usize, pcpu: usize) -> bool {
         self.pcpus.get(pcpu).and_then(|p| p.current) == Some(slot)
-            && self.vcpus[slot].state == (VcpuState::Running { pcpu })
+            && matches!(self.vcpus[slot].state, VcpuState::Running { pcpu: on } if on == pcpu)
     }
 
     fn stats_of(v: &Vcpu, now: u64) -> VcpuStats {
@@ -1464,6 +1473,44 @@ impl Scheduler {
         p.head = Some(slot);
         p.len += 1;
         self.queued.insert(pcpu);
+    }
+
+    /// `leaving` leaves `pcpu`'s queue and `joining` joins its tail: the
+    /// same links as `enqueue(joining, pcpu)` then `unlink(leaving)`, for a
+    /// directed yield to a vCPU queued on the yielder's own pCPU. The
+    /// queue's length and its bit in `queued` stay, and `pcpu`, which runs
+    /// the yielder, is not idle. The common case, `leaving` at the tail
+    /// (the only waiter), is one link: `joining` takes its place.
+    fn replace_in_queue(&mut self, leaving: usize, joining: usize, pcpu: usize) {
+        let (prev, next) = {
+            let v = &mut self.vcpus[leaving];
+            v.place = Place::Nowhere;
+            (v.prev.take(), v.next.take())
+        };
+        let p = &mut self.pcpus[pcpu];
+        let before = match next {
+            // At the tail: `joining` follows `prev`.
+            None => prev,
+            // Inside: close the gap, then follow the tail.
+            Some(next) => {
+                match prev {
+                    Some(prev) => self.vcpus[prev].next = Some(next),
+                    None => p.head = Some(next),
+                }
+                self.vcpus[next].prev = prev;
+                p.tail
+            }
+        };
+        match before {
+            Some(before) => self.vcpus[before].next = Some(joining),
+            None => p.head = Some(joining),
+        }
+        p.tail = Some(joining);
+        let j = &mut self.vcpus[joining];
+        j.place = Place::Queue(pcpu);
+        j.prev = before;
+        j.next = None;
+        j.home = pcpu;
     }
 
     /// Takes a Runnable vCPU out of its queue.
