@@ -292,8 +292,8 @@ impl<'h, M: Machine> Runner<'h, M> {
     }
 
     /// A control VM's PVLOCK_SET_WFX_POLICY. X0 already says SET (0); the
-    /// target VM and vCPU exist. A leaf lock: the target picks the policy
-    /// up at its next guest entry. Rare: kept out of the loop's code.
+    /// target VM and vCPU exist. No lock: the target picks the policy up
+    /// at its next guest entry. Rare: kept out of the loop's code.
     #[cold]
     #[inline(never)]
     fn set_wfx_policy(
@@ -306,7 +306,7 @@ impl<'h, M: Machine> Runner<'h, M> {
         let Some(t) = self.host.vms.get(usize::from(target.0)) else {
             return;
         };
-        t.wfx.lock().set(which, wfe);
+        t.wfx.set(which, wfe);
         match which {
             Some(index) => log::info!("{caller}: vm {} vCPU {index}: wfe-trap {wfe}", t.name),
             None => log::info!("{caller}: vm {} every vCPU: wfe-trap {wfe}", t.name),

@@ -389,10 +389,7 @@ impl<'h, M: Machine> Runner<'h, M> {
             self.put(vm, loaded, PutReason::Yield);
             return;
         };
-        let hcr = vm
-            .wfx
-            .lock()
-            .hcr_for(guest_hcr(), vcpu.index, picked.runnable);
+        let hcr = vm.wfx.hcr_for(guest_hcr(), vcpu.index, picked.runnable);
         self.machine.set_traps(hcr);
         // The slice's end, or the next blocked vCPU's wake-up if earlier:
         // its interrupt exits the guest to the expiry above.

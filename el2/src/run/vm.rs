@@ -164,8 +164,8 @@ pub struct Vm<M: Machine> {
     pub(super) spin: Mutex<VmSpin>,
     /// WFE policy per vCPU and the WFI switch (`el2::sched::onspin::WfxPolicies`),
     /// from the VM's description; a control VM's PVLOCK_SET_WFX_POLICY
-    /// changes it. A leaf lock, read at every guest entry.
-    pub(super) wfx: Mutex<WfxPolicies>,
+    /// changes it. Atomic per vCPU, read at every guest entry without a lock.
+    pub(super) wfx: WfxPolicies,
     state: AtomicU8,
     pub(super) resets: AtomicU32,
 }
@@ -209,10 +209,13 @@ impl<M: Machine> Vm<M> {
             u16::try_from(layout.vcpus).map_err(|_| fail("vcpus", "too many vCPUs".into()))?;
         let registry = PvRegistry::new(vcpu_count, services.pv, layout.pv_area)
             .map_err(|e| fail("pv-lock", alloc::format!("{e}")))?
-            .backed_by(HostWindow {
-                ipa_base: RAM_BASE,
-                host: placement.ram,
-            });
+            .backed_by(
+                HostWindow {
+                    ipa_base: RAM_BASE,
+                    host: placement.ram,
+                },
+                machine.counter_frequency(),
+            );
         let pv = Arc::new(registry);
         let dispatcher =
             crate::services::smccc::dispatcher_for(services, pv.clone(), vulnerabilities)
@@ -241,7 +244,7 @@ impl<M: Machine> Vm<M> {
                 spin.set_boost(config.boost);
                 spin
             }),
-            wfx: Mutex::new(WfxPolicies::from_config(&config)),
+            wfx: WfxPolicies::from_config(&config),
             config,
             placement,
             layout,
@@ -354,10 +357,7 @@ impl<M: Machine> Vm<M> {
     /// Stores vCPU `index`'s stolen time (ns) in its PV-time record, if it
     /// has one (docs/abi.md §4: `le64 stolen_time` at offset 8).
     pub(super) fn write_stolen_time(&self, machine: &M, index: u16, steal_ticks: u64) {
-        if let Some((pa, ns)) =
-            self.pv
-                .stolen_time_record(index, steal_ticks, machine.counter_frequency())
-        {
+        if let Some((pa, ns)) = self.pv.stolen_time_record(index, steal_ticks) {
             machine.store_stolen_time(pa, ns);
         }
     }

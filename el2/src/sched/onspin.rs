@@ -93,9 +93,9 @@
 //! - **Every guest entry**: HCR_EL2 = the VM's
 //!   [`WfxPolicies::hcr_for`]`(guest_hcr, vcpu, runnable)`, with `runnable`
 //!   = `scheduler.runnable_on(pcpu)` read under the lock the run loop
-//!   already takes for `slice_end`. The [`WfxPolicies`] sit behind their
-//!   own leaf lock (nothing is locked while holding it), so that a control
-//!   VM's [`crate::trap::decision::Next::SetWfxPolicy`] can update them from
+//!   already takes for `slice_end`. The [`WfxPolicies`] are atomic per
+//!   vCPU and take no lock, so that a control VM's
+//!   [`crate::trap::decision::Next::SetWfxPolicy`] can update them from
 //!   another pCPU; each affected vCPU picks the change up at its next
 //!   entry.
 //! - **vcpu_load**: [`VmSpin::resumed`] (the vCPU is back from its spin,
@@ -133,6 +133,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 use core::fmt;
 use core::ops::AddAssign;
+use core::sync::atomic::{AtomicU8, Ordering};
 
 use aarch64_cpu::registers::{HCR_EL2, SPSR_EL2};
 use tock_registers::LocalRegisterCopy;
@@ -625,13 +626,47 @@ pub fn hcr_traps(hcr: u64, wfe_trap: bool, wfi_trap: bool) -> u64 {
 /// setting is fixed for the VM's life. Nothing resets the table, not even
 /// the VM's SYSTEM_RESET: the settings are the host's, not the guest's.
 ///
-/// The runner (`el2::run`) keeps one per VM behind a leaf lock and reads it at every
-/// guest entry ([`Self::hcr_for`]), so a change takes effect at each
-/// affected vCPU's next entry into the guest.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// The runner (`el2::run`) keeps one per VM and reads it at every guest
+/// entry ([`Self::hcr_for`]), so a change takes effect at each affected
+/// vCPU's next entry into the guest. Each vCPU's policy is one atomic
+/// byte: the read at every entry takes no lock, and a control VM's
+/// [`Self::set`] on another pCPU needs none either (a policy is one value;
+/// the order in which two updates land is the order they were made in).
+#[derive(Debug)]
 pub struct WfxPolicies {
-    per_vcpu: Vec<TrapPolicy>,
+    /// Per vCPU, its WFE policy's index in [`TrapPolicy::ALL`].
+    per_vcpu: Vec<AtomicU8>,
     wfi_trap: bool,
+}
+
+/// A policy as [`WfxPolicies`] stores it.
+fn policy_code(policy: TrapPolicy) -> u8 {
+    // ALL holds every policy, and has three entries.
+    TrapPolicy::ALL
+        .iter()
+        .position(|&p| p == policy)
+        .map_or(0, |i| i as u8)
+}
+
+impl PartialEq for WfxPolicies {
+    fn eq(&self, other: &Self) -> bool {
+        self.wfi_trap == other.wfi_trap
+            && self.vcpus() == other.vcpus()
+            && (0..self.vcpus()).all(|v| self.wfe_for(v) == other.wfe_for(v))
+    }
+}
+
+impl Eq for WfxPolicies {}
+
+impl Clone for WfxPolicies {
+    fn clone(&self) -> Self {
+        Self {
+            per_vcpu: (0..self.vcpus())
+                .map(|v| AtomicU8::new(policy_code(self.wfe_for(v))))
+                .collect(),
+            wfi_trap: self.wfi_trap,
+        }
+    }
 }
 
 impl WfxPolicies {
@@ -639,7 +674,9 @@ impl WfxPolicies {
     /// `wfi_trap`.
     pub fn new(vcpus: u16, wfe: TrapPolicy, wfi_trap: bool) -> Self {
         Self {
-            per_vcpu: vec![wfe; usize::from(vcpus)],
+            per_vcpu: (0..vcpus)
+                .map(|_| AtomicU8::new(policy_code(wfe)))
+                .collect(),
             wfi_trap,
         }
     }
@@ -653,7 +690,7 @@ impl WfxPolicies {
         let vcpus = u16::try_from(config.vcpus).unwrap_or(u16::MAX);
         Self {
             per_vcpu: (0..vcpus)
-                .map(|i| config.wfe_trap_of(u32::from(i)))
+                .map(|i| AtomicU8::new(policy_code(config.wfe_trap_of(u32::from(i)))))
                 .collect(),
             wfi_trap: config.wfi_trap,
         }
@@ -667,15 +704,18 @@ impl WfxPolicies {
 
     /// Sets the WFE policy of `vcpu`, or of every vCPU with `None`. Returns
     /// false, changing nothing, for a vCPU outside the table.
-    pub fn set(&mut self, vcpu: Option<u16>, policy: TrapPolicy) -> bool {
+    pub fn set(&self, vcpu: Option<u16>, policy: TrapPolicy) -> bool {
+        let code = policy_code(policy);
         match vcpu {
             None => {
-                self.per_vcpu.fill(policy);
+                for slot in &self.per_vcpu {
+                    slot.store(code, Ordering::Relaxed);
+                }
                 true
             }
-            Some(index) => match self.per_vcpu.get_mut(usize::from(index)) {
+            Some(index) => match self.per_vcpu.get(usize::from(index)) {
                 Some(slot) => {
-                    *slot = policy;
+                    slot.store(code, Ordering::Relaxed);
                     true
                 }
                 None => false,
@@ -685,9 +725,11 @@ impl WfxPolicies {
 
     /// The WFE policy of `vcpu`; [`TrapPolicy::Auto`] (KVM's default) for a
     /// vCPU outside the table.
+    #[inline]
     pub fn wfe_for(&self, vcpu: u16) -> TrapPolicy {
         self.per_vcpu
             .get(usize::from(vcpu))
+            .and_then(|slot| TrapPolicy::ALL.get(usize::from(slot.load(Ordering::Relaxed))))
             .copied()
             .unwrap_or_default()
     }
@@ -1507,7 +1549,7 @@ mod tests {
     #[test]
     fn wfx_policies_change_per_vcpu_or_for_all() {
         use TrapPolicy::{Auto, NoTrap, Trap};
-        let mut p = WfxPolicies::new(4, Auto, true);
+        let p = WfxPolicies::new(4, Auto, true);
         assert!(p.set(Some(1), NoTrap));
         assert!(p.set(Some(3), Trap));
         let each: Vec<TrapPolicy> = (0..4).map(|v| p.wfe_for(v)).collect();
@@ -1522,7 +1564,7 @@ mod tests {
         assert!((0..4).all(|v| p.wfe_for(v) == NoTrap));
         assert!(p.wfi_trap());
         // An empty table accepts "all" and refuses any vCPU.
-        let mut empty = WfxPolicies::new(0, Trap, false);
+        let empty = WfxPolicies::new(0, Trap, false);
         assert!(empty.set(None, Auto));
         assert!(!empty.set(Some(0), Auto));
     }
@@ -1533,7 +1575,7 @@ mod tests {
         const TWE: u64 = 1 << 14;
         const TWI: u64 = 1 << 13;
         let hcr = 1 | 1 << 31;
-        let mut p = WfxPolicies::new(3, Auto, true);
+        let p = WfxPolicies::new(3, Auto, true);
         p.set(Some(1), Trap);
         p.set(Some(2), NoTrap);
         // Alone on the pCPU: only the trap vCPU traps WFE; WFI always.

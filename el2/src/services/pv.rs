@@ -333,6 +333,8 @@ pub struct PvRegistry {
     /// The host address of vCPU 0's stolen-time record (the others follow
     /// at [`RECORD_SIZE`] strides), with PV time and a [`HostWindow`].
     steal_pa_base: Option<u64>,
+    /// The counter's rate, for [`Self::stolen_time_record`].
+    steal_clock: StealClock,
     /// What the guest did with its PV-lock records, for the summary.
     record_stats: RecordCounters,
 }
@@ -435,17 +437,20 @@ impl PvRegistry {
             steal_origin: (0..vcpus).map(|_| AtomicU64::new(0)).collect(),
             host: None,
             steal_pa_base: None,
+            steal_clock: StealClock::new(0),
             record_stats: RecordCounters::default(),
         })
     }
 
-    /// The registry of a VM whose RAM is `host`: what its records' host
+    /// The registry of a VM whose RAM is `host`, on a machine whose
+    /// counter runs at `counter_hz` (CNTFRQ_EL0): what its records' host
     /// addresses ([`Self::lock_record_pa`], [`Self::stolen_time_record`])
-    /// are computed from. The caller guarantees that `host` holds the PV
-    /// area; a record outside it gets no host address (and is never
-    /// written).
-    pub fn backed_by(mut self, host: HostWindow) -> Self {
+    /// and the stolen time's nanoseconds are computed from. The caller
+    /// guarantees that `host` holds the PV area; a record outside it gets
+    /// no host address (and is never written).
+    pub fn backed_by(mut self, host: HostWindow, counter_hz: u64) -> Self {
         self.host = Some(host);
+        self.steal_clock = StealClock::new(counter_hz);
         for (ipa, pa) in self.lock_ipa.iter().zip(&self.lock_pa) {
             let ipa = ipa.load(Ordering::Relaxed);
             let translated = (ipa != UNREGISTERED).then(|| host.record_pa(ipa)).flatten();
@@ -515,22 +520,16 @@ impl PvRegistry {
     }
 
     /// What vcpu_load stores in `vcpu`'s stolen-time record: its host
-    /// address and [`Self::stolen_time_ns`] of `steal_ticks` at
-    /// `counter_hz`; `None` without PV time, a [`HostWindow`], or such a
-    /// vCPU.
+    /// address and [`Self::stolen_time_ns`] of `steal_ticks` at the
+    /// counter rate [`Self::backed_by`] was given; `None` without PV time,
+    /// a [`HostWindow`], or such a vCPU.
     #[inline]
-    pub fn stolen_time_record(
-        &self,
-        vcpu: u16,
-        steal_ticks: u64,
-        counter_hz: u64,
-    ) -> Option<(u64, u64)> {
+    pub fn stolen_time_record(&self, vcpu: u16, steal_ticks: u64) -> Option<(u64, u64)> {
         let base = self.steal_pa_base?;
         let origin = self.steal_origin.get(usize::from(vcpu))?;
-        let ns = stolen_ns(
-            steal_ticks.saturating_sub(origin.load(Ordering::Relaxed)),
-            counter_hz,
-        );
+        let ns = self
+            .steal_clock
+            .ns(steal_ticks.saturating_sub(origin.load(Ordering::Relaxed)));
         Some((base + u64::from(vcpu) * RECORD_SIZE, ns))
     }
 
@@ -729,6 +728,41 @@ const _: () = assert!(VcpuState64::PREEMPTED == VcpuState32::PREEMPTED as u64);
 
 /// Nanoseconds in a second.
 const NS_PER_S: u128 = 1_000_000_000;
+
+/// [`stolen_ns`] at one counter rate, decided once: a rate that divides
+/// 10^9 — QEMU virt's 62.5 MHz, the 100 MHz of many servers, Armv8.6's
+/// mandated 1 GHz — is a whole number of nanoseconds per tick, and the
+/// conversion a multiplication (the same floor: ticks·10^9/hz is then
+/// exact); any other rate keeps `stolen_ns`'s divisions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct StealClock {
+    counter_hz: u64,
+    ns_per_tick: Option<u64>,
+}
+
+impl StealClock {
+    const fn new(counter_hz: u64) -> Self {
+        let ns_per_s = NS_PER_S as u64;
+        let ns_per_tick = if counter_hz != 0 && ns_per_s.is_multiple_of(counter_hz) {
+            Some(ns_per_s / counter_hz)
+        } else {
+            None
+        };
+        Self {
+            counter_hz,
+            ns_per_tick,
+        }
+    }
+
+    /// `stolen_ns(ticks, counter_hz)`.
+    #[inline]
+    const fn ns(&self, ticks: u64) -> u64 {
+        match self.ns_per_tick {
+            Some(per_tick) => ticks.saturating_mul(per_tick),
+            None => stolen_ns(ticks, self.counter_hz),
+        }
+    }
+}
 
 /// Converts `steal_ticks` counter ticks at `counter_hz` (CNTFRQ_EL0) to
 /// nanoseconds for the stolen-time record (DEN0057A: `stolen_time` is in
@@ -1006,34 +1040,34 @@ mod tests {
         for variant in [Variant::SeedV2, Variant::SeedV3] {
             let reg = PvRegistry::new(4, config(Some(variant), true, false), Some(AREA))
                 .unwrap()
-                .backed_by(HOST);
+                .backed_by(HOST, 62_500_000);
             for v in 0..4 {
                 let ipa = reg.lock_record(v).unwrap().ipa;
                 assert_eq!(reg.lock_record_pa(v), Some(on_host(ipa)));
-                let (pa, ns) = reg.stolen_time_record(v, 62_500_000, 62_500_000).unwrap();
+                let (pa, ns) = reg.stolen_time_record(v, 62_500_000).unwrap();
                 assert_eq!(pa, on_host(reg.steal_record(v).unwrap()));
                 assert_eq!(ns, 1_000_000_000);
             }
             assert_eq!(reg.lock_width(), 8);
             assert_eq!(reg.lock_record_pa(4), None);
-            assert_eq!(reg.stolen_time_record(4, 1, 1), None);
+            assert_eq!(reg.stolen_time_record(4, 1), None);
             // The steal origin counts as it does for `stolen_time_ns`.
             reg.rebase_steal(2, 1_000);
             assert_eq!(
-                reg.stolen_time_record(2, 1_500, 1_000_000_000).map(|r| r.1),
-                Some(reg.stolen_time_ns(2, 1_500, 1_000_000_000))
+                reg.stolen_time_record(2, 63_500).map(|r| r.1),
+                Some(reg.stolen_time_ns(2, 63_500, 62_500_000))
             );
-            assert_eq!(reg.stolen_time_ns(2, 1_500, 1_000_000_000), 500);
+            assert_eq!(reg.stolen_time_ns(2, 63_500, 62_500_000), 1_000_000);
         }
         // Guest-chosen: the host address follows every registration,
         // refusal, release and reset.
         for variant in [Variant::OpenEuler, Variant::Anolis] {
             let reg = PvRegistry::new(4, config(Some(variant), false, false), Some(AREA))
                 .unwrap()
-                .backed_by(HOST);
+                .backed_by(HOST, 62_500_000);
             let ok = RAM.base + 0x2_0000;
             assert_eq!(reg.lock_record_pa(1), None);
-            assert_eq!(reg.stolen_time_record(1, 5, 5), None, "no PV time");
+            assert_eq!(reg.stolen_time_record(1, 5), None, "no PV time");
             reg.register_guest_lock(1, ok, &in_ram).unwrap();
             assert_eq!(reg.lock_record_pa(1), Some(on_host(ok)));
             assert_eq!(reg.lock_width(), 4);
@@ -1055,7 +1089,7 @@ mod tests {
         let unbacked =
             PvRegistry::new(2, config(Some(Variant::SeedV2), true, false), Some(AREA)).unwrap();
         assert_eq!(unbacked.lock_record_pa(0), None);
-        assert_eq!(unbacked.stolen_time_record(0, 1, 1), None);
+        assert_eq!(unbacked.stolen_time_record(0, 1), None);
         // A window that ends inside the area gives its records none either.
         let short = HostWindow {
             ipa_base: RAM.base,
@@ -1063,10 +1097,10 @@ mod tests {
         };
         let reg = PvRegistry::new(2, config(Some(Variant::SeedV2), true, false), Some(AREA))
             .unwrap()
-            .backed_by(short);
+            .backed_by(short, 62_500_000);
         assert_eq!(reg.lock_record_pa(0), Some(on_host(AREA.base)));
         assert_eq!(reg.lock_record_pa(1), None);
-        assert_eq!(reg.stolen_time_record(0, 1, 1), None);
+        assert_eq!(reg.stolen_time_record(0, 1), None);
         assert_eq!(HOST.record_pa(RAM.base - 1), None);
         assert_eq!(HOST.record_pa(RAM.end() - 63), None);
         assert_eq!(
@@ -1095,6 +1129,39 @@ mod tests {
             none.register_guest_lock(0, RAM.base, &in_ram),
             Err(LockRegisterError::NotGuestAllocated)
         );
+    }
+
+    #[test]
+    fn the_steal_clock_converts_as_stolen_ns_does_at_every_rate() {
+        let mut rng = prng::Rng::new(0x9e37_79b9_7f4a_7c15);
+        for hz in [
+            0,
+            1,
+            3,
+            24_000_000,
+            25_000_000,
+            62_500_000,
+            100_000_000,
+            1_000_000_000,
+            2_000_000_000,
+            u64::MAX,
+        ] {
+            let clock = StealClock::new(hz);
+            // The multiplication only where it is exact.
+            assert_eq!(
+                clock.ns_per_tick.is_some(),
+                hz != 0 && 1_000_000_000 % hz == 0,
+                "{hz} Hz"
+            );
+            for ticks in [0, 1, u64::MAX, u64::MAX / 16, u64::MAX / 16 + 1] {
+                assert_eq!(clock.ns(ticks), stolen_ns(ticks, hz), "{ticks} at {hz} Hz");
+            }
+            for _ in 0..2_000 {
+                let x = rng.next_u64();
+                let ticks = x >> (x % 64);
+                assert_eq!(clock.ns(ticks), stolen_ns(ticks, hz), "{ticks} at {hz} Hz");
+            }
+        }
     }
 
     #[test]

@@ -87,7 +87,7 @@ pub enum Next {
     /// PVLOCK_SET_WFX_POLICY (`pvlock_abi::control`), from a control VM:
     /// from now on vCPU `vcpu` of VM `vm` — every vCPU of it with `None` —
     /// traps WFE by policy `wfe`
-    /// ([`crate::sched::onspin::WfxPolicies::set`], a leaf lock; the
+    /// ([`crate::sched::onspin::WfxPolicies::set`], no lock; the
     /// target may be the caller's own VM). X0 already holds 0
     /// (`pvlock_abi::control::SET`). The VM and vCPU exist (checked
     /// through `VmView::vm_vcpu_count`; the VM table never changes). Each
