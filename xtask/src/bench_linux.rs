@@ -42,16 +42,30 @@ use crate::cli::BenchOpts;
 use crate::kernel::Flavor;
 use crate::linux::{self, INIT_DONE, KERNEL_TROUBLE, LinuxGuest};
 use crate::linuxpvtest::{PVLOCK_PREFIX, QSPINLOCK_LINE};
+use crate::measure::Range;
 use crate::qemu::{self, Machine};
 use crate::vm::{PvLock, VmConfig};
 use crate::{Workspace, linuxpv};
 
-/// `pvlinux bench --scale` per timing mode: under icount one instruction
-/// is one nanosecond, so the guest runs some ten times more work per
-/// second of its time than under multi-threaded TCG; the larger scale keeps
+/// `pvlinux bench --scale` under icount, where one instruction is one
+/// nanosecond whatever the host: the guest runs some ten times more work
+/// per second of its time than under multi-threaded TCG, and this keeps
 /// each test at tens of time slices.
-const MTTCG_SCALE: f64 = 1.0;
 const ICOUNT_SCALE: f64 = 3.0;
+
+/// Guest time each test should take at 1x under multi-threaded TCG: about
+/// a hundred 4 ms slices, so that within one run the host's scheduling of
+/// QEMU's threads averages out. The work per test is fixed (the same in
+/// every cell of one benchmark), so the scale that gives this time is
+/// found once per benchmark, on the host at hand ([`calibrated_scale`]):
+/// the 2-core machines of the same kind have run the suite at speeds 4x
+/// apart.
+const MTTCG_TEST_SECONDS: f64 = 0.4;
+/// The calibrated scale stays within these bounds, and is rounded up to a
+/// multiple of the step.
+const MTTCG_SCALE_MIN: f64 = 1.0;
+const MTTCG_SCALE_MAX: f64 = 32.0;
+const MTTCG_SCALE_STEP: f64 = 0.25;
 
 /// Runs per cell.
 const MTTCG_RUNS: u32 = 5;
@@ -135,10 +149,21 @@ pub fn matrix(quick: bool) -> Vec<Plan> {
     plans
 }
 
-/// The guest's command line for `plan`.
-fn bootargs(plan: &Plan) -> String {
+/// The multi-threaded scale at which the median test of a run at scale 1,
+/// which took `seconds` each, takes about [`MTTCG_TEST_SECONDS`]; `None`
+/// without a usable time.
+pub fn calibrated_scale(seconds: &[f64]) -> Option<f64> {
+    let valid: Vec<f64> = seconds.iter().copied().filter(|s| *s > 0.0).collect();
+    let median = Range::of(&valid)?.median;
+    let scale = (MTTCG_TEST_SECONDS / median / MTTCG_SCALE_STEP).ceil() * MTTCG_SCALE_STEP;
+    Some(scale.clamp(MTTCG_SCALE_MIN, MTTCG_SCALE_MAX))
+}
+
+/// The guest's command line for `plan`; `mttcg_scale` is the work per test
+/// of the multi-threaded runs.
+fn bootargs(plan: &Plan, mttcg_scale: f64) -> String {
     let scale = match plan.cell.timing {
-        Timing::Mttcg => MTTCG_SCALE,
+        Timing::Mttcg => mttcg_scale,
         Timing::Icount => ICOUNT_SCALE,
     };
     let mut args = format!("{} lgpv=bench lgscale={scale}", linux::BOOTARGS);
@@ -226,9 +251,50 @@ impl Guests {
 }
 
 /// Boots `plan` and measures it.
-fn run_plan(b: &Bench, guests: &Guests, plan: &Plan) -> Result<Run, String> {
-    let guest = guests.of(plan.cell.kernel);
+fn run_plan(b: &Bench, guests: &Guests, plan: &Plan, mttcg_scale: f64) -> Result<Run, String> {
     let start = Instant::now();
+    let console = boot_plan(b, guests, plan, mttcg_scale)?;
+    parse_run(plan, &console, start.elapsed().as_secs_f64())
+}
+
+/// The scale of the multi-threaded runs: `given`, or found by one run of
+/// the stock kernel at 1x and scale 1 (its results count nowhere else).
+fn mttcg_scale(b: &Bench, guests: &Guests, given: Option<f64>) -> Result<f64> {
+    if let Some(scale) = given {
+        return Ok(scale);
+    }
+    let plan = Plan {
+        cell: CellKey {
+            timing: Timing::Mttcg,
+            kernel: Kernel::Stock,
+            vcpus: PCPUS,
+            hog: false,
+        },
+        run: 0,
+        seed: None,
+    };
+    print!("bench --linux: calibrating the multi-threaded scale ... ");
+    let _ = std::io::stdout().flush();
+    let console = boot_plan(b, guests, &plan, 1.0)
+        .map_err(|why| anyhow::anyhow!("the calibration run failed: {why}"))?;
+    parse_run(&plan, &console, 0.0)
+        .map_err(|why| anyhow::anyhow!("the calibration run does not count: {why}"))?;
+    let seconds: Vec<f64> = console
+        .lines()
+        .filter_map(|l| BenchResult::parse(l.trim_end_matches('\r')))
+        .map(|r| r.seconds)
+        .collect();
+    let scale = calibrated_scale(&seconds).context("the calibration run reported no test time")?;
+    println!(
+        "median test {:.3} s at scale 1: scale {scale}",
+        Range::of(&seconds).map_or(0.0, |r| r.median)
+    );
+    Ok(scale)
+}
+
+/// Boots `plan` and returns its console.
+fn boot_plan(b: &Bench, guests: &Guests, plan: &Plan, mttcg_scale: f64) -> Result<String, String> {
+    let guest = guests.of(plan.cell.kernel);
     let name = format!("bench-linux {}", plan.name());
     let console = if plan.cell.kernel == Kernel::Bare {
         let mut machine = Machine {
@@ -236,7 +302,7 @@ fn run_plan(b: &Bench, guests: &Guests, plan: &Plan) -> Result<Run, String> {
             smp: plan.cell.vcpus,
             virtualization: false,
             mem: format!("{}M", linux::VM_MEMORY >> 20),
-            append: Some(bootargs(plan)),
+            append: Some(bootargs(plan, mttcg_scale)),
             ..Machine::default()
         };
         machine.icount = plan.cell.timing == Timing::Icount;
@@ -248,7 +314,7 @@ fn run_plan(b: &Bench, guests: &Guests, plan: &Plan) -> Result<Run, String> {
             guest: guest.image.display().to_string(),
             initrd: Some(guest.initrd.clone()),
             memory: linux::VM_MEMORY,
-            bootargs: bootargs(plan),
+            bootargs: bootargs(plan, mttcg_scale),
             pv_lock: Some(PvLock::Variant(Variant::OpenEuler)),
             ..VmConfig::smp_demo(plan.cell.vcpus, "", 1)
         }];
@@ -275,7 +341,7 @@ fn run_plan(b: &Bench, guests: &Guests, plan: &Plan) -> Result<Run, String> {
         let stop_on = plan.cell.hog.then_some(INIT_DONE);
         b.run_machine(&name, &machine, &image, RUN_TIMEOUT, stop_on)?
     };
-    parse_run(plan, &console, start.elapsed().as_secs_f64())
+    Ok(console)
 }
 
 pub fn bench(ws: &Workspace, o: &BenchOpts) -> Result<ExitCode> {
@@ -286,8 +352,10 @@ pub fn bench(ws: &Workspace, o: &BenchOpts) -> Result<ExitCode> {
         patched: linuxpv::obtain(ws, Flavor::Patched)?,
     };
     let plans = matrix(o.quick);
+    let started = Instant::now();
+    let mttcg_scale = mttcg_scale(&b, &guests, o.scale)?;
     println!(
-        "bench --linux: {} runs, 2 pCPUs; multi-threaded TCG (scale {MTTCG_SCALE}){}",
+        "bench --linux: {} runs, 2 pCPUs; multi-threaded TCG (scale {mttcg_scale}){}",
         plans.len(),
         if o.quick {
             String::new()
@@ -295,14 +363,13 @@ pub fn bench(ws: &Workspace, o: &BenchOpts) -> Result<ExitCode> {
             format!(" and -icount shift=0,sleep=off (scale {ICOUNT_SCALE}, seeded)")
         }
     );
-    let started = Instant::now();
     let mut runs: Vec<Run> = Vec::new();
     let mut failures: Vec<String> = Vec::new();
     for (i, plan) in plans.iter().enumerate() {
         print!("[{:>2}/{}] {:<34} ", i + 1, plans.len(), plan.name());
         let _ = std::io::stdout().flush();
         let start = Instant::now();
-        match run_plan(&b, &guests, plan) {
+        match run_plan(&b, &guests, plan, mttcg_scale) {
             Ok(run) => {
                 let reference = report::reference(&runs, plan.cell.timing);
                 let index = report::index(&run, &reference)
@@ -328,8 +395,9 @@ pub fn bench(ws: &Workspace, o: &BenchOpts) -> Result<ExitCode> {
         (
             "command",
             format!(
-                "cargo xtask bench --linux{}",
-                if o.quick { " --quick" } else { "" }
+                "cargo xtask bench --linux{}{}",
+                if o.quick { " --quick" } else { "" },
+                o.scale.map_or(String::new(), |s| format!(" --scale {s}"))
             ),
         ),
         ("kernel", guests.patched.kernel_package.clone()),
@@ -340,7 +408,14 @@ pub fn bench(ws: &Workspace, o: &BenchOpts) -> Result<ExitCode> {
         ("pcpus", PCPUS.to_string()),
         (
             "scale",
-            format!("mttcg {MTTCG_SCALE}, icount {ICOUNT_SCALE}"),
+            format!(
+                "mttcg {mttcg_scale} ({}), icount {ICOUNT_SCALE}",
+                if o.scale.is_some() {
+                    "given"
+                } else {
+                    "calibrated"
+                }
+            ),
         ),
         (
             "runs",
@@ -545,9 +620,24 @@ mod tests {
     #[test]
     fn bootargs_carry_the_scale_and_the_seed() {
         let mut plan = matrix(false)[0];
-        assert!(bootargs(&plan).ends_with("lgpv=bench lgscale=1"));
+        assert!(bootargs(&plan, 1.0).ends_with("lgpv=bench lgscale=1"));
+        assert!(bootargs(&plan, 4.25).ends_with("lgpv=bench lgscale=4.25"));
         plan.cell.timing = Timing::Icount;
         plan.seed = Some(2);
-        assert!(bootargs(&plan).ends_with("lgpv=bench lgscale=3 lgseed=2"));
+        assert!(bootargs(&plan, 4.25).ends_with("lgpv=bench lgscale=3 lgseed=2"));
+    }
+
+    #[test]
+    fn the_scale_makes_the_median_test_take_its_time() {
+        // 0.1 s at scale 1 -> 4; the median, not the mean, decides.
+        assert_eq!(calibrated_scale(&[0.1, 0.09, 0.11, 2.0, 0.1]), Some(4.0));
+        // Rounded up to a quarter: 0.4 / 0.15 = 2.67 -> 2.75.
+        assert_eq!(calibrated_scale(&[0.15]), Some(2.75));
+        // Never below 1 (a slow host runs the bases as they are) nor above 32.
+        assert_eq!(calibrated_scale(&[1.0, 2.0]), Some(1.0));
+        assert_eq!(calibrated_scale(&[0.0001]), Some(32.0));
+        // No usable time, no scale.
+        assert_eq!(calibrated_scale(&[]), None);
+        assert_eq!(calibrated_scale(&[0.0, f64::NAN, -1.0]), None);
     }
 }

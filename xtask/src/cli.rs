@@ -117,6 +117,9 @@ BENCH OPTIONS:
                        target/xtask/bench-linux/results.json and docs/benchmarks-linux.md
                        (about 75 minutes; --quick: 1x and 2x, no hog, 3 runs: under 10)
     --quick            A reduced matrix (2 pCPUs; 1x and 2x overcommit; shorter runs): minutes
+    --scale F          With --linux: the multi-threaded runs' work per test (pvlinux bench
+                       --scale); by default one calibration run sizes it so that each test
+                       takes about 0.4 s of guest time at 1x on this host
     --hog              Also run every cell beside a VM of CPU hogs (the seed 000 set-up)
     --json FILE        Also write the summary (speedup_2x, retention_2x,
                        null_hypercall_instructions, vcpu_switch_instructions) to FILE
@@ -198,6 +201,9 @@ pub struct BenchOpts {
     pub hog: bool,
     pub json: Option<PathBuf>,
     pub docs: bool,
+    /// `--scale F` (`--linux` only): the multi-threaded runs' work per test,
+    /// instead of the scale calibrated on this host.
+    pub scale: Option<f64>,
 }
 
 #[derive(Clone, Debug)]
@@ -421,6 +427,7 @@ fn parse_bench(p: &mut Parser) -> Result<Cmd> {
         hog: false,
         json: None,
         docs: true,
+        scale: None,
     };
     while let Some(mut opt) = p.next()? {
         if p.build_opt(&mut opt, &mut o.build)? {
@@ -428,6 +435,15 @@ fn parse_bench(p: &mut Parser) -> Result<Cmd> {
         }
         match opt.name.as_str() {
             "--help" | "-h" => return Ok(Cmd::Help),
+            "--scale" => {
+                let value = p.value(&mut opt)?;
+                let scale: f64 = value
+                    .parse()
+                    .ok()
+                    .filter(|s: &f64| s.is_finite() && *s > 0.0 && *s <= 1000.0)
+                    .with_context(|| format!("--scale: {value:?} is not a number in (0, 1000]"))?;
+                o.scale = Some(scale);
+            }
             "--quick" => {
                 p.flag(&opt)?;
                 o.quick = true;
@@ -448,6 +464,10 @@ fn parse_bench(p: &mut Parser) -> Result<Cmd> {
             _ => return Err(p.unknown(&opt)),
         }
     }
+    ensure!(
+        o.linux || o.scale.is_none(),
+        "--scale sets the Linux benchmark's work per test: it needs --linux"
+    );
     ensure!(
         !(o.linux && o.hog),
         "bench --linux runs beside the hog anyway (every cell but --quick's): drop --hog"
@@ -725,6 +745,29 @@ mod tests {
         assert_eq!(o.machine.extra_args, ["-d", "int"]);
         assert!(o.machine.icount);
         assert_eq!(o.timeout, None);
+    }
+
+    #[test]
+    fn the_linux_bench_takes_a_scale() {
+        let Cmd::Bench(o) = parse_str("bench --linux --quick --scale 2.5").unwrap() else {
+            panic!("not bench")
+        };
+        assert!(o.linux && o.quick);
+        assert_eq!(o.scale, Some(2.5));
+        let Cmd::Bench(o) = parse_str("bench --linux").unwrap() else {
+            panic!("not bench")
+        };
+        assert_eq!(o.scale, None);
+        for bad in [
+            "bench --scale 2",
+            "bench --linux --scale 0",
+            "bench --linux --scale -1",
+            "bench --linux --scale NaN",
+            "bench --linux --scale lots",
+            "bench --linux --scale",
+        ] {
+            assert!(parse_str(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]
