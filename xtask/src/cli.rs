@@ -56,6 +56,11 @@ RUN OPTIONS (run, gdb):
     --qemu-arg ARG     Pass ARG to QEMU (repeatable)
     --timeout SECS     Kill QEMU and fail after SECS seconds; 0 = never [default: 120]
                        (run only; gdb sessions have no timeout)
+    --sample MS        Sample every physical CPU's PC through QEMU's monitor every MS
+                       milliseconds and report where the time went: el2, guest kernel, guest
+                       user space; guest-kernel functions for --linux-pv/--linux-baseline and
+                       the callers of their spinlock slow paths; el2's functions (run only;
+                       installs llvm; samples in target/xtask/samples.txt)
 
 GUEST OPTIONS (run, gdb):
     --guest GUEST      Boot el2 with VMs running GUEST: a built guest (smp-demo, pv-check,
@@ -220,6 +225,8 @@ pub struct RunOpts {
     pub guest: GuestOpts,
     /// None = no timeout.
     pub timeout: Option<Duration>,
+    /// `--sample MS`: sample the physical CPUs' PCs at this interval.
+    pub sample: Option<Duration>,
 }
 
 /// The guest options of `run` and `gdb`; all `None`/false when not given.
@@ -546,6 +553,7 @@ fn parse_run(p: &mut Parser) -> Result<Option<RunOpts>> {
     let mut smp_given = false;
     let mut g = GuestOpts::default();
     let mut timeout = Some(Duration::from_secs(120));
+    let mut sample = None;
     while let Some(mut opt) = p.next()? {
         if p.build_opt(&mut opt, &mut build)? {
             continue;
@@ -584,6 +592,15 @@ fn parse_run(p: &mut Parser) -> Result<Option<RunOpts>> {
             "--timeout" => {
                 let secs: u64 = p.number(&mut opt)?;
                 timeout = (secs > 0).then(|| Duration::from_secs(secs));
+            }
+            "--sample" => {
+                ensure!(
+                    p.cmd == "run",
+                    "--sample is for `cargo xtask run` (gdb stops the CPUs itself)"
+                );
+                let ms: u64 = p.number(&mut opt)?;
+                ensure!(ms > 0, "--sample: the interval must be at least 1 ms");
+                sample = Some(Duration::from_millis(ms));
             }
             "--guest" => g.guest = Some(p.value(&mut opt)?),
             "--vcpus" => g.vcpus = Some(p.number(&mut opt)?),
@@ -665,6 +682,7 @@ fn parse_run(p: &mut Parser) -> Result<Option<RunOpts>> {
         smp_given,
         guest: g,
         timeout,
+        sample,
     }))
 }
 

@@ -63,6 +63,18 @@ impl Flavor {
     }
 }
 
+/// The kernel's symbol table, kept beside its Image (`cargo xtask run
+/// --sample` names guest functions with it).
+const SYSTEM_MAP: &str = "System.map";
+
+/// The `System.map` of the last build of `flavor`, if there is one.
+pub fn system_map(ws: &Workspace, flavor: Flavor) -> Option<PathBuf> {
+    let dir = ws.xtask_dir().ok()?.join("kernel").join(flavor.name());
+    [dir.join(SYSTEM_MAP), dir.join("build").join(SYSTEM_MAP)]
+        .into_iter()
+        .find(|p| p.is_file())
+}
+
 /// A built kernel.
 #[derive(Clone, Debug)]
 pub struct Built {
@@ -171,6 +183,8 @@ pub fn build(ws: &Workspace, flavor: Flavor) -> Result<Built> {
     let secs = start.elapsed().as_secs_f64();
     fs::copy(out.join("arch/arm64/boot/Image"), &image)
         .with_context(|| format!("the build left no Image in {}", out.display()))?;
+    fs::copy(out.join("System.map"), dir.join(SYSTEM_MAP))
+        .with_context(|| format!("the build left no System.map in {}", out.display()))?;
     fs::write(&key_file, &build_key)?;
     println!("xtask: built in {secs:.0} s");
     println!("{}", image.display());

@@ -21,6 +21,7 @@ mod linuxtest;
 mod measure;
 mod profile;
 mod qemu;
+mod sample;
 mod setup;
 mod sharetest;
 mod soak;
@@ -312,10 +313,18 @@ fn run(ws: &Workspace, o: &RunOpts) -> Result<ExitCode> {
         return bench::demo(ws, &o.build);
     }
     let Launch {
-        machine,
+        mut machine,
         kernel,
         notes,
     } = prepare_launch(ws, o)?;
+    let socket = ws.xtask_dir()?.join("sample.sock");
+    if o.sample.is_some() {
+        setup::ensure_tools(&[Tool::Symbolizer])?;
+        let _ = fs::remove_file(&socket);
+        machine
+            .extra_args
+            .extend(sample::Sampler::qemu_args(&socket));
+    }
     let cmd = machine.command(&kernel.image, &Console::Stdio, false)?;
     for note in notes {
         eprintln!("xtask: {note}");
@@ -325,6 +334,9 @@ fn run(ws: &Workspace, o: &RunOpts) -> Result<ExitCode> {
     if interactive {
         eprintln!("xtask: console follows; quit QEMU with Ctrl-A X");
     }
+    let sampler = o
+        .sample
+        .map(|interval| sample::Sampler::start(socket.clone(), interval));
     let outcome = qemu::run(
         cmd,
         RunSpec {
@@ -335,7 +347,13 @@ fn run(ws: &Workspace, o: &RunOpts) -> Result<ExitCode> {
             fatal_grace: Some(FATAL_GRACE),
             ..RunSpec::default()
         },
-    )?;
+    );
+    if let Some(sampler) = sampler {
+        let polls = sampler.finish();
+        let _ = fs::remove_file(&socket);
+        report_samples(ws, o, &kernel, &polls)?;
+    }
+    let outcome = outcome?;
     let log = ws.xtask_dir()?.join("console.log");
     let saved = fs::write(&log, &outcome.console);
     if !outcome.console.ends_with('\n') && !outcome.console.is_empty() {
@@ -355,6 +373,38 @@ fn run(ws: &Workspace, o: &RunOpts) -> Result<ExitCode> {
             Ok(ExitCode::FAILURE)
         }
     }
+}
+
+/// `run --sample`'s report over `polls`, on stderr; the samples go to
+/// `target/xtask/samples.txt`.
+fn report_samples(
+    ws: &Workspace,
+    o: &RunOpts,
+    kernel: &image::Artifacts,
+    polls: &[Vec<sample::CpuSample>],
+) -> Result<()> {
+    let raw = ws.xtask_dir()?.join("samples.txt");
+    fs::write(&raw, sample::raw(polls))
+        .with_context(|| format!("cannot write {}", raw.display()))?;
+    let guest = match o.guest.linux_pv {
+        Some(flavor) => {
+            let map = kernel::system_map(ws, flavor)
+                .context("no System.map of that kernel (cargo xtask linux-build makes it)")?;
+            let text = fs::read_to_string(&map)
+                .with_context(|| format!("cannot read {}", map.display()))?;
+            Some(sample::Symbols::from_system_map(&text))
+        }
+        None => None,
+    };
+    let el2 = if o.guest.bare {
+        sample::El2Names::new()
+    } else {
+        let offset = image::LOAD_ADDR.wrapping_sub(kernel.link_base);
+        sample::el2_names(polls, &kernel.elf, offset)?
+    };
+    eprint!("{}", sample::report(polls, guest.as_ref(), &el2));
+    eprintln!("xtask: samples in {}", raw.display());
+    Ok(())
 }
 
 /// `cargo xtask run` with nothing that picks a guest or a machine: the lock

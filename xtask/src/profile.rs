@@ -292,7 +292,7 @@ fn tidy(name: &str) -> String {
 
 /// The inlined call chain at each PC (outermost first), from
 /// `llvm-symbolizer -f -i -C`.
-fn frames(elf: &Path, offset: u64, pcs: &[u64]) -> Result<Vec<Vec<String>>> {
+pub(crate) fn frames(elf: &Path, offset: u64, pcs: &[u64]) -> Result<Vec<Vec<String>>> {
     let mut child = Command::new(SYMBOLIZER)
         .arg(format!("--obj={}", elf.display()))
         .args(["-f", "-i", "-C"])
