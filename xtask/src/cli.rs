@@ -75,6 +75,8 @@ GUEST OPTIONS (run, gdb):
     --pv-lock V        The VMs' PV-lock ABI: seed-v2, seed-v3, openeuler, anolis or none
                        (the node's pv-lock; without it el2's default, seed-v2)
     --pv-time on|off   Offer the VMs stolen time (the node's pv-time; el2's default: on)
+    --boost on|off     The VMs' on-spin boosts and slice extension (the node's boost;
+                       el2's default: on)
     --bare             Boot the guest directly on QEMU at EL1, without el2: --vcpus (or
                        --smp) is its CPU count, --guest-mem its RAM, --bootargs its command
                        line
@@ -242,6 +244,9 @@ pub struct GuestOpts {
     pub affinity: Option<Vec<u32>>,
     pub pv_lock: Option<vm::PvLock>,
     pub pv_time: Option<bool>,
+    /// `--boost on|off`: the node's `boost` (on-spin boosts and the slice
+    /// extension).
+    pub boost: Option<bool>,
     pub bare: bool,
     pub no_vm: bool,
     /// `--linux`: the stock Debian arm64 kernel with a busybox initramfs.
@@ -611,6 +616,7 @@ fn parse_run(p: &mut Parser) -> Result<Option<RunOpts>> {
             "--affinity" => g.affinity = Some(vm::parse_cpu_list(&p.value(&mut opt)?)?),
             "--pv-lock" => g.pv_lock = Some(vm::PvLock::parse(&p.value(&mut opt)?)?),
             "--pv-time" => g.pv_time = Some(vm::parse_on_off(&p.value(&mut opt)?)?),
+            "--boost" => g.boost = Some(vm::parse_on_off(&p.value(&mut opt)?)?),
             "--bare" => {
                 p.flag(&opt)?;
                 g.bare = true;
@@ -647,9 +653,10 @@ fn parse_run(p: &mut Parser) -> Result<Option<RunOpts>> {
             g.vms.is_none_or(|n| n == 1)
                 && g.affinity.is_none()
                 && g.pv_lock.is_none()
-                && g.pv_time.is_none(),
-            "--bare boots one guest without el2: --vms, --affinity, --pv-lock and --pv-time \
-             need el2"
+                && g.pv_time.is_none()
+                && g.boost.is_none(),
+            "--bare boots one guest without el2: --vms, --affinity, --pv-lock, --pv-time and \
+             --boost need el2"
         );
         ensure!(
             !m.uboot && m.uefi.is_none() && m.append.is_none(),
@@ -824,6 +831,8 @@ mod tests {
             "run --affinity 0,x",
             "run --bare --vms 2",
             "run --bare --pv-lock none",
+            "run --bare --boost off",
+            "run --boost maybe",
             "run --pv-lock v4",
             "run --pv-time maybe",
             "run --bare --append x",
@@ -842,7 +851,8 @@ mod tests {
     fn guest_options() {
         let Cmd::Run(o) = parse_str(
             "run --guest smp-demo --vcpus 8 --guest-mem 128M --vms 2 --affinity 0,1 \
-             --bootargs rounds=3 --initrd /tmp/i.cpio --smp 2 --pv-lock anolis --pv-time off",
+             --bootargs rounds=3 --initrd /tmp/i.cpio --smp 2 --pv-lock anolis --pv-time off \
+             --boost off",
         )
         .unwrap() else {
             panic!("not run");
@@ -860,6 +870,7 @@ mod tests {
                 affinity: Some(vec![0, 1]),
                 pv_lock: Some(vm::PvLock::Variant(pvlock_abi::pvlock::Variant::Anolis)),
                 pv_time: Some(false),
+                boost: Some(false),
                 bare: false,
                 no_vm: false,
                 linux: false,

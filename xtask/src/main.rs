@@ -275,7 +275,7 @@ pub fn prepare_launch(ws: &Workspace, o: &RunOpts) -> Result<Launch> {
         count: g.vms.unwrap_or(1),
         pv_lock: g.pv_lock,
         pv_time: g.pv_time,
-        boost: None,
+        boost: g.boost,
         control: None,
         cpu_weight: None,
     };

@@ -123,9 +123,16 @@
 //! vCPU threads: if it is owed at least `slice / WAKEUP_GRANULARITY_DIVISOR`
 //! more CPU time (by the rule of "Fair share") than the vCPU running on
 //! the pCPU it waits for, it moves to the head of that queue and the running vCPU's slice
-//! ends now — or, if that one was scheduled in less than `slice /
-//! MIN_RUN_DIVISOR` ago, once it has run that long ([`Wakeup::Preempting`]:
-//! the caller sends that pCPU the reschedule SGI). Owed that much over the
+//! ends now — or, if that one was scheduled in less than its minimum run
+//! ago, once it has run that long ([`Wakeup::Preempting`]: the caller sends
+//! that pCPU the reschedule SGI). The minimum run is `slice /
+//! MIN_RUN_DIVISOR`, or the longer `slice / SIBLING_MIN_RUN_DIVISOR` when
+//! the woken vCPU is a sibling of the running one and that one has not run
+//! a whole slice since it last blocked: an early preemption between siblings only
+//! reorders the VM's own time, and a vCPU that is not CPU-bound is likely
+//! in kernel work that holds locks. A woken vCPU waiting for a minimum run
+//! is taken by whichever pCPU switches first, if it is owed the
+//! granularity over what that pCPU would run. Owed that much over the
 //! queue's head but not over the running vCPU (typically the sender of
 //! the wake-up, about to block), or woken while the pCPU is between two
 //! vCPUs, it still moves to the head and runs next there; `latency_tests`
@@ -219,8 +226,24 @@ pub const WAKEUP_GRANULARITY_DIVISOR: u64 = 4;
 
 /// The least a preempted vCPU runs after being scheduled in before a
 /// wake-up may take its pCPU (`slice / divisor`: 0.5 ms at 4 ms), so that
-/// a stream of wake-ups cannot keep a pCPU switching.
+/// a stream of wake-ups cannot keep a pCPU switching, while a vCPU that
+/// blocks often still gets its share against CPU hogs of another VM.
 pub const MIN_RUN_DIVISOR: u64 = 8;
+
+/// The minimum run instead (`slice / divisor`: 1.33 ms at 4 ms) when the
+/// woken vCPU is a sibling (same VM) of the preempted one and the
+/// preempted one has not run a whole slice since it last blocked. Such a
+/// vCPU is in the
+/// middle of interactive kernel work — a Linux guest forking, exiting,
+/// waking tasks on idle CPUs — where an early preemption catches lock
+/// holders (rwlock readers, spinlocks taken with interrupts enabled) and
+/// only reorders the VM's own time: with 0.5 ms, Linux's `spawn` test at
+/// 4x overcommit ran at 0.42 of its speed with this (docs/vms.md,
+/// "Wake-up preemption"). A vCPU that has run a whole slice without
+/// blocking keeps the short minimum, so an interrupt-driven
+/// sibling beside CPU-bound ones is still served fast. Three keeps a round
+/// trip of two wake-ups, slice extensions included, within one slice.
+pub const SIBLING_MIN_RUN_DIVISOR: u64 = 3;
 
 /// The CPU weight of a VM whose description gives none
 /// (`platform::vm::DEFAULT_CPU_WEIGHT`): the unit of the weighted VM times.
@@ -443,6 +466,15 @@ struct Vcpu {
     kicked: bool,
     /// Powered on and not scheduled in since (PSCI ON_PENDING).
     on_pending: bool,
+    /// Its run ticks when it last became runnable from Blocked or Off: a
+    /// vCPU that has run a whole slice since without blocking is
+    /// CPU-bound (`preempt_for`).
+    run_ticks_at_wake: u64,
+    /// Queued by a wake-up that preempts the vCPU running there once that
+    /// one has had its minimum run, and not scheduled in since: whichever
+    /// pCPU switches first may take it (module documentation, "Wake-up
+    /// preemption").
+    awaits_preemption: bool,
     /// When the current state began (for accounting and FIFO ages).
     since: u64,
     /// End of the slice, while Running.
@@ -667,6 +699,8 @@ impl Scheduler {
             last_pcpu: None,
             kicked: false,
             on_pending: false,
+            awaits_preemption: false,
+            run_ticks_at_wake: 0,
             since: now,
             slice_end: 0,
             extended: false,
@@ -1008,6 +1042,7 @@ impl Scheduler {
         t.slice_end = slice_end;
         t.extended = false;
         t.on_pending = false;
+        t.awaits_preemption = false;
         t.stats.scheduled_in += 1;
         t.stats.yielded_to += 1;
         if t.last_pcpu.is_some_and(|last| last != pcpu) {
@@ -1225,6 +1260,7 @@ impl Scheduler {
         }
         match (was_active, is_active(state)) {
             (false, true) => {
+                v.run_ticks_at_wake = v.stats.run_ticks;
                 if vm.active == 0 {
                     vm.served = vm.served.max(vm_clock.saturating_sub(margin));
                 }
@@ -1287,6 +1323,7 @@ impl Scheduler {
         let v = &mut self.vcpus[slot];
         v.kicked = false;
         v.on_pending = true;
+        v.awaits_preemption = false;
         let pcpu = self.placement(slot, true);
         let ipi = self.enqueue(slot, pcpu);
         Wakeup::Queued { pcpu, ipi }
@@ -1352,7 +1389,18 @@ impl Scheduler {
         };
         self.unlink(slot);
         self.enqueue_front(slot, pcpu);
-        let min_run = self.slice / MIN_RUN_DIVISOR;
+        self.vcpus[slot].awaits_preemption = true;
+        let c = &self.vcpus[current];
+        let ran_since_wake = c
+            .stats
+            .run_ticks
+            .saturating_add(now.saturating_sub(c.since))
+            .saturating_sub(c.run_ticks_at_wake);
+        let min_run = if c.id.vm == self.vcpus[slot].id.vm && ran_since_wake < self.slice {
+            self.slice / SIBLING_MIN_RUN_DIVISOR
+        } else {
+            self.slice / MIN_RUN_DIVISOR
+        };
         let c = &mut self.vcpus[current];
         let end = now.max(c.since.saturating_add(min_run));
         if end < c.slice_end {
@@ -1556,6 +1604,7 @@ impl Scheduler {
         v.slice_end = slice_end;
         v.extended = false;
         v.on_pending = false;
+        v.awaits_preemption = false;
         v.stats.scheduled_in += 1;
         if v.last_pcpu.is_some_and(|last| last != pcpu) {
             v.stats.migrations += 1;
@@ -1574,8 +1623,35 @@ impl Scheduler {
         };
         match self.least_served_foreign_head(pcpu, now) {
             Some(foreign) if self.owed(foreign, own, now, self.margin()) => Some(foreign),
-            _ => Some(self.most_owed_sibling(own, pcpu).unwrap_or(own)),
+            _ => Some(
+                self.preemptor_for(pcpu, own, now)
+                    .or_else(|| self.most_owed_sibling(own, pcpu))
+                    .unwrap_or(own),
+            ),
         }
+    }
+
+    /// The head of another queue that waits there for a wake-up
+    /// preemption, may run on `pcpu` and is owed at least the granularity
+    /// over `own`, `pcpu`'s own candidate: it runs here now rather than
+    /// after the minimum run of the vCPU it would preempt (the most owed
+    /// one, if several wait).
+    fn preemptor_for(&self, pcpu: usize, own: usize, now: u64) -> Option<usize> {
+        self.queued
+            .iter()
+            .inspect(|_| self.visit())
+            .filter(|&other| other != pcpu)
+            .filter_map(|other| self.pcpus.get(other)?.head)
+            .filter(|&head| {
+                let v = &self.vcpus[head];
+                v.awaits_preemption
+                    && v.allowed.contains(pcpu)
+                    && self.owed(head, own, now, self.granularity())
+            })
+            .min_by_key(|&head| {
+                let v = &self.vcpus[head];
+                (self.vm_time(v.id.vm, now), v.vruntime, head)
+            })
     }
 
     /// A sibling of `own` (same VM) queued on another pCPU, allowed on

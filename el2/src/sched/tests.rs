@@ -1285,6 +1285,92 @@ fn the_preempted_vcpu_keeps_its_minimum_run() {
 }
 
 #[test]
+fn a_sibling_preempts_later_unless_the_running_vcpu_is_cpu_bound() {
+    // One pCPU: `a` (VM 0) ran half a slice, blocked, and is back running
+    // since 600; its sibling `b` and `c` of VM 1 blocked with no CPU time.
+    let (a, b, c) = (vcpu(0, 0), vcpu(0, 1), vcpu(1, 0));
+    let a_back_running = || {
+        let mut s = scheduler(1, &[2, 1]);
+        assert_eq!(s.pick_next(0, 0), Some(a));
+        let _ = s.put(a, 0, SLICE / 2, PutReason::Wfi { deadline: None });
+        for v in [c, b] {
+            assert_eq!(s.pick_next(0, SLICE / 2), Some(v));
+            let _ = s.put(v, 0, SLICE / 2, PutReason::Wfi { deadline: None });
+        }
+        let _ = s.wake(a, 600);
+        assert_eq!(s.pick_next(0, 600), Some(a));
+        s
+    };
+    // `a` has not run a slice since it blocked: its sibling preempts it
+    // after the siblings' longer minimum run...
+    let mut s = a_back_running();
+    assert_eq!(s.wake(b, 601), Ok(Wakeup::Preempting { pcpu: 0 }));
+    assert_eq!(s.slice_end(a), Some(600 + SLICE / SIBLING_MIN_RUN_DIVISOR));
+    // ...another VM's vCPU, owed the time, after the short one.
+    let mut s = a_back_running();
+    assert_eq!(s.wake(c, 601), Ok(Wakeup::Preempting { pcpu: 0 }));
+    assert_eq!(s.slice_end(a), Some(600 + SLICE / MIN_RUN_DIVISOR));
+    // Once `a` has run a whole slice without blocking (and is scheduled in
+    // again after a yield), its sibling gets the short minimum too.
+    let mut s = a_back_running();
+    let now = 600 + SLICE;
+    assert_eq!(s.put(a, 0, now, PutReason::Yield), Ok(PutOutcome::Requeued));
+    assert_eq!(s.pick_next(0, now), Some(a));
+    assert_eq!(s.wake(b, now + 1), Ok(Wakeup::Preempting { pcpu: 0 }));
+    assert_eq!(s.slice_end(a), Some(now + SLICE / MIN_RUN_DIVISOR));
+    const { assert!(SIBLING_MIN_RUN_DIVISOR < MIN_RUN_DIVISOR) };
+}
+
+#[test]
+fn a_woken_vcpu_runs_on_the_first_pcpu_that_switches() {
+    // Two pCPUs, one VM of four vCPUs: `w` runs briefly and blocks; the
+    // other three compute. `w` is woken on pCPU 1 while both pCPUs run
+    // vCPUs just scheduled in, so it waits there for one's minimum run;
+    // when the vCPU on pCPU 0 blocks first, pCPU 0 takes `w` at once,
+    // ahead of its own queue.
+    let mut s = scheduler(2, &[4]);
+    let w = vcpu(0, 0);
+    assert_eq!(s.pick_next(0, 0), Some(w));
+    assert_eq!(
+        s.put(w, 0, 10, PutReason::Wfi { deadline: None }),
+        Ok(PutOutcome::Blocked)
+    );
+    // The others take turns for a slice or two each: `w` is owed more
+    // than the granularity, less than the margin over each of them.
+    let mut now = 10;
+    let mut running = [s.pick_next(0, now).unwrap(), s.pick_next(1, now).unwrap()];
+    for _ in 0..2 {
+        now += SLICE;
+        for (pcpu, v) in running.iter_mut().enumerate() {
+            let _ = s.put(*v, pcpu, now, PutReason::SliceExpired);
+            *v = s.pick_next(pcpu, now).unwrap();
+        }
+    }
+    assert!(!running.contains(&w));
+    now += 1;
+    let Ok(Wakeup::Preempting { pcpu }) = s.wake(w, now) else {
+        panic!("w, owed its share, preempts");
+    };
+    let other = 1 - pcpu;
+    // The vCPU on the other pCPU blocks before the minimum run is up.
+    now += 5;
+    assert_eq!(
+        s.put(
+            running[other],
+            other,
+            now,
+            PutReason::Wfi { deadline: None }
+        ),
+        Ok(PutOutcome::Blocked)
+    );
+    assert_eq!(s.pick_next(other, now), Some(w));
+    // The vCPU it would have preempted keeps its pCPU, its slice renewed
+    // when the minimum run is up since nobody owed it waits there.
+    let third = running[pcpu];
+    assert_eq!(s.current(pcpu), Some(third));
+}
+
+#[test]
 fn a_waiting_vcpu_given_an_interrupt_moves_ahead() {
     // One pCPU: `a` runs, `c` waits at the head of the queue, `b` (never
     // run) behind it. An interrupt for `b` while it waits puts it ahead of
