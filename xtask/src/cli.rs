@@ -126,7 +126,7 @@ BENCH OPTIONS:
     --quick            A reduced matrix (2 pCPUs; 1x and 2x overcommit; shorter runs): minutes
     --scale F          With --linux: the multi-threaded runs' work per test (pvlinux bench
                        --scale); by default one calibration run sizes it so that each test
-                       takes about 0.4 s of guest time at 1x on this host
+                       takes about 0.25 s of guest time at 1x on this host
     --hog              Also run every cell beside a VM of CPU hogs (the seed 000 set-up)
     --json FILE        Also write the summary (speedup_2x, retention_2x,
                        null_hypercall_instructions, vcpu_switch_instructions) to FILE
