@@ -122,7 +122,7 @@ BENCH OPTIONS:
                        2/4/8 vCPUs, alone and beside a CPU-hog VM, multi-threaded TCG (5 runs
                        per cell) and icount (3 seeds); bare QEMU as the reference. Writes
                        target/xtask/bench-linux/results.json and docs/benchmarks-linux.md
-                       (about 75 minutes; --quick: 1x and 2x, no hog, 3 runs: under 10)
+                       (about 60 minutes; --quick: 1x and 2x, no hog, 3 runs: 2-3)
     --quick            A reduced matrix (2 pCPUs; 1x and 2x overcommit; shorter runs): minutes
     --scale F          With --linux: the multi-threaded runs' work per test (pvlinux bench
                        --scale); by default one calibration run sizes it so that each test
