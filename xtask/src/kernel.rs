@@ -175,7 +175,7 @@ pub fn build(ws: &Workspace, flavor: Flavor) -> Result<Built> {
     let jobs = std::thread::available_parallelism().map_or(2, |n| n.get());
     println!(
         "xtask: building the {} {SOURCE_PACKAGE} ({version}) kernel with {jobs} jobs \
-         (about 4 minutes on 2 cores); log: {}",
+         (1.5 to 4 minutes on 2 cores); log: {}",
         flavor.name(),
         log.display()
     );
