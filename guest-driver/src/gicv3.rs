@@ -295,6 +295,27 @@ impl Distributor {
         Ok(self.0.isenabler[spi.word()].get() & spi.bit() != 0)
     }
 
+    /// Whether `spi` is pending (`GICD_ISPENDR<n>`: for a level-sensitive
+    /// SPI, its latch or its line held high).
+    pub fn spi_pending(&self, spi: IntId) -> Result<bool, GicError> {
+        Self::spi_index(spi)?;
+        Ok(self.0.ispendr[spi.word()].get() & spi.bit() != 0)
+    }
+
+    /// Whether `spi` is active (`GICD_ISACTIVER<n>`).
+    pub fn spi_active(&self, spi: IntId) -> Result<bool, GicError> {
+        Self::spi_index(spi)?;
+        Ok(self.0.isactiver[spi.word()].get() & spi.bit() != 0)
+    }
+
+    /// Clears the pending latch of `spi` (`GICD_ICPENDR<n>`); a
+    /// level-sensitive SPI stays pending while its line is high.
+    pub fn clear_spi_pending(&self, spi: IntId) -> Result<(), GicError> {
+        Self::spi_index(spi)?;
+        self.0.icpendr[spi.word()].set(spi.bit());
+        Ok(())
+    }
+
     /// Index of `spi`'s `GICD_IROUTER<n>` in [`Distributor::irouter`].
     fn spi_index(spi: IntId) -> Result<usize, GicError> {
         if spi.is_spi() {
@@ -377,6 +398,20 @@ impl<'a> Redistributor<'a> {
     pub fn pending(&self, intid: IntId) -> Result<bool, GicError> {
         Self::check(intid)?;
         Ok(self.sgi.ispendr0.get() & intid.bit() != 0)
+    }
+
+    /// Whether the SGI or PPI `intid` is pending as GICR_ICPENDR0 reads
+    /// it: the same state as GICR_ISPENDR0.
+    pub fn pending_in_icpendr(&self, intid: IntId) -> Result<bool, GicError> {
+        Self::check(intid)?;
+        Ok(self.sgi.icpendr0.get() & intid.bit() != 0)
+    }
+
+    /// Whether the SGI or PPI `intid` is active (GICR_ISACTIVER0):
+    /// acknowledged and not yet deactivated.
+    pub fn active(&self, intid: IntId) -> Result<bool, GicError> {
+        Self::check(intid)?;
+        Ok(self.sgi.isactiver0.get() & intid.bit() != 0)
     }
 
     /// Clears the pending state of the SGI or PPI `intid` (an edge raised
@@ -585,6 +620,37 @@ mod tests {
         assert_eq!(redist.pending(IntId::sgi(15)), Ok(true));
         assert_eq!(redist.pending(IntId::sgi(14)), Ok(false));
         assert_eq!(core::mem::offset_of!(SgiFrame, ispendr0), 0x200);
+        // GICR_ICPENDR0 (0x280) reads the pending state too.
+        assert_eq!(redist.pending_in_icpendr(timer), Ok(false));
+        sgi.icpendr0.set(1 << 27);
+        assert_eq!(redist.pending_in_icpendr(timer), Ok(true));
+        // GICR_ISACTIVER0 (0x300) reads the active state.
+        assert_eq!(redist.active(timer), Ok(false));
+        sgi.isactiver0.set(1 << 27);
+        assert_eq!(redist.active(timer), Ok(true));
+        assert_eq!(core::mem::offset_of!(SgiFrame, isactiver0), 0x300);
+    }
+
+    #[test]
+    fn distributor_reads_and_clears_an_spis_state() {
+        let gicd = zeroed::<Distributor>();
+        let spi = IntId::from_raw(33);
+        assert_eq!(gicd.spi_pending(spi), Ok(false));
+        assert_eq!(gicd.spi_active(spi), Ok(false));
+        // GICD_ISPENDR1 (0x204) and GICD_ISACTIVER1 (0x304), bit 1.
+        gicd.0.ispendr[1].set(1 << 1);
+        gicd.0.isactiver[1].set(1 << 1);
+        assert_eq!(gicd.spi_pending(spi), Ok(true));
+        assert_eq!(gicd.spi_active(spi), Ok(true));
+        assert_eq!(gicd.spi_pending(IntId::from_raw(34)), Ok(false));
+        let before = bytes(&*gicd);
+        gicd.clear_spi_pending(spi).unwrap();
+        // GICD_ICPENDR1 (0x284) bit 1.
+        assert_eq!(changes(&before, &bytes(&*gicd)), [(0x284, 0, 0x02)]);
+        assert_eq!(
+            gicd.spi_pending(IntId::from_raw(27)),
+            Err(GicError::NotAnSpi(IntId::from_raw(27)))
+        );
     }
 
     #[test]

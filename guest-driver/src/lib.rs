@@ -7,7 +7,7 @@
 //! portable pieces of it that the host tests check; a PV-aware lock
 //! ([`lock`]); a polling GICv3 driver ([`gicv3`]); and the test guests,
 //! `src/bin/smp-demo.rs`, `src/bin/pv-check.rs`, `src/bin/lockbench.rs`,
-//! `src/bin/irq-check.rs` and `src/bin/hostile.rs`.
+//! `src/bin/irq-check.rs`, `src/bin/level-check.rs` and `src/bin/hostile.rs`.
 //!
 //! | module | what | where it runs |
 //! |---|---|---|
@@ -24,6 +24,7 @@
 //! | [`pvcheck`] | pv-check's expectations, documented answers and console lines (xtask judges by them) | guests, host (xtask) |
 //! | [`lockbench`] | lockbench's settings, workload and console lines (xtask judges by them) | guests, host (xtask) |
 //! | [`irqcheck`] | irq-check's settings, burst priorities and order, console lines (xtask judges by them) | guests, host (xtask) |
+//! | [`levelcheck`] | level-check's settings, checks and console lines (xtask judges by them) | guests, host (xtask) |
 //! | [`hostile`] | the hostile guest's attempts, their documented answers, its console lines and their judge | guests, host (xtask) |
 #![cfg_attr(not(test), no_std)]
 
@@ -35,6 +36,7 @@ pub mod fault;
 pub mod gicv3;
 pub mod hostile;
 pub mod irqcheck;
+pub mod levelcheck;
 pub mod lock;
 pub mod lockbench;
 pub mod mpidr;

@@ -129,6 +129,12 @@ pub enum Check {
         rounds: u64,
         ping: u64,
     },
+    /// level-check passed every check; under el2 (`vcpu0`), vCPU 0's
+    /// summary line shows it left its pCPU (and moved between pCPUs) as
+    /// the test asks ([`crate::leveltest::check`]).
+    Level {
+        vcpu0: Option<crate::leveltest::Vcpu0>,
+    },
     /// VMs held to their shares of the pCPU time, `owed_percent` per VM
     /// (percent of the machine), while VM `tricky_vm` used every guest hint
     /// ([`crate::sharetest::check`]).
@@ -1174,6 +1180,7 @@ impl Check {
                 rounds,
                 ping,
             } => crate::irqtest::check(lines, *vcpus, *rounds, *ping),
+            Check::Level { vcpu0 } => crate::leveltest::check(lines, *vcpu0),
             Check::Hostile { vm } => crate::hostiletest::check(lines, *vm),
             Check::Shares {
                 tricky_vm,
@@ -1446,6 +1453,11 @@ pub struct VcpuSummary {
     pub run_ms: f64,
     pub steal_ms: f64,
     pub preempted: u64,
+    /// Times it blocked in WFI, if the line says.
+    pub blocks: Option<u64>,
+    /// Times it was scheduled in on another pCPU than the last, if the
+    /// line says.
+    pub migrations: Option<u64>,
 }
 
 /// Parses `summary:   vm0/vcpu3: run 12.5 ms steal 3.0 ms ... preempted 4 ...`.
@@ -1464,6 +1476,8 @@ pub fn parse_vcpu_summary(line: &str) -> Option<VcpuSummary> {
         run_ms: after("run")?.parse().ok()?,
         steal_ms: after("steal")?.parse().ok()?,
         preempted: after("preempted")?.parse().ok()?,
+        blocks: after("blocks").and_then(|w| w.parse().ok()),
+        migrations: after("migrations").and_then(|w| w.parse().ok()),
     })
 }
 
@@ -1581,23 +1595,65 @@ fn check_ticks(lines: &[&str], cpus: u32, tolerance: TickTolerance) -> Result<()
     }
 }
 
+/// What a test guest's check lines say is wrong (irq-check, level-check):
+/// a line with `prefix` and `: FAILED`; a pass line of `passes` (`<label>:
+/// ok`) seen other than exactly once; the final `all_passed` line seen
+/// other than exactly once. Empty if nothing is.
+pub fn check_verdicts(
+    lines: &[&str],
+    prefix: &str,
+    passes: impl IntoIterator<Item = String>,
+    all_passed: &str,
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    let failed: Vec<&&str> = lines
+        .iter()
+        .filter(|l| l.contains(prefix) && l.contains(": FAILED"))
+        .collect();
+    if let Some(first) = failed.first() {
+        problems.push(format!("{} failed check(s), first {first:?}", failed.len()));
+    }
+    let missing: Vec<String> = passes
+        .into_iter()
+        .filter_map(|text| {
+            let n = lines.iter().filter(|l| l.contains(&text)).count();
+            (n != 1).then(|| format!("{text:?} {n} times"))
+        })
+        .collect();
+    if !missing.is_empty() {
+        problems.push(format!(
+            "check(s) not passed exactly once: {}",
+            missing.join(", ")
+        ));
+    }
+    let passed = lines.iter().filter(|l| l.contains(all_passed)).count();
+    if passed != 1 {
+        problems.push(format!("{passed} {all_passed:?} lines, expected 1"));
+    }
+    problems
+}
+
+/// For the judges' host tests: a QEMU run that printed `console` and
+/// exited with `code` after a second.
+#[cfg(test)]
+pub fn exited(console: &str, code: i32) -> qemu::Outcome {
+    use std::os::unix::process::ExitStatusExt;
+    qemu::Outcome {
+        console: console.into(),
+        stderr: String::new(),
+        ending: qemu::Ending::Exited(std::process::ExitStatus::from_raw(code << 8)),
+        duration: Duration::from_secs(1),
+        fatal: console.contains(FATAL_MARKER),
+        guest_fatal: console.contains(GUEST_FATAL_MARKER),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::process::ExitStatusExt;
-    use std::process::ExitStatus;
 
     fn run(console: &str, code: i32) -> qemu::Outcome {
-        let fatal = console.contains(FATAL_MARKER);
-        let guest_fatal = console.contains(GUEST_FATAL_MARKER);
-        qemu::Outcome {
-            console: console.into(),
-            stderr: String::new(),
-            ending: Ending::Exited(ExitStatus::from_raw(code << 8)),
-            duration: Duration::from_secs(1),
-            fatal,
-            guest_fatal,
-        }
+        exited(console, code)
     }
 
     /// What smp-demo prints for `vcpus` vCPUs and `rounds` rounds, each
@@ -1874,7 +1930,9 @@ mod tests {
                 vcpu: 3,
                 run_ms: 50.0,
                 steal_ms: 48.1,
-                preempted: 12
+                preempted: 12,
+                blocks: Some(0),
+                migrations: Some(1),
             })
         );
         let lines = [

@@ -163,22 +163,13 @@ pub fn check(lines: &[&str], vm: usize) -> Result<(), String> {
 mod tests {
     use super::*;
     use crate::boottest::judge;
-    use crate::qemu::{Ending, FATAL_MARKER, GUEST_FATAL_MARKER};
+    use crate::qemu::{FATAL_MARKER, GUEST_FATAL_MARKER};
     use guest_driver::demo::{Progress, PsciCheck, PsciResult, Summary};
     use guest_driver::hostile::{AllAnswered, Label, Outcome as Attempt, ResultLine};
     use guest_driver::mpidr::Mpidr;
-    use std::os::unix::process::ExitStatusExt;
-    use std::process::ExitStatus;
 
     fn run(console: &str, code: i32) -> qemu::Outcome {
-        qemu::Outcome {
-            console: console.into(),
-            stderr: String::new(),
-            ending: Ending::Exited(ExitStatus::from_raw(code << 8)),
-            duration: Duration::from_secs(3),
-            fatal: console.contains(FATAL_MARKER),
-            guest_fatal: console.contains(GUEST_FATAL_MARKER),
-        }
+        crate::boottest::exited(console, code)
     }
 
     /// What a passing run prints: the hostile guest's lines as vm0, a

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use guest_driver::irqcheck::{self, ALL_PASSED, Label, PREFIX, PingReport, RingCount};
 
-use crate::boottest::{BootTest, Check, Kernel, Outcome};
+use crate::boottest::{BootTest, Check, Kernel, Outcome, check_verdicts};
 use crate::qemu::{self, Machine};
 use crate::vm::VmConfig;
 
@@ -171,28 +171,12 @@ pub fn parse_vgic_summary(line: &str) -> Option<VgicCounts> {
 /// spinning, its median within [`PING_MEDIAN_LIMIT_NS`] and its worst
 /// within [`PING_WORST_LIMIT_NS`].
 pub fn check(lines: &[&str], vcpus: usize, rounds: u64, ping: u64) -> Result<(), String> {
-    let mut problems = Vec::new();
-    let failed: Vec<&&str> = lines
-        .iter()
-        .filter(|l| l.contains(PREFIX) && l.contains(": FAILED"))
-        .collect();
-    if let Some(first) = failed.first() {
-        problems.push(format!("{} failed check(s), first {first:?}", failed.len()));
-    }
-    let missing: Vec<String> = Label::ALL
-        .iter()
-        .filter_map(|label| {
-            let text = format!("{label}: ok");
-            let n = lines.iter().filter(|l| l.contains(&text)).count();
-            (n != 1).then(|| format!("{text:?} {n} times"))
-        })
-        .collect();
-    if !missing.is_empty() {
-        problems.push(format!(
-            "check(s) not passed exactly once: {}",
-            missing.join(", ")
-        ));
-    }
+    let mut problems = check_verdicts(
+        lines,
+        PREFIX,
+        Label::ALL.iter().map(|label| format!("{label}: ok")),
+        ALL_PASSED,
+    );
     let counts: Vec<RingCount> = lines.iter().filter_map(|l| RingCount::parse(l)).collect();
     for vcpu in 0..vcpus {
         let mine: Vec<u64> = counts
@@ -242,10 +226,6 @@ pub fn check(lines: &[&str], vcpus: usize, rounds: u64, ping: u64) -> Result<(),
             )),
         }
     }
-    let passed = lines.iter().filter(|l| l.contains(ALL_PASSED)).count();
-    if passed != 1 {
-        problems.push(format!("{passed} {ALL_PASSED:?} lines, expected 1"));
-    }
     let el2: Vec<VgicCounts> = lines.iter().filter_map(|l| parse_vgic_summary(l)).collect();
     match el2.as_slice() {
         [counts] => {
@@ -290,20 +270,11 @@ pub fn check(lines: &[&str], vcpus: usize, rounds: u64, ping: u64) -> Result<(),
 mod tests {
     use super::*;
     use crate::boottest::judge;
-    use crate::qemu::{Ending, FATAL_MARKER, GUEST_FATAL_MARKER};
+    use crate::qemu::GUEST_FATAL_MARKER;
     use guest_driver::irqcheck::Spread;
-    use std::os::unix::process::ExitStatusExt;
-    use std::process::ExitStatus;
 
     fn run(console: &str, code: i32) -> qemu::Outcome {
-        qemu::Outcome {
-            console: console.into(),
-            stderr: String::new(),
-            ending: Ending::Exited(ExitStatus::from_raw(code << 8)),
-            duration: Duration::from_secs(1),
-            fatal: console.contains(FATAL_MARKER),
-            guest_fatal: console.contains(GUEST_FATAL_MARKER),
-        }
+        crate::boottest::exited(console, code)
     }
 
     /// What a passing boot of `vcpus` vCPUs on `smp` pCPUs prints, el2's

@@ -14,6 +14,7 @@ mod hostiletest;
 mod image;
 mod irqtest;
 mod kernel;
+mod leveltest;
 mod linux;
 mod linuxpv;
 mod linuxpvtest;

@@ -186,22 +186,8 @@ pub struct CpuInterface {
 /// (an EOI also deactivates) and enables Group 1. Every CPU calls it once
 /// after [`init`].
 pub fn init_cpu() -> Result<CpuInterface, GicError> {
-    let gic = FRAMES.get().ok_or(GicError::NotInDeviceTree)?;
     let mpidr = Mpidr::from_raw(MPIDR_EL1.get());
-    let base = gic
-        .redistributor_regions()
-        .iter()
-        .find_map(|region| {
-            let offset = gic_regs::find_redistributor(region.size, None, mpidr.raw(), |offset| {
-                // SAFETY: init mapped every redistributor region, and the
-                // scan stays inside this one.
-                unsafe { rd_frame_at(region.start + offset) }.typer.get()
-            })?;
-            Some(region.start + offset)
-        })
-        .ok_or(GicError::NoRedistributor(mpidr))?;
-    // SAFETY: `base` is a redistributor inside a region init mapped.
-    let redistributor = unsafe { Redistributor::new(rd_frame_at(base), sgi_frame_at(base)) };
+    let (redistributor, base) = find_redistributor(mpidr)?;
     redistributor.wake()?;
     IccSre.modify(ICC_SRE_EL1::SRE::SET);
     barrier::isb(barrier::SY);
@@ -219,6 +205,32 @@ pub fn init_cpu() -> Result<CpuInterface, GicError> {
         redistributor_base: base,
         priority_bits: IccCtlr.read(ICC_CTLR_EL1::PRIbits) as u32 + 1,
     })
+}
+
+/// The redistributor of the PE `mpidr` (any PE's: a GIC lets every PE
+/// read every redistributor), after [`init`].
+pub fn redistributor_of(mpidr: Mpidr) -> Result<Redistributor<'static>, GicError> {
+    find_redistributor(mpidr).map(|(redistributor, _)| redistributor)
+}
+
+/// The redistributor of `mpidr` and the address of its RD_base frame.
+fn find_redistributor(mpidr: Mpidr) -> Result<(Redistributor<'static>, u64), GicError> {
+    let gic = FRAMES.get().ok_or(GicError::NotInDeviceTree)?;
+    let base = gic
+        .redistributor_regions()
+        .iter()
+        .find_map(|region| {
+            let offset = gic_regs::find_redistributor(region.size, None, mpidr.raw(), |offset| {
+                // SAFETY: init mapped every redistributor region, and the
+                // scan stays inside this one.
+                unsafe { rd_frame_at(region.start + offset) }.typer.get()
+            })?;
+            Some(region.start + offset)
+        })
+        .ok_or(GicError::NoRedistributor(mpidr))?;
+    // SAFETY: `base` is a redistributor inside a region init mapped.
+    let redistributor = unsafe { Redistributor::new(rd_frame_at(base), sgi_frame_at(base)) };
+    Ok((redistributor, base))
 }
 
 /// Acknowledges the most urgent pending Group 1 interrupt (it becomes
