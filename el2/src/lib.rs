@@ -9,7 +9,7 @@
 //! | [`trap`] | what an exit was (ESR, data-abort access, system register) and the exception injected back |
 //! | [`services`] | the answers to a guest's calls: SMCCC, PSCI, KVM vendor services, PV records, PTP time |
 //! | [`sched`] | which vCPU runs where and when, and directed yield on a spin (`sched::onspin`) |
-//! | [`devices`] | the emulated devices: virtual GICv3, PL011 |
+//! | [`devices`] | the emulated devices: virtual GICv3, PL011, the virtual timer's interrupt line |
 //! | [`guest`] | what each VM is given: placement in host RAM, IPA layout, device tree |
 //! | [`memory`] | the EL2 memory map, the heap, page ownership |
 //! | [`bringup`] | the command line, CPU start order, per-CPU state, the EFI stage |

@@ -42,6 +42,13 @@ register_bitfields! {u64,
         /// The interrupt being completed, as ICC_IAR1_EL1 returned it.
         INTID OFFSET(0) NUMBITS(24) [],
     ],
+    /// ICC_DIR_EL1 ("ICC_DIR_EL1, Interrupt Controller Deactivate Interrupt
+    /// Register"): with ICC_CTLR_EL1.EOImode = 1, a write deactivates an
+    /// interrupt whose priority an ICC_EOIR1_EL1 write dropped.
+    pub ICC_DIR_EL1 [
+        /// The interrupt to deactivate.
+        INTID OFFSET(0) NUMBITS(24) [],
+    ],
     /// ICC_PMR_EL1 ("ICC_PMR_EL1, Interrupt Controller Interrupt Priority
     /// Mask Register"): only interrupts of a higher priority (a lower
     /// value) than the mask are signalled.

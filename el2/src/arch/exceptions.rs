@@ -172,7 +172,12 @@ pub fn vector_base() -> u64 {
 extern "C" fn handle_exception(vector: u64, frame: &mut Frame) {
     let vector = Vector(vector);
     if vector.kind() == Kind::Irq && vector.is_current_el() {
-        let _ = super::irq::handle();
+        // IRQs are unmasked at EL2 only while no vCPU is loaded (boot, an
+        // idle pCPU): a virtual timer PPI has no guest to go to here, and
+        // is not left active.
+        if super::irq::handle() == super::irq::Taken::VirtualTimer {
+            super::irq::deactivate_vtimer();
+        }
         return;
     }
     fatal(vector, frame)

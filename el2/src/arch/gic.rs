@@ -124,7 +124,10 @@ pub unsafe fn init_cpu(gic: &GicV3, mpidr: Mpidr) -> Result<CpuInterface, &'stat
     }
     ICC_PMR_EL1.write(ICC_PMR_EL1::Priority.val(PRIORITY_MASK_ALL_BUT_LOWEST));
     ICC_BPR1_EL1.write(ICC_BPR1_EL1::BinaryPoint.val(0));
-    ICC_CTLR_EL1.modify(ICC_CTLR_EL1::EOImode::DropAndDeactivate);
+    // Priority drop and deactivation apart: the virtual timer's PPI stays
+    // active after its handler until the guest's hardware list register
+    // entry, or the runner, deactivates it (`super::irq`).
+    ICC_CTLR_EL1.modify(ICC_CTLR_EL1::EOImode::DropOnly);
     ICC_IGRPEN1_EL1.write(ICC_IGRPEN1_EL1::Enable::SET);
     barrier::isb(barrier::SY);
     Ok(CpuInterface { sgi })

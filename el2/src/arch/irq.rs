@@ -1,10 +1,17 @@
 //! Interrupts taken at EL2.
+//!
+//! The CPU interface runs with ICC_CTLR_EL1.EOImode = 1: ending an
+//! interrupt is a priority drop (ICC_EOIR1_EL1) and a deactivation
+//! (ICC_DIR_EL1), and every interrupt gets both at once except the running
+//! guest's virtual timer PPI, which stays active after the drop until the
+//! guest's hardware list register entry or [`deactivate_vtimer`] ends it
+//! (`el2::devices::vtimer`).
 
-use super::regs::{ICC_EOIR1_EL1, acknowledge_interrupt};
+use super::regs::{ICC_DIR_EL1, ICC_EOIR1_EL1, acknowledge_interrupt};
 use aarch64_cpu::registers::CNTV_CTL_EL0;
 use core::sync::atomic::{AtomicU32, Ordering};
 use gic_regs::FIRST_SPECIAL;
-use tock_registers::interfaces::{ReadWriteable, Readable, Writeable};
+use tock_registers::interfaces::{Readable, Writeable};
 
 /// The SGI one pCPU sends another to make it look at the scheduler again
 /// (a vCPU became runnable there, a vCPU running there has a new virtual
@@ -37,7 +44,26 @@ pub fn set_maintenance_intid(intid: u32) {
 
 pub use el2::run::Taken;
 
-/// Acknowledges, handles and ends one interrupt.
+/// The INTID of the EL1 virtual timer's PPI at this CPU.
+pub fn vtimer_intid() -> u32 {
+    VTIMER_INTID.load(Ordering::Relaxed)
+}
+
+/// Deactivates the virtual timer's PPI, which [`handle`] left active.
+pub fn deactivate_vtimer() {
+    deactivate(vtimer_intid());
+}
+
+fn drop_priority(intid: u32) {
+    ICC_EOIR1_EL1.write(ICC_EOIR1_EL1::INTID.val(u64::from(intid)));
+}
+
+fn deactivate(intid: u32) {
+    ICC_DIR_EL1.write(ICC_DIR_EL1::INTID.val(u64::from(intid)));
+}
+
+/// Acknowledges, handles and ends one interrupt (the running guest's
+/// virtual timer PPI: drops its priority and leaves it active).
 pub fn handle() -> Taken {
     let intid = acknowledge_interrupt();
     let cpu = super::cpu::current();
@@ -49,7 +75,8 @@ pub fn handle() -> Taken {
         return Taken::Hypervisor;
     }
     if intid == u32::from(STOP_SGI) && super::exceptions::fatal_in_progress() {
-        ICC_EOIR1_EL1.write(ICC_EOIR1_EL1::INTID.val(u64::from(intid)));
+        drop_priority(intid);
+        deactivate(intid);
         super::psci::park();
     }
     let taken = if intid == TICK_INTID.load(Ordering::Relaxed) {
@@ -60,23 +87,20 @@ pub fn handle() -> Taken {
         Taken::Hypervisor
     } else if intid == VTIMER_INTID.load(Ordering::Relaxed) {
         // Only a loaded vCPU has its virtual timer enabled in hardware
-        // (`VtimerContext::save` disables it), so a timer whose condition
-        // holds now is the running guest's. One that does not was raised
-        // for a vCPU since put (the line had not yet dropped when the
-        // interrupt was signalled): nothing to inject, and masking would
-        // silence the current guest's timer.
-        let ctl = CNTV_CTL_EL0.extract();
-        if ctl.is_set(CNTV_CTL_EL0::ENABLE) && ctl.is_set(CNTV_CTL_EL0::ISTATUS) {
-            // Masked before the end of the interrupt, or the
-            // level-sensitive line would fire again at once.
-            CNTV_CTL_EL0.modify(CNTV_CTL_EL0::IMASK::SET);
-            Taken::VirtualTimer
-        } else {
-            if let Some(cpu) = cpu {
-                cpu.count_other_irq();
-            }
-            Taken::Hypervisor
+        // (`vcpu::save` disables it), so a line that is high now is the
+        // running guest's. One that is not was raised for a vCPU since put
+        // (the line had not yet dropped when the interrupt was signalled),
+        // or dropped by the guest since: nothing to inject, and the PPI is
+        // ended like any other.
+        if el2::devices::vtimer::line_of(CNTV_CTL_EL0.get()) {
+            // Left active: its level line would fire again at once.
+            drop_priority(intid);
+            return Taken::VirtualTimer;
         }
+        if let Some(cpu) = cpu {
+            cpu.count_other_irq();
+        }
+        Taken::Hypervisor
     } else if intid == MAINTENANCE_INTID.load(Ordering::Relaxed) {
         // The line stays high until the list registers are rewritten, which
         // the run loop does before the next guest entry (IRQs stay masked
@@ -92,7 +116,7 @@ pub fn handle() -> Taken {
         }
         Taken::Hypervisor
     };
-    // ICC_CTLR_EL1.EOImode = 0: this write both drops priority and deactivates.
-    ICC_EOIR1_EL1.write(ICC_EOIR1_EL1::INTID.val(u64::from(intid)));
+    drop_priority(intid);
+    deactivate(intid);
     taken
 }

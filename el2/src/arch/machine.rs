@@ -108,6 +108,14 @@ impl Machine for Hardware {
         (CNTV_CTL_EL0.get(), CNTV_CVAL_EL0.get())
     }
 
+    fn vtimer_ppi(&self) -> u16 {
+        irq::vtimer_intid() as u16
+    }
+
+    fn deactivate_vtimer_ppi(&mut self) {
+        irq::deactivate_vtimer();
+    }
+
     fn vbar_el1(&self) -> u64 {
         VBAR_EL1.get()
     }

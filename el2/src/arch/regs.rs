@@ -5,8 +5,8 @@
 //! has the name of its fields, as aarch64-cpu's do.
 
 pub use gic_regs::icc::{
-    ICC_BPR1_EL1, ICC_CTLR_EL1, ICC_EOIR1_EL1, ICC_IAR1_EL1, ICC_IGRPEN1_EL1, ICC_PMR_EL1,
-    ICC_SGI1R_EL1,
+    ICC_BPR1_EL1, ICC_CTLR_EL1, ICC_DIR_EL1, ICC_EOIR1_EL1, ICC_IAR1_EL1, ICC_IGRPEN1_EL1,
+    ICC_PMR_EL1, ICC_SGI1R_EL1,
 };
 use tock_registers::interfaces::{Readable, Writeable};
 use tock_registers::register_bitfields;
@@ -93,6 +93,10 @@ sysreg!(
     /// End Of Interrupt for group 1 (write only in use).
     IccEoir1El1, "icc_eoir1_el1", ICC_EOIR1_EL1::Register
 );
+sysreg!(
+    /// Deactivate Interrupt (write only in use).
+    IccDirEl1, "icc_dir_el1", ICC_DIR_EL1::Register
+);
 
 pub const CPTR_EL2: CptrEl2 = CptrEl2;
 pub const CNTHP_CVAL_EL2: CnthpCvalEl2 = CnthpCvalEl2;
@@ -100,6 +104,7 @@ pub const ICC_PMR_EL1: IccPmrEl1 = IccPmrEl1;
 pub const ICC_BPR1_EL1: IccBpr1El1 = IccBpr1El1;
 pub const ICC_IGRPEN1_EL1: IccIgrpen1El1 = IccIgrpen1El1;
 pub const ICC_EOIR1_EL1: IccEoir1El1 = IccEoir1El1;
+pub const ICC_DIR_EL1: IccDirEl1 = IccDirEl1;
 
 /// Acknowledges the highest-priority pending group 1 interrupt
 /// (ICC_IAR1_EL1). Reading it changes the GIC's state, so it is a function
@@ -107,7 +112,7 @@ pub const ICC_EOIR1_EL1: IccEoir1El1 = IccEoir1El1;
 pub fn acknowledge_interrupt() -> u32 {
     let value: u64;
     // SAFETY: acknowledging an interrupt only changes GIC state; the caller
-    // (the EL2 IRQ handler) ends it with ICC_EOIR1_EL1.
+    // (the EL2 IRQ handler) ends it with ICC_EOIR1_EL1 and ICC_DIR_EL1.
     unsafe {
         core::arch::asm!("mrs {0}, icc_iar1_el1", out(reg) value, options(nomem, nostack, preserves_flags));
     }

@@ -13,6 +13,7 @@
 use super::machine::{Machine, VcpuContext};
 use super::vm::{Vm, reset_context};
 use super::{Applied, Decision, Picked, Runner};
+use crate::guest::layout;
 use crate::sched::onspin::{self, Spinner, VmSpin};
 use crate::sched::{Handover, PutReason, Scheduler, Wakeup};
 use crate::trap::decision::Next;
@@ -83,7 +84,7 @@ impl<'h, M: Machine> Runner<'h, M> {
         if self.refresh_and_deliver(vm, vcpu, ctx) {
             return Applied::Resume;
         }
-        let vtimer = self.vtimer_wait_deadline(vm, ctx);
+        let vtimer = self.vtimer_wait_deadline(vm);
         Applied::Put(PutReason::Wfi {
             deadline: crate::trap::exit::wfi_deadline(vtimer, own),
         })
@@ -288,6 +289,14 @@ impl<'h, M: Machine> Runner<'h, M> {
             ..Default::default()
         };
         t.regs.set_reg(0, context_id);
+        // Its timer starts off: the line the vGIC kept since the vCPU
+        // powered off goes low with the context's (the slot, then the vGIC:
+        // `el2::run`'s lock order).
+        let _ = vm
+            .vgic
+            .lock()
+            .set_level(layout::TIMER.virt.intid(), target.index, false);
+        vm.note_vtimer(target.index, t);
         true
     }
 

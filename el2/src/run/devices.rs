@@ -8,9 +8,10 @@
 
 use super::machine::{Machine, VcpuContext};
 use super::vm::{MachineConsole, VgicCounters, Vm};
-use super::{Decision, Runner};
+use super::{Decision, Runner, exits};
 use crate::devices::emul::pl011::Pl011;
 use crate::devices::vgic::VcpuMask;
+use crate::devices::vtimer;
 use crate::guest::layout::{self, EmulatedDevice};
 use crate::trap::exit::DataAbort;
 use crate::trap::fault::GuestFault;
@@ -155,6 +156,15 @@ impl<'h, M: Machine> Runner<'h, M> {
     /// Reserved offsets and read-only registers are RAZ/WI as on a real
     /// GIC; an access of a size or alignment the register does not take
     /// gets a synchronous external abort.
+    ///
+    /// The access sees the vGIC as of now: first what the guest did with
+    /// its list registers goes back into the model and its timer's line is
+    /// sampled (`Runner::vgic_refresh`), and an access to the
+    /// redistributor of another vCPU that is off its pCPU sees that
+    /// vCPU's timer line as its saved registers give it now
+    /// ([`Self::sample_saved_timer`]). (One running on another pCPU is
+    /// seen as of its last exit: reads of another running PE's
+    /// redistributor race with it anyway.)
     fn gic_access(
         &mut self,
         vm: &'h Vm<M>,
@@ -165,9 +175,16 @@ impl<'h, M: Machine> Runner<'h, M> {
         let (access, offset) = (&routed.access, routed.offset);
         let ipa = access.ipa;
         let value = mmio::write_value(&ctx.regs, access);
+        let distributor = routed.device == EmulatedDevice::Distributor;
+        let (mut targets, _) = self.vgic_refresh(vm, vcpu.index, ctx);
+        let frame_vcpu = (!distributor)
+            .then(|| vm.vgic.lock().redistributor_vcpu(offset))
+            .flatten();
+        if let Some(other) = frame_vcpu.filter(|&other| other != vcpu.index) {
+            targets |= self.sample_saved_timer(vm, other);
+        }
         let (result, woken) = {
             let mut gic = vm.vgic.lock();
-            let distributor = routed.device == EmulatedDevice::Distributor;
             let result = match (distributor, access.write) {
                 (true, false) => gic.dist_read(offset, access.size),
                 (true, true) => gic.dist_write(offset, access.size, value).map(|()| 0),
@@ -180,7 +197,7 @@ impl<'h, M: Machine> Runner<'h, M> {
         // changed (disabled it, cleared its pending state, moved it):
         // resync them before it re-enters. GIC writes are rare; this costs
         // one refill.
-        let mut targets = woken;
+        targets |= woken;
         if access.write {
             targets.insert(vcpu.index);
         }
@@ -208,6 +225,34 @@ impl<'h, M: Machine> Runner<'h, M> {
             ),
         }
         targets
+    }
+
+    /// The virtual timer line of vCPU `index` as its saved registers give
+    /// it now, into the vGIC, if the vCPU is off its pCPU (its context in
+    /// its slot): while it is away its line can only rise, at the deadline
+    /// its registers set (`el2::devices::vtimer`). Returns the vCPUs to
+    /// tell.
+    fn sample_saved_timer(&self, vm: &Vm<M>, index: u16) -> VcpuMask {
+        let Some(slot) = vm.vcpus.get(usize::from(index)) else {
+            return VcpuMask::EMPTY;
+        };
+        // The slot stays locked while the vGIC follows: the vCPU cannot be
+        // loaded, and its runner change the line, in between.
+        let mut slot = slot.lock();
+        let Some(ctx) = slot.as_mut() else {
+            return VcpuMask::EMPTY;
+        };
+        let timer = &mut ctx.vtimer;
+        let line = vtimer::line_at(
+            timer.ctl,
+            timer.cval,
+            vm.registers.cntvoff,
+            self.machine.counter(),
+        );
+        if line == timer.line {
+            return VcpuMask::EMPTY;
+        }
+        exits::follow_vtimer_line(&mut vm.vgic.lock(), index, timer, line)
     }
 
     /// A guest write to an SGI generation register (it traps:

@@ -3,18 +3,17 @@
 //! its own vCPU's context. Hypercalls are in `hypercall`, trapped device
 //! accesses in `devices`.
 
-use super::machine::{Machine, Taken, VcpuContext};
+use super::machine::{Machine, Taken, VcpuContext, VtimerContext};
 use super::vm::{VgicCounters, Vm};
 use super::{Decision, Runner};
-use crate::devices::vgic::VcpuMask;
+use crate::devices::vgic::{VGic, VcpuMask};
+use crate::devices::vtimer;
 use crate::guest::layout;
 use crate::trap::decision::Next;
-use crate::trap::exit::{Exit, VtimerState, WfxKind};
+use crate::trap::exit::{Exit, WfxKind};
 use crate::trap::fault::GuestFault;
 use crate::trap::sysreg::{self, Emulated, SysregAccess};
 use crate::vcpu::VcpuId;
-use aarch64_cpu::registers::CNTV_CTL_EL0;
-use tock_registers::LocalRegisterCopy;
 
 impl<'h, M: Machine> Runner<'h, M> {
     /// The exit table.
@@ -94,14 +93,28 @@ impl<'h, M: Machine> Runner<'h, M> {
     ) -> Decision {
         match self.machine.take_interrupt() {
             Taken::VirtualTimer => {
-                ctx.vtimer.fired = true;
+                // The timer's line is high, and its physical PPI stays
+                // active until a list register entry or the runner ends it
+                // (`el2::devices::vtimer`).
+                self.vtimer_ppi.fired();
                 VgicCounters::count(&vm.vgic_stats.timer);
-                // Latched rather than driven as a level: the hardware
-                // timer is masked now, and the guest's handler reprograms
-                // (and so unmasks) it, which fires again if due.
                 let intid = layout::TIMER.virt.intid();
-                let woken = vm.vgic.lock().raise_edge(intid, vcpu.index);
-                Decision::delivering(woken.unwrap_or_default())
+                let mut gic = vm.vgic.lock();
+                let woken = follow_vtimer_line(&mut gic, vcpu.index, &mut ctx.vtimer, true);
+                // The vCPU refills whenever the interrupt can reach it,
+                // even with the line already high in the vGIC: a hardware
+                // entry the guest deactivated made the PPI fire again, and
+                // the entry is gone. One the guest disabled waits in the
+                // vGIC, its PPI held.
+                let reachable = gic
+                    .irq_status(intid, vcpu.index)
+                    .is_some_and(|irq| irq.enabled || irq.in_lr.is_some());
+                drop(gic);
+                Decision::delivering(if reachable {
+                    woken | VcpuMask::single(vcpu.index)
+                } else {
+                    woken
+                })
             }
             Taken::Maintenance => {
                 // The list registers need a refill: the vCPU's own mark.
@@ -162,21 +175,15 @@ impl<'h, M: Machine> Runner<'h, M> {
     }
 
     /// The virtual timer's part of a waiting vCPU's deadline, from the
-    /// live registers, in physical counter ticks; see
-    /// `el2::trap::exit::vtimer_wait_deadline`.
-    pub(super) fn vtimer_wait_deadline(
-        &self,
-        vm: &Vm<M>,
-        ctx: &mut VcpuContext<M::Saved>,
-    ) -> Option<u64> {
+    /// live registers, in physical counter ticks: when its line rises
+    /// (`el2::devices::vtimer::rises_at`), whether or not its PPI is
+    /// enabled in the vGIC. A wait that ends there with nothing to take is
+    /// a spurious wake-up, which WFI allows (Arm ARM D1.6.2), and what a
+    /// guest that polls the counter after WFI relies on; with the line
+    /// already high, the wait ends at once.
+    pub(super) fn vtimer_wait_deadline(&self, vm: &Vm<M>) -> Option<u64> {
         let (ctl, cval) = self.machine.vtimer_live();
-        let ctl = LocalRegisterCopy::<u64, CNTV_CTL_EL0::Register>::new(ctl);
-        crate::trap::exit::vtimer_wait_deadline(VtimerState {
-            enabled: ctl.is_set(CNTV_CTL_EL0::ENABLE),
-            masked: ctl.is_set(CNTV_CTL_EL0::IMASK),
-            masked_by_hypervisor: core::mem::take(&mut ctx.vtimer.fired),
-            deadline: cval.wrapping_add(vm.registers.cntvoff),
-        })
+        vtimer::rises_at(ctl, cval, vm.registers.cntvoff)
     }
 
     /// Injects `what` into the running vCPU: its EL1 exception registers
@@ -188,4 +195,37 @@ impl<'h, M: Machine> Runner<'h, M> {
         ctx.regs.pc = entry.pc;
         ctx.regs.pstate = entry.pstate;
     }
+
+    /// Gives the vGIC `line` as the level of `vcpu`'s virtual timer line,
+    /// if it is not what the vGIC has (`ctx` is `vcpu`'s, held by this
+    /// pCPU). Returns the vCPUs to tell.
+    pub(super) fn set_vtimer_line(
+        &self,
+        vm: &Vm<M>,
+        vcpu: u16,
+        ctx: &mut VcpuContext<M::Saved>,
+        line: bool,
+    ) -> VcpuMask {
+        if ctx.vtimer.line == line {
+            return VcpuMask::EMPTY;
+        }
+        follow_vtimer_line(&mut vm.vgic.lock(), vcpu, &mut ctx.vtimer, line)
+    }
+}
+
+/// Drives `vcpu`'s virtual timer PPI in `gic` (locked by the caller) to
+/// `line`, and notes that in `vtimer`, its context's timer (`VtimerContext::line`).
+/// Returns the vCPUs to tell.
+pub(super) fn follow_vtimer_line(
+    gic: &mut VGic,
+    vcpu: u16,
+    vtimer: &mut VtimerContext,
+    line: bool,
+) -> VcpuMask {
+    if vtimer.line == line {
+        return VcpuMask::EMPTY;
+    }
+    vtimer.line = line;
+    gic.set_level(layout::TIMER.virt.intid(), vcpu, line)
+        .unwrap_or_default()
 }

@@ -1,17 +1,22 @@
 //! A fake [`Machine`] for the runner's host tests: a shared virtual clock,
 //! per-pCPU EL2 timers, pending reschedule SGIs and list registers, a
-//! memory that keeps what the PV-record stores wrote, and scripted guests
-//! that exit with hypercalls, WFI, WFE, UART writes and SGIs chosen by a
-//! seeded generator.
+//! virtual timer per pCPU whose physical PPI fires while its line is high
+//! and stays active until deactivated (by the runner, or by the guest
+//! through a hardware list register entry), a memory that keeps what the
+//! PV-record stores wrote, and scripted guests that exit with hypercalls,
+//! WFI, WFE, UART writes, GIC accesses and SGIs, program their timer and
+//! acknowledge and complete what their list registers hold, as a seeded
+//! generator chooses.
 
 use super::machine::{Allocations, FastExit, Machine, Refusal, Taken, VcpuContext, VmRegisters};
-use crate::devices::vgic::MAX_LIST_REGISTERS;
+use crate::devices::vgic::{Lr, LrState, MAX_LIST_REGISTERS};
+use crate::devices::vtimer;
 use crate::guest::layout;
 use crate::memory::heap::OutOfMemory;
 use crate::memory::layout::MapKind;
 use crate::trap::exit::Syndrome;
 use crate::trap::fault::Injection;
-use aarch64_cpu::registers::ESR_EL2;
+use aarch64_cpu::registers::{CNTV_CTL_EL0, ESR_EL2};
 use alloc::collections::BTreeMap;
 use alloc::string::String;
 use alloc::sync::Arc;
@@ -76,6 +81,11 @@ pub struct World {
     pub exits: AtomicU64,
     /// Of those, the ones `FastExit` answered without the runner.
     pub fast_exits: AtomicU64,
+    /// Virtual timer PPIs taken, and deactivated by the runner and by the
+    /// guests' hardware list register entries.
+    pub timer_fires: AtomicU64,
+    pub timer_ppi_ended_by_runner: AtomicU64,
+    pub timer_ppi_ended_by_guest: AtomicU64,
 }
 
 impl World {
@@ -93,6 +103,9 @@ impl World {
             fp_loads: AtomicU64::new(0),
             exits: AtomicU64::new(0),
             fast_exits: AtomicU64::new(0),
+            timer_fires: AtomicU64::new(0),
+            timer_ppi_ended_by_runner: AtomicU64::new(0),
+            timer_ppi_ended_by_guest: AtomicU64::new(0),
         })
     }
 
@@ -141,6 +154,12 @@ pub struct Fake {
     pending_irq: Option<Taken>,
     /// FAR_EL2 and HPFAR_EL2 of the last exit.
     fault: (u64, u64),
+    /// The loaded vCPU's CNTV_CTL_EL0 (without ISTATUS, which
+    /// [`Self::timer_control`] computes) and CNTV_CVAL_EL0; all zero (off)
+    /// with nothing loaded.
+    timer: (u64, u64),
+    /// The physical virtual-timer PPI is active.
+    pub timer_ppi_active: bool,
 }
 
 impl Fake {
@@ -152,6 +171,137 @@ impl Fake {
             lrs: [0; MAX_LIST_REGISTERS],
             pending_irq: None,
             fault: (0, 0),
+            timer: (0, 0),
+            timer_ppi_active: false,
+        }
+    }
+
+    /// The loaded guest writes CNTV_CTL_EL0 and CNTV_CVAL_EL0 (for the
+    /// scripted tests).
+    pub fn set_timer(&mut self, ctl: u64, cval: u64) {
+        self.timer = (ctl, cval);
+    }
+
+    /// The timer's physical PPI is signalled now if its line is high and
+    /// it is not active (for the scripted tests): the next exit is an IRQ
+    /// that [`Machine::take_interrupt`] answers with it. Whether it was.
+    pub fn signal_timer(&mut self) -> bool {
+        let fires = vtimer::line_of(self.timer_control()) && !self.timer_ppi_active;
+        if fires {
+            self.timer_ppi_active = true;
+            self.pending_irq = Some(Taken::VirtualTimer);
+        }
+        fires
+    }
+
+    /// The list registers as the runner last wrote them, decoded.
+    pub fn list_registers_now(&self) -> Vec<Lr> {
+        self.lrs
+            .iter()
+            .map(|&v| Lr::decode(v))
+            .filter(|lr| lr.state != LrState::Invalid)
+            .collect()
+    }
+
+    /// The guest deactivates the entry for `intid` (for the scripted
+    /// tests), and, for a hardware entry, its physical interrupt.
+    pub fn deactivate(&mut self, intid: u32) {
+        for value in &mut self.lrs {
+            let mut lr = Lr::decode(*value);
+            if lr.intid == intid && lr.state.is_active() {
+                if lr.physical.is_some() {
+                    self.timer_ppi_active = false;
+                }
+                lr.state = if lr.state.is_pending() {
+                    LrState::Pending
+                } else {
+                    LrState::Invalid
+                };
+                *value = lr.encode();
+            }
+        }
+    }
+
+    /// The guest acknowledges the entry for `intid` (for the scripted
+    /// tests): pending becomes active.
+    pub fn acknowledge(&mut self, intid: u32) {
+        for value in &mut self.lrs {
+            let mut lr = Lr::decode(*value);
+            if lr.intid == intid && lr.state == LrState::Pending {
+                lr.state = LrState::Active;
+                *value = lr.encode();
+            }
+        }
+    }
+
+    /// CNTV_CTL_EL0 as the loaded vCPU reads it: ISTATUS while enabled and
+    /// the count (CNTVOFF is 0 here) has reached CVAL.
+    fn timer_control(&self) -> u64 {
+        let (ctl, cval) = self.timer;
+        let enabled = ctl & CNTV_CTL_EL0::ENABLE::SET.value != 0;
+        let istatus = if enabled && self.world.now() >= cval {
+            CNTV_CTL_EL0::ISTATUS::SET.value
+        } else {
+            0
+        };
+        (ctl & !CNTV_CTL_EL0::ISTATUS::SET.value) | istatus
+    }
+
+    /// The guest programs its timer now and then: armed a little ahead,
+    /// masked, or off.
+    fn program_timer(&mut self) {
+        let world = self.world.clone();
+        let enable = CNTV_CTL_EL0::ENABLE::SET.value;
+        match world.below(40) {
+            0..=3 => self.timer = (enable, world.now() + world.below(2000)),
+            4 => self.timer.0 = enable | CNTV_CTL_EL0::IMASK::SET.value,
+            5 => self.timer.0 = 0,
+            _ => {}
+        }
+    }
+
+    /// The guest acknowledges and completes what its list registers hold,
+    /// now and then, as its CPU interface would: a pending entry becomes
+    /// active, an active one is deactivated (and with it the physical
+    /// interrupt of a hardware entry); the timer's handler takes its line
+    /// down as it completes it, most of the time.
+    fn handle_interrupts(&mut self) {
+        let world = self.world.clone();
+        let timer = crate::guest::layout::TIMER.virt.intid();
+        for value in &mut self.lrs {
+            let mut lr = Lr::decode(*value);
+            // An acknowledge, or a deactivation (which leaves the pending
+            // part of a pending and active entry).
+            let next = match lr.state {
+                LrState::Pending if world.below(3) == 0 => LrState::Active,
+                LrState::Active if world.below(3) == 0 => LrState::Invalid,
+                LrState::PendingActive if world.below(3) == 0 => LrState::Pending,
+                _ => continue,
+            };
+            if next == LrState::Invalid && lr.intid == timer {
+                match world.below(4) {
+                    0 => self.timer.0 |= CNTV_CTL_EL0::IMASK::SET.value,
+                    1 => self.timer.1 = world.now() + 100 + world.below(1000),
+                    2 => self.timer.0 = 0,
+                    _ => {}
+                }
+            }
+            if next == LrState::Invalid && lr.physical.is_some() {
+                assert!(
+                    self.timer_ppi_active,
+                    "pCPU {}: a hardware entry deactivated an inactive PPI",
+                    self.pcpu
+                );
+                self.timer_ppi_active = false;
+                world
+                    .timer_ppi_ended_by_guest
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            // (The EOI maintenance interrupt an interface raises for an
+            // entry that asks for one is not modelled: the runner reads the
+            // entry back at its next refill.)
+            lr.state = next;
+            *value = lr.encode();
         }
     }
 
@@ -184,10 +334,16 @@ impl Fake {
             self.pending_irq = Some(Taken::Hypervisor);
             return Syndrome::asynchronous(VECTOR_IRQ);
         }
-        if self.world.below(50) == 0 {
+        // The timer's physical PPI fires while its line is high, unless it
+        // is still active.
+        if vtimer::line_of(self.timer_control()) && !self.timer_ppi_active {
+            self.timer_ppi_active = true;
+            self.world.timer_fires.fetch_add(1, Ordering::Relaxed);
             self.pending_irq = Some(Taken::VirtualTimer);
             return Syndrome::asynchronous(VECTOR_IRQ);
         }
+        self.handle_interrupts();
+        self.program_timer();
         self.guest_exit(ctx)
     }
 
@@ -206,9 +362,9 @@ impl Fake {
                 return Self::data_abort(layout::GICD.base + gic_regs::offset::GICD_CTLR, true, 8);
             }
             // STR W9, [GICR_ISENABLER0 of its own redistributor]: the SGI
-            // its siblings send (3) on.
+            // its siblings send (3) and its virtual timer's PPI on.
             3 => {
-                ctx.regs.x[9] = 1 << 3;
+                ctx.regs.x[9] = 1 << 3 | 1 << crate::guest::layout::TIMER.virt.intid();
                 let sgi_base = layout::GICR_BASE
                     + u64::from(index) * gic_regs::REDISTRIBUTOR_SIZE
                     + gic_regs::SGI_FRAME_OFFSET;
@@ -228,9 +384,20 @@ impl Fake {
             return Self::hvc(ctx, function.raw(), &[]);
         }
         let sibling = world.below(8);
-        match world.below(120) {
+        match world.below(124) {
             0..=29 => Self::hvc(ctx, pvlock_abi::arch::SMCCC_VERSION.raw(), &[]),
-            30..=44 => Syndrome::synchronous(IL | ESR_EL2::EC::TrappedWFIorWFE.value),
+            30..=44 => {
+                // A guest waits with its timer armed (its own work, or a
+                // bound on the wait): it wakes at the deadline at the
+                // latest.
+                if vtimer::rises_at(self.timer.0, self.timer.1, 0).is_none() {
+                    self.timer = (
+                        CNTV_CTL_EL0::ENABLE::SET.value,
+                        now + world.below(HZ / 1000),
+                    );
+                }
+                Syndrome::synchronous(IL | ESR_EL2::EC::TrappedWFIorWFE.value)
+            }
             45..=54 => Syndrome::synchronous(IL | ESR_EL2::EC::TrappedWFIorWFE.value | WFX_TI_WFE),
             55..=64 => Self::hvc(ctx, directed_yield::PV_SCHED_YIELD_TO.raw(), &[sibling]),
             65..=72 => Self::hvc(
@@ -280,13 +447,48 @@ impl Fake {
             111..=113 => Syndrome::synchronous(IL | ESR_EL2::EC::TrappedFP.value),
             // An instruction el2 does not emulate (EC 0: unknown reason).
             114 => Syndrome::synchronous(IL | ESR_EL2::EC::Unknown.value),
+            // LDR W10, [GICR_ISPENDR0] of its own redistributor or a
+            // sibling's.
+            115..=117 => {
+                let whose = if world.below(2) == 0 {
+                    u64::from(index)
+                } else {
+                    sibling
+                };
+                Self::data_abort(
+                    layout::GICR_BASE
+                        + whose * gic_regs::REDISTRIBUTOR_SIZE
+                        + gic_regs::SGI_FRAME_OFFSET
+                        + gic_regs::offset::GICR_ISPENDR0,
+                    false,
+                    10,
+                )
+            }
+            // STR W11, [GICR_ICENABLER0 or GICR_ISENABLER0]: its timer's PPI
+            // off or on.
+            118..=119 => {
+                ctx.regs.x[11] = 1 << crate::guest::layout::TIMER.virt.intid();
+                let register = if world.below(2) == 0 {
+                    gic_regs::offset::GICR_ICENABLER0
+                } else {
+                    gic_regs::offset::GICR_ISENABLER0
+                };
+                Self::data_abort(
+                    layout::GICR_BASE
+                        + u64::from(index) * gic_regs::REDISTRIBUTOR_SIZE
+                        + gic_regs::SGI_FRAME_OFFSET
+                        + register,
+                    true,
+                    11,
+                )
+            }
             _ => Self::hvc(ctx, pvlock_abi::arch::SMCCC_VERSION.raw(), &[]),
         }
     }
 
     /// A stage-2 data abort on a 32-bit access to `ipa` with register
     /// `rt` (ISV set: the syndrome describes it).
-    fn data_abort(ipa: u64, write: bool, rt: u64) -> Syndrome {
+    pub fn data_abort(ipa: u64, write: bool, rt: u64) -> Syndrome {
         Syndrome {
             vector: VECTOR_SYNC,
             esr: IL
@@ -315,7 +517,7 @@ impl Machine for Fake {
         HZ
     }
 
-    fn load_vcpu(&mut self, vm: VmRegisters, _hcr: u64, _ctx: &mut VcpuContext<FakeSaved>) {
+    fn load_vcpu(&mut self, vm: VmRegisters, _hcr: u64, ctx: &mut VcpuContext<FakeSaved>) {
         assert!(
             self.loaded_vm.is_none(),
             "pCPU {}: load over a loaded vCPU",
@@ -326,9 +528,15 @@ impl Machine for Fake {
             self.lrs.iter().all(|&lr| lr == 0),
             "list registers left full"
         );
+        assert!(
+            !self.timer_ppi_active,
+            "pCPU {}: the virtual timer's PPI left active for the next vCPU",
+            self.pcpu
+        );
+        self.timer = (ctx.vtimer.ctl, ctx.vtimer.cval);
     }
 
-    fn save_vcpu(&mut self, _ctx: &mut VcpuContext<FakeSaved>) {
+    fn save_vcpu(&mut self, ctx: &mut VcpuContext<FakeSaved>) {
         assert!(
             self.loaded_vm.take().is_some(),
             "pCPU {}: save with nothing loaded",
@@ -338,6 +546,9 @@ impl Machine for Fake {
             self.lrs.iter().all(|&lr| lr == 0),
             "list registers left full at save"
         );
+        ctx.vtimer.ctl = self.timer_control();
+        ctx.vtimer.cval = self.timer.1;
+        self.timer = (0, 0);
     }
 
     fn load_fp(&mut self, _ctx: &mut VcpuContext<FakeSaved>) {
@@ -393,9 +604,23 @@ impl Machine for Fake {
     }
 
     fn vtimer_live(&self) -> (u64, u64) {
-        // Enabled, unmasked, due within a millisecond.
-        let enable = aarch64_cpu::registers::CNTV_CTL_EL0::ENABLE::SET.value;
-        (enable, self.world.now() + self.world.below(HZ / 1000))
+        (self.timer_control(), self.timer.1)
+    }
+
+    fn vtimer_ppi(&self) -> u16 {
+        crate::guest::layout::TIMER.virt.intid() as u16
+    }
+
+    fn deactivate_vtimer_ppi(&mut self) {
+        assert!(
+            self.timer_ppi_active,
+            "pCPU {}: the runner deactivated an inactive PPI",
+            self.pcpu
+        );
+        self.timer_ppi_active = false;
+        self.world
+            .timer_ppi_ended_by_runner
+            .fetch_add(1, Ordering::Relaxed);
     }
 
     fn vbar_el1(&self) -> u64 {

@@ -60,10 +60,11 @@ pub enum Taken {
     /// Nothing for the guest (the hypervisor's tick, a reschedule SGI, a
     /// spurious interrupt): the run loop re-reads the scheduler.
     Hypervisor,
-    /// The running guest's virtual timer condition was met. The timer is
-    /// masked (CNTV_CTL_EL0.IMASK) so that its level-sensitive line drops;
-    /// the runner injects the virtual timer interrupt. The guest's handler
-    /// reprograms the timer, which unmasks it.
+    /// The running guest's virtual timer raised its line at this pCPU. The
+    /// physical PPI is left active (priority drop only), so that it cannot
+    /// fire again until it is deactivated: by the guest through a hardware
+    /// list register entry, or by [`Machine::deactivate_vtimer_ppi`]
+    /// (`el2::devices::vtimer`). The guest's timer registers are untouched.
     VirtualTimer,
     /// The virtual CPU interface wants its list registers looked at (an
     /// EOI of a level-sensitive interrupt, or an underflow).
@@ -86,14 +87,14 @@ pub struct VmRegisters {
 /// guest) and the deadline is tracked by the scheduler instead.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct VtimerContext {
-    /// CNTV_CTL_EL0 as saved.
+    /// CNTV_CTL_EL0 as saved (ISTATUS as the hardware computed it then).
     pub ctl: u64,
     /// CNTV_CVAL_EL0 as saved (virtual counter ticks).
     pub cval: u64,
-    /// The timer fired while the guest ran and the hypervisor masked it
-    /// (CNTV_CTL_EL0.IMASK) to inject its interrupt; the guest's handler
-    /// reprograms it. Consumed by the next wait's deadline.
-    pub fired: bool,
+    /// The level of the timer's line that the virtual GIC has: changed
+    /// only together with the vGIC's, under its lock, by whoever holds
+    /// the context (`el2::devices::vtimer`).
+    pub line: bool,
 }
 
 /// Which of the pCPU's list registers hold this vCPU's interrupts while it
@@ -194,6 +195,14 @@ pub trait Machine {
 
     /// The running vCPU's live virtual timer: (CNTV_CTL_EL0, CNTV_CVAL_EL0).
     fn vtimer_live(&self) -> (u64, u64);
+    /// The INTID of the physical PPI through which the loaded vCPU's
+    /// virtual timer interrupts this pCPU: the pINTID of its hardware list
+    /// register entries.
+    fn vtimer_ppi(&self) -> u16;
+    /// Deactivates that PPI, which the hypervisor left active when it took
+    /// it ([`Taken::VirtualTimer`]) and no list register entry ended:
+    /// ICC_DIR_EL1. Only while it is active.
+    fn deactivate_vtimer_ppi(&mut self);
     /// The running vCPU's VBAR_EL1.
     fn vbar_el1(&self) -> u64;
     /// Writes an injected exception's EL1 registers (ESR, FAR if given,

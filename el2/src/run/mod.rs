@@ -17,9 +17,11 @@
 //! Lock order (each lock only while holding the ones before it):
 //! the scheduler, then a VM's directed-yield state (`spin`), then its
 //! virtual GIC (a leaf). A VM's console is taken before its virtual GIC
-//! (`devices::uart_line_follow`). A vCPU's context slot is a leaf, held
-//! only to move the context in or out: the context of a running vCPU is
-//! in its pCPU's runner, so no two pCPUs can hold it. The PV "preempted"
+//! (`devices::uart_line_follow`). A vCPU's context slot is held only to
+//! move the context in or out, or, while the vCPU is off its pCPU, to make
+//! the virtual GIC follow its timer's line (the slot, then the virtual GIC:
+//! `devices::sample_saved_timer`, `apply::reset_to`); the context of a
+//! running vCPU is in its pCPU's runner, so no two pCPUs can hold it. The PV "preempted"
 //! flag of a put vCPU is written under the scheduler lock, with the
 //! scheduler's decision: once the lock is released another pCPU may pick
 //! the vCPU and write 0, which must not be overtaken.
@@ -36,6 +38,8 @@ pub mod vm;
 #[cfg(test)]
 mod fake;
 #[cfg(test)]
+mod level_tests;
+#[cfg(test)]
 mod tests;
 
 pub use create::create_vms;
@@ -44,6 +48,8 @@ pub use machine::{FastExit, Machine, Taken, VcpuContext, VmRegisters};
 pub use vm::{Vm, VmParts, VmState, guest_hcr};
 
 use crate::devices::vgic::{Lr, LrState, MAX_LIST_REGISTERS, VcpuMask};
+use crate::devices::vtimer::{self, PhysicalIrq};
+use crate::guest::layout;
 use crate::memory::ownership::OwnershipMap;
 use crate::sched::{PutOutcome, PutReason, Scheduler, Wakeup};
 use crate::services::pv;
@@ -207,6 +213,9 @@ pub struct Runner<'h, M: Machine> {
     /// The target of the directed yield just applied and its steal ticks,
     /// read under the switch's lock: loaded once the yielder is saved.
     handover: Option<(VcpuId, u64)>,
+    /// Who owes the deactivation of this pCPU's virtual timer PPI
+    /// (`el2::devices::vtimer`): inactive whenever no vCPU is loaded.
+    vtimer_ppi: PhysicalIrq,
     /// Decisions applied, for the host tests' "every exit, one decision"
     /// check (the exits the machine answered itself it counts).
     #[cfg(test)]
@@ -223,6 +232,7 @@ impl<'h, M: Machine> Runner<'h, M> {
             pick: Picked::default(),
             pick_fresh: false,
             handover: None,
+            vtimer_ppi: PhysicalIrq::Inactive,
             #[cfg(test)]
             applied: 0,
         }
@@ -627,8 +637,10 @@ impl<'h, M: Machine> Runner<'h, M> {
     fn vcpu_put(&mut self, vm: &'h Vm<M>, vcpu: VcpuId, loaded: Loaded<M::Saved>) {
         let mut ctx = loaded.ctx;
         let mut woken = VcpuMask::EMPTY;
+        let mut timer_entry = None;
         if ctx.lrs.used != 0 || ctx.lrs.underflow {
             let (read_back, used) = self.read_lrs(&ctx);
+            timer_entry = hardware_timer_entry(&read_back[..used]);
             woken = vm
                 .vgic
                 .lock()
@@ -654,6 +666,17 @@ impl<'h, M: Machine> Runner<'h, M> {
             ctx.lrs = machine::ListRegisterUse::default();
         }
         self.machine.save_vcpu(&mut ctx);
+        // The timer is off in hardware now: its PPI may be ended for the
+        // next vCPU, and the line the vGIC keeps while this one is away is
+        // the one it left (it can only rise then, at `note_vtimer`'s
+        // deadline).
+        if self.vtimer_ppi.put(timer_entry) {
+            self.machine.deactivate_vtimer_ppi();
+        }
+        let line = vtimer::line_of(ctx.vtimer.ctl);
+        woken |= self
+            .set_vtimer_line(vm, vcpu.index, &mut ctx, line)
+            .without(vcpu.index);
         vm.note_vtimer(vcpu.index, &ctx);
         *vm.vcpus[usize::from(vcpu.index)].lock() = Some(ctx);
         if !woken.is_empty() {
@@ -688,9 +711,14 @@ impl<'h, M: Machine> Runner<'h, M> {
         vm.irq_attention
             .fetch_and(!(1u64 << vcpu), Ordering::AcqRel);
         let (read_back, used) = self.read_lrs(ctx);
+        // The timer's line as it is now (the guest changes it without a
+        // trap): resampled before the list registers are read back into
+        // the vGIC and filled again (`el2::devices::vtimer`).
+        let line = vtimer::line_of(self.machine.vtimer_live().0);
         let mut gic = vm.vgic.lock();
-        let mut woken = gic.sync_back(vcpu, &read_back[..used]);
-        let lrs = gic.fill(vcpu, self.machine.list_registers());
+        let mut woken = exits::follow_vtimer_line(&mut gic, vcpu, &mut ctx.vtimer, line);
+        woken |= gic.sync_back(vcpu, &read_back[..used]);
+        let mut lrs = gic.fill(vcpu, self.machine.list_registers());
         let underflow = gic.underflow_needed(vcpu);
         // `VGic::has_pending`, walking the interrupts a third time only
         // when some did not fit: otherwise whatever is deliverable is in
@@ -699,6 +727,18 @@ impl<'h, M: Machine> Runner<'h, M> {
             lrs.iter().any(|lr| lr.state.is_pending()) || (underflow && gic.has_pending(vcpu));
         woken |= gic.take_wakeups();
         drop(gic);
+        let timer = layout::TIMER.virt.intid();
+        let refill = self.vtimer_ppi.refill(
+            hardware_timer_entry(&read_back[..used]),
+            lrs.state_of(timer),
+            line,
+        );
+        if refill.map {
+            lrs.map_hardware(timer, self.machine.vtimer_ppi());
+        }
+        if refill.deactivate {
+            self.machine.deactivate_vtimer_ppi();
+        }
         // A fresh set of list registers; the ones the previous set used
         // beyond it are cleared.
         let values = lrs.values();
@@ -820,6 +860,16 @@ impl<'h, M: Machine> Runner<'h, M> {
         let running = running.filter(|v| v.vm == vm.id).map(|v| v.index);
         self.deliver(vm, running, targets);
     }
+}
+
+/// The state of the virtual timer's hardware entry among list registers
+/// read back, if there is one (`el2::devices::vtimer::PhysicalIrq`).
+fn hardware_timer_entry(read_back: &[Lr]) -> Option<LrState> {
+    let timer = layout::TIMER.virt.intid();
+    read_back
+        .iter()
+        .find(|lr| lr.intid == timer && lr.physical.is_some())
+        .map(|lr| lr.state)
 }
 
 /// Whether the guest may be re-entered at once after `exit`'s decision

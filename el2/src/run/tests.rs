@@ -9,6 +9,7 @@
 use super::fake::{Fake, HZ, World};
 use super::{Host, Runner, Step, Vm, VmParts, VmState, register_vcpus};
 use crate::devices::vgic::VGic;
+use crate::devices::vtimer::{self, PhysicalIrq};
 use crate::guest::layout;
 use crate::guest::placement::VmPlacement;
 use crate::memory::ownership::OwnershipMap;
@@ -24,13 +25,13 @@ use pvlock_abi::pvlock::Variant;
 const MIB: u64 = 1 << 20;
 
 /// One VM of the test: vCPUs, PV-lock variant, CPU affinity.
-struct Spec {
-    vcpus: u32,
-    pv_lock: Option<Variant>,
-    affinity: Option<Vec<u32>>,
+pub(super) struct Spec {
+    pub(super) vcpus: u32,
+    pub(super) pv_lock: Option<Variant>,
+    pub(super) affinity: Option<Vec<u32>>,
 }
 
-fn host(world: &Arc<World>, pcpus: usize, specs: &[Spec]) -> Host<Fake> {
+pub(super) fn host(world: &Arc<World>, pcpus: usize, specs: &[Spec]) -> Host<Fake> {
     let machine = Fake::new(0, world.clone());
     let mut online = CpuSet::default();
     for pcpu in 0..pcpus {
@@ -80,6 +81,25 @@ fn check_invariants(host: &Host<Fake>, runners: &[Runner<'_, Fake>], world: &Wor
     let s = host.sched.lock();
     let mut running: Vec<VcpuId> = Vec::new();
     for (pcpu, runner) in runners.iter().enumerate() {
+        // The virtual timer's physical PPI: never left active for another
+        // vCPU, held by the hypervisor only while it really is active, and
+        // known to be held whenever it is active.
+        let active = runner.machine().timer_ppi_active;
+        if runner.running().is_none() {
+            assert!(
+                !active && runner.vtimer_ppi == PhysicalIrq::Inactive,
+                "step {step}: pCPU {pcpu} idles with its timer PPI {:?} (active {active})",
+                runner.vtimer_ppi
+            );
+        }
+        assert!(
+            !active || runner.vtimer_ppi != PhysicalIrq::Inactive,
+            "step {step}: pCPU {pcpu}'s timer PPI is active and nobody will end it"
+        );
+        assert!(
+            active || runner.vtimer_ppi != PhysicalIrq::HeldByHypervisor,
+            "step {step}: pCPU {pcpu} holds an inactive timer PPI"
+        );
         if let Some(v) = runner.running() {
             assert!(
                 !running.contains(&v),
@@ -97,11 +117,32 @@ fn check_invariants(host: &Host<Fake>, runners: &[Runner<'_, Fake>], world: &Wor
         for index in 0..vm.vcpu_count() {
             let v = VcpuId { vm: vm.id, index };
             let loaded = running.contains(&v);
-            let in_slot = vm.vcpus[usize::from(index)].lock().is_some();
+            let saved_timer = vm.vcpus[usize::from(index)]
+                .lock()
+                .as_ref()
+                .map(|ctx| ctx.vtimer);
+            let in_slot = saved_timer.is_some();
             assert_eq!(
                 loaded, !in_slot,
                 "step {step}: {v} loaded {loaded}, context in its slot {in_slot}"
             );
+            // A vCPU off its pCPU: the vGIC has the timer line its context
+            // says, which is high only if its saved registers say so now.
+            if let Some(timer) = saved_timer {
+                let intid = layout::TIMER.virt.intid();
+                let line = vm.vgic.lock().irq_status(intid, index).map(|st| st.line);
+                assert_eq!(
+                    line,
+                    Some(timer.line),
+                    "step {step}: {v}'s timer line in the vGIC and its context"
+                );
+                let now = world.clock.load(core::sync::atomic::Ordering::Relaxed);
+                assert!(
+                    !timer.line
+                        || vtimer::line_at(timer.ctl, timer.cval, vm.registers.cntvoff, now),
+                    "step {step}: {v}'s timer line is high, its registers {timer:?} say low"
+                );
+            }
             // No lost wake-up: a vCPU blocked in WFI has no interrupt it
             // could take (the GIC change that made one deliverable woke it).
             if matches!(s.state(v), Some(VcpuState::Blocked(_))) {
@@ -290,6 +331,10 @@ fn run(seed: u64, pcpus: usize, specs: &[Spec]) -> Vec<alloc::string::String> {
     let relaxed = core::sync::atomic::Ordering::Relaxed;
     *INJECTED.lock() += world.injected.load(relaxed);
     *FP_LOADS.lock() += world.fp_loads.load(relaxed);
+    let mut timer = TIMER_PPI.lock();
+    timer[0] += world.timer_fires.load(relaxed);
+    timer[1] += world.timer_ppi_ended_by_guest.load(relaxed);
+    timer[2] += world.timer_ppi_ended_by_runner.load(relaxed);
     world.console.lock().clone()
 }
 
@@ -300,6 +345,9 @@ static EXITS: boot::sync::SpinMutex<alloc::collections::BTreeMap<&str, u64>> =
     boot::sync::SpinMutex::new(alloc::collections::BTreeMap::new());
 static INJECTED: boot::sync::SpinMutex<u64> = boot::sync::SpinMutex::new(0);
 static FP_LOADS: boot::sync::SpinMutex<u64> = boot::sync::SpinMutex::new(0);
+/// Virtual timer PPIs taken, ended by a hardware list register entry, and
+/// ended by the runner.
+static TIMER_PPI: boot::sync::SpinMutex<[u64; 3]> = boot::sync::SpinMutex::new([0; 3]);
 
 #[test]
 fn several_vms_on_several_pcpus_keep_the_runner_invariants() {
@@ -359,6 +407,12 @@ fn several_vms_on_several_pcpus_keep_the_runner_invariants() {
     let total: u64 = exits.values().sum();
     assert!(total > 20_000, "{total} exits: {exits:?}");
     assert!(*INJECTED.lock() > 0 && *FP_LOADS.lock() > 0);
+    // The timer's PPI fired, and was ended both ways.
+    let [fired, by_guest, by_runner] = *TIMER_PPI.lock();
+    assert!(
+        fired > 100 && by_guest > 0 && by_runner > 0,
+        "timer PPI: {fired} fired, {by_guest} ended by the guest, {by_runner} by the runner"
+    );
 }
 
 #[test]

@@ -8,6 +8,7 @@ use super::machine::{Allocations, Machine, Refusal, VcpuContext, VmRegisters};
 use crate::devices::emul::ConsoleSink;
 use crate::devices::emul::pl011::Pl011;
 use crate::devices::vgic::VGic;
+use crate::devices::vtimer;
 use crate::guest::layout::{self, EmulatedDevice, GuestLayout, RAM_BASE};
 use crate::guest::placement::VmPlacement;
 use crate::guest::{VmError, dt};
@@ -18,7 +19,7 @@ use crate::trap::exit::{EXIT_CLASSES, Exit};
 use crate::trap::fault;
 use crate::trap::mmio::MmioMap;
 use crate::vcpu::VmId;
-use aarch64_cpu::registers::{CNTV_CTL_EL0, HCR_EL2};
+use aarch64_cpu::registers::HCR_EL2;
 use alloc::boxed::Box;
 use alloc::string::String;
 use alloc::sync::Arc;
@@ -332,6 +333,7 @@ impl<M: Machine> Vm<M> {
             if index == 0 {
                 ctx.regs = self.layout.boot_regs();
             }
+            self.note_vtimer(index as u16, ctx);
         }
         Ok(())
     }
@@ -362,16 +364,11 @@ impl<M: Machine> Vm<M> {
         }
     }
 
-    /// Records when the saved virtual timer of vCPU `index` fires.
+    /// Records when the saved virtual timer of vCPU `index` raises its
+    /// line (`el2::devices::vtimer::rises_at`).
     pub(super) fn note_vtimer(&self, index: u16, ctx: &VcpuContext<M::Saved>) {
-        let ctl = ctx.vtimer.ctl;
-        let armed =
-            ctl & CNTV_CTL_EL0::ENABLE::SET.value != 0 && ctl & CNTV_CTL_EL0::IMASK::SET.value == 0;
-        let due = if armed {
-            ctx.vtimer.cval.wrapping_add(self.registers.cntvoff)
-        } else {
-            u64::MAX
-        };
+        let due = vtimer::rises_at(ctx.vtimer.ctl, ctx.vtimer.cval, self.registers.cntvoff)
+            .unwrap_or(u64::MAX);
         if let Some(slot) = self.vtimer_due.get(usize::from(index)) {
             slot.store(due, Ordering::Relaxed);
         }

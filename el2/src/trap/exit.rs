@@ -291,8 +291,9 @@ pub fn is_hvc_call(vector: u64, esr: u64) -> bool {
 
 /// When a vCPU that executed WFI/WFIT must wake at the latest, in
 /// physical counter ticks: the earlier of its virtual timer's deadline (if
-/// armed) and the WFIT timeout (if the instruction had one); `None` means
-/// only an interrupt or a kick wakes it.
+/// armed: `el2::devices::vtimer::rises_at`) and the WFIT timeout (if the
+/// instruction had one); `None` means only an interrupt or a kick wakes
+/// it.
 pub fn wfi_deadline(vtimer: Option<u64>, wfit_timeout: Option<u64>) -> Option<u64> {
     match (vtimer, wfit_timeout) {
         (Some(a), Some(b)) => Some(a.min(b)),
@@ -300,74 +301,11 @@ pub fn wfi_deadline(vtimer: Option<u64>, wfit_timeout: Option<u64>) -> Option<u6
     }
 }
 
-/// The virtual timer as a waiting vCPU left it: CNTV_CTL_EL0's ENABLE and
-/// IMASK, CNTV_CVAL_EL0 (in physical counter ticks), and whether the
-/// hypervisor itself set IMASK when the timer fired, to inject its
-/// interrupt, with no guest reprogramming since.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct VtimerState {
-    pub enabled: bool,
-    pub masked: bool,
-    pub masked_by_hypervisor: bool,
-    pub deadline: u64,
-}
-
-/// The virtual timer's part of a wait's deadline: its compare value while
-/// it is enabled and unmasked. A timer the hypervisor masked when it fired
-/// (its interrupt injected; the guest reprograms the timer, which unmasks
-/// it) counts once more, so that a guest with the timer's interrupt
-/// disabled in its GIC still leaves its wait at the deadline — a spurious
-/// wake-up, which WFI allows (Arm ARM D1.6.2), and what a guest polling the
-/// counter after WFI relies on. The caller consumes
-/// `masked_by_hypervisor`.
-pub fn vtimer_wait_deadline(timer: VtimerState) -> Option<u64> {
-    (timer.enabled && (!timer.masked || timer.masked_by_hypervisor)).then_some(timer.deadline)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     const SYNC: u64 = 8;
-
-    #[test]
-    fn a_wait_ends_at_the_virtual_timer_only_while_it_can_fire() {
-        let armed = VtimerState {
-            enabled: true,
-            masked: false,
-            masked_by_hypervisor: false,
-            deadline: 5000,
-        };
-        assert_eq!(vtimer_wait_deadline(armed), Some(5000));
-        // Disabled: no deadline, whatever the rest says.
-        for (masked, by_hypervisor) in [(false, false), (true, false), (true, true)] {
-            let off = VtimerState {
-                enabled: false,
-                masked,
-                masked_by_hypervisor: by_hypervisor,
-                ..armed
-            };
-            assert_eq!(vtimer_wait_deadline(off), None);
-        }
-        // Masked by the guest: no deadline.
-        let guest_masked = VtimerState {
-            masked: true,
-            ..armed
-        };
-        assert_eq!(vtimer_wait_deadline(guest_masked), None);
-        // Masked by the hypervisor when it fired: the deadline once more.
-        let fired = VtimerState {
-            masked: true,
-            masked_by_hypervisor: true,
-            ..armed
-        };
-        assert_eq!(vtimer_wait_deadline(fired), Some(5000));
-        // Combined with a WFIT timeout, the earlier wins.
-        assert_eq!(
-            wfi_deadline(vtimer_wait_deadline(fired), Some(4000)),
-            Some(4000)
-        );
-    }
 
     #[test]
     fn hypercalls() {

@@ -66,6 +66,15 @@ impl LrState {
     pub const fn is_active(self) -> bool {
         matches!(self, Self::Active | Self::PendingActive)
     }
+
+    /// Whether an entry in this state may carry a physical interrupt (HW
+    /// = 1): pending or active, not both, since the pending state of a
+    /// physical interrupt that is active is the physical one's (Arm IHI
+    /// 0069, "`ICH_LR<n>_EL2`": a hardware entry's pending and active
+    /// state), and an invalid entry has nothing to deactivate.
+    pub const fn may_be_hardware(self) -> bool {
+        matches!(self, Self::Pending | Self::Active)
+    }
 }
 
 /// One list register's contents.
@@ -83,8 +92,9 @@ pub struct Lr {
     pub group1: bool,
     /// HW (bit 61) with pINTID (bits 44:32, 13 bits kept): the guest's
     /// deactivation of the virtual interrupt also deactivates this
-    /// physical one. The model never fills these itself; they are here so
-    /// that the caller can encode and decode every list register.
+    /// physical one. The model never fills these itself; the caller maps
+    /// an entry with [`ListRegisters::map_hardware`] (the virtual timer's:
+    /// `el2::devices::vtimer`).
     pub physical: Option<u16>,
     /// EOI (bit 41, only when HW is 0): the guest's deactivation raises a
     /// maintenance interrupt (ICH_EISR_EL2, ICH_MISR_EL2.EOI), so the
@@ -178,6 +188,33 @@ impl ListRegisters {
     /// empty ones.
     pub fn values(&self) -> [u64; MAX_LIST_REGISTERS] {
         self.entries.map(|e| e.map_or(0, |lr| lr.encode()))
+    }
+
+    /// The state of the entry for virtual `intid`, if one is filled.
+    pub fn state_of(&self, intid: u32) -> Option<LrState> {
+        self.iter().find(|lr| lr.intid == intid).map(|lr| lr.state)
+    }
+
+    /// Makes the entry for virtual `intid` a hardware one for physical
+    /// `pintid` (HW = 1): the guest's deactivation of the virtual
+    /// interrupt deactivates the physical one, and no EOI maintenance
+    /// interrupt is asked for (a hardware entry has no EOI bit). False, and
+    /// nothing changed, if no entry holds `intid` or its state cannot carry
+    /// a physical interrupt ([`LrState::may_be_hardware`]).
+    pub fn map_hardware(&mut self, intid: u32, pintid: u16) -> bool {
+        let entry = self
+            .entries
+            .iter_mut()
+            .flatten()
+            .find(|lr| lr.intid == intid && lr.state.may_be_hardware());
+        match entry {
+            Some(lr) => {
+                lr.physical = Some(pintid);
+                lr.eoi_maintenance = false;
+                true
+            }
+            None => false,
+        }
     }
 
     /// Appends an entry; false if all are used.

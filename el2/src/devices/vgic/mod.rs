@@ -88,6 +88,18 @@
 //! (Arm IHI 0069, "Interrupt handling state machine"). SGIs and PPIs
 //! exist once per vCPU; SPIs once per VM.
 //!
+//! Every register read, enable, fill and fold answers from the line as
+//! the caller last drove it ([`VGic::set_level`]), so the caller drives
+//! each line before the guest can look: the emulated PL011 at every access
+//! that changes its interrupt (`el2::run::devices::uart_line_follow`); the
+//! virtual timer, whose guest changes it without a trap, is sampled by the
+//! runner before every refill, before every GIC register access, when its
+//! vCPU is put and, for a vCPU off its pCPU, when another vCPU accesses its
+//! redistributor (`el2::devices::vtimer`). Between two samples the latch
+//! and the list registers keep nothing a dropped line would leave behind:
+//! a level-sensitive entry read back still pending returns only its latch
+//! to the model, never its line.
+//!
 //! # Delivery through the list registers
 //!
 //! The caller keeps this contract for each vCPU:
@@ -100,7 +112,11 @@
 //!
 //! `fill` moves the pending state of the interrupts it picks into the
 //! list registers ("in flight": no other vCPU gets them), and `sync_back`
-//! folds what the guest did with them back into the model. Register
+//! folds what the guest did with them back into the model. The caller may
+//! turn a filled entry into a hardware one before writing it
+//! ([`ListRegisters::map_hardware`]: the virtual timer's, so that the
+//! guest's deactivation also ends the physical PPI); the model folds it
+//! back by its state like any other. Register
 //! accesses and injections between the two see a consistent model; a
 //! change made while the interrupt sits in a running vCPU's list register
 //! is merged at `sync_back` (a new edge is kept, see

@@ -34,6 +34,13 @@ impl VGic {
         self.write_register(access, self.decode_redist(offset), value)
     }
 
+    /// The vCPU whose redistributor holds `offset` (from the first
+    /// redistributor), if any.
+    pub fn redistributor_vcpu(&self, offset: u64) -> Option<u16> {
+        let frame = offset / REDISTRIBUTOR_SIZE;
+        (frame < self.mpidrs.len() as u64).then_some(frame as u16)
+    }
+
     /// GICR_TYPER of `vcpu`'s redistributor: its MPIDR affinity as
     /// Aff3.Aff2.Aff1.Aff0 in bits 63:32, its index as Processor_Number,
     /// and Last on the last one, which ends a guest's scan of the region
@@ -56,12 +63,8 @@ impl VGic {
     /// `offset`.
     fn decode_redist(&self, offset: u64) -> Option<Decoded> {
         use Width::{ByteOrWord, DoubleOrWord, Word};
-        let frame = offset / REDISTRIBUTOR_SIZE;
-        if frame >= self.mpidrs.len() as u64 {
-            return None;
-        }
-        let vcpu = frame as u16;
-        let frame_base = frame * REDISTRIBUTOR_SIZE;
+        let vcpu = self.redistributor_vcpu(offset)?;
+        let frame_base = u64::from(vcpu) * REDISTRIBUTOR_SIZE;
         let in_frame = offset - frame_base;
         let word = in_frame & !3;
         // Decoded registers carry offsets from the first redistributor,

@@ -1604,3 +1604,126 @@ fn delivery_stats_print_as_the_summary_reads_them() {
         "sgis 12 timer 3 spi 1 maintenance 4"
     );
 }
+
+/// A level-sensitive PPI's pending state is its latch or its line at
+/// every point the guest can look (issue 18): GICR_ISPENDR0 and
+/// GICR_ICPENDR0 reads, GICR_ISACTIVER0, enabling it, the refill. The
+/// sequence of the issue: disabled, its line up (pending), down (not
+/// pending), enabled: nothing to deliver, nobody woken, nothing filled.
+#[test]
+fn a_disabled_level_ppi_reads_and_delivers_as_its_line_says() {
+    let mut g = gic(2, 32);
+    let (ispendr, icpendr) = (sgi_base(1) + GICR_ISPENDR0, sgi_base(1) + GICR_ICPENDR0);
+    let pending = |g: &VGic| {
+        let (set, clear) = (rr(g, ispendr) & 1 << 27, rr(g, icpendr) & 1 << 27);
+        assert_eq!(set, clear, "GICR_ISPENDR0 and GICR_ICPENDR0 disagree");
+        set != 0
+    };
+    dw(&mut g, GICD_CTLR, GICD_CTLR::EnableGrp1::SET.value);
+    assert_eq!(g.set_level(27, 1, true), Ok(VcpuMask::EMPTY), "disabled");
+    assert!(pending(&g));
+    assert_eq!(rr(&g, sgi_base(1) + GICR_ISACTIVER0) & 1 << 27, 0);
+    g.set_level(27, 1, false).unwrap();
+    assert!(!pending(&g));
+    rw(&mut g, sgi_base(1) + GICR_ISENABLER0, 1 << 27);
+    assert_eq!(g.take_wakeups(), VcpuMask::EMPTY);
+    assert!(!g.has_pending(1));
+    assert!(g.fill(1, 4).is_empty());
+    // Up while enabled: delivered; a GICR_ISPENDR0 write latches it, so
+    // it stays pending when the line goes down, until GICR_ICPENDR0.
+    assert_eq!(g.set_level(27, 1, true), Ok(VcpuMask::single(1)));
+    rw(&mut g, sgi_base(1) + GICR_ICENABLER0, 1 << 27);
+    rw(&mut g, ispendr, 1 << 27);
+    g.set_level(27, 1, false).unwrap();
+    assert!(pending(&g), "latched");
+    rw(&mut g, icpendr, 1 << 27);
+    assert!(!pending(&g));
+    // ICPENDR0 clears the latch only: a line that is up keeps it pending.
+    g.set_level(27, 1, true).unwrap();
+    rw(&mut g, icpendr, 1 << 27);
+    assert!(pending(&g));
+}
+
+/// A level interrupt the guest acknowledged reads active and, while its
+/// line is up, pending too; it is refilled pending and active, which a
+/// hardware entry cannot carry, and, once its line is down, active
+/// alone, which one can.
+#[test]
+fn an_acknowledged_level_interrupt_is_active_and_pending_while_its_line_is_up() {
+    let mut g = gic(1, 32);
+    enable(&mut g, 27, 0);
+    g.set_level(27, 0, true).unwrap();
+    let lrs = g.fill(0, 4);
+    assert_eq!(lrs.state_of(27), Some(LrState::Pending));
+    g.sync_back(0, &after_run(&lrs, |_| LrState::Active));
+    assert_ne!(rr(&g, sgi_base(0) + GICR_ISACTIVER0) & 1 << 27, 0);
+    assert_ne!(rr(&g, sgi_base(0) + GICR_ISPENDR0) & 1 << 27, 0);
+    let mut lrs = g.fill(0, 4);
+    assert_eq!(lrs.state_of(27), Some(LrState::PendingActive));
+    assert!(!lrs.map_hardware(27, 27), "pending and active");
+    assert_eq!(lrs.get(0).and_then(|lr| lr.physical), None);
+    g.set_level(27, 0, false).unwrap();
+    g.sync_back(0, &after_run(&lrs, |_| LrState::PendingActive));
+    assert_eq!(rr(&g, sgi_base(0) + GICR_ISPENDR0) & 1 << 27, 0);
+    let mut lrs = g.fill(0, 4);
+    assert_eq!(lrs.state_of(27), Some(LrState::Active));
+    assert!(lrs.map_hardware(27, 27));
+    // The guest's deactivation (which ends the physical PPI too) folds
+    // back like any other.
+    let back: Vec<Lr> = lrs
+        .iter()
+        .map(|lr| {
+            Lr::decode(
+                Lr {
+                    state: LrState::Invalid,
+                    ..*lr
+                }
+                .encode(),
+            )
+        })
+        .collect();
+    assert_eq!(back[0].physical, Some(27));
+    g.sync_back(0, &back);
+    let s = status(&g, 27, 0);
+    assert!(!s.active && !s.pending && s.in_lr.is_none());
+}
+
+#[test]
+fn hardware_entries_carry_a_physical_intid_and_no_eoi_maintenance() {
+    let mut g = gic(1, 32);
+    enable(&mut g, 27, 0);
+    enable(&mut g, 33, 0);
+    g.set_level(27, 0, true).unwrap();
+    g.set_level(33, 0, true).unwrap();
+    let mut lrs = g.fill(0, 4);
+    let timer = lrs.iter().find(|lr| lr.intid == 27).copied().unwrap();
+    assert!(timer.eoi_maintenance, "a level entry asks for one");
+    assert_eq!(lrs.state_of(40), None);
+    assert!(!lrs.map_hardware(40, 27), "no such entry");
+    assert!(lrs.map_hardware(27, 30));
+    let timer = lrs.iter().find(|lr| lr.intid == 27).copied().unwrap();
+    assert_eq!((timer.physical, timer.eoi_maintenance), (Some(30), false));
+    // HW (bit 61) and pINTID (bits 44:32) in the register value.
+    let value = timer.encode();
+    assert_ne!(value & 1 << 61, 0);
+    assert_eq!((value >> 32) & 0x1fff, 30);
+    assert_eq!(Lr::decode(value), timer);
+    // The other entry is untouched.
+    let uart = lrs.iter().find(|lr| lr.intid == 33).unwrap();
+    assert_eq!((uart.physical, uart.eoi_maintenance), (None, true));
+    assert!(LrState::Pending.may_be_hardware() && LrState::Active.may_be_hardware());
+    assert!(!LrState::PendingActive.may_be_hardware() && !LrState::Invalid.may_be_hardware());
+}
+
+#[test]
+fn a_redistributor_offset_names_its_vcpu() {
+    let g = gic(3, 32);
+    assert_eq!(g.redistributor_vcpu(0), Some(0));
+    assert_eq!(g.redistributor_vcpu(sgi_base(1) + GICR_ISPENDR0), Some(1));
+    assert_eq!(
+        g.redistributor_vcpu(rd_base(2) + REDISTRIBUTOR_SIZE - 4),
+        Some(2)
+    );
+    assert_eq!(g.redistributor_vcpu(rd_base(3)), None);
+    assert_eq!(g.redistributor_vcpu(u64::MAX), None);
+}
