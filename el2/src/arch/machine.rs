@@ -46,6 +46,7 @@ impl Machine for Hardware {
         vcpu::load(ctx);
     }
 
+    #[inline(always)]
     fn save_vcpu(&mut self, ctx: &mut VcpuContext) {
         vcpu::save(ctx);
     }

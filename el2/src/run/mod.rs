@@ -666,22 +666,40 @@ impl<'h, M: Machine> Runner<'h, M> {
             ctx.lrs = machine::ListRegisterUse::default();
         }
         self.machine.save_vcpu(&mut ctx);
-        // The timer is off in hardware now: its PPI may be ended for the
-        // next vCPU, and the line the vGIC keeps while this one is away is
-        // the one it left (it can only rise then, at `note_vtimer`'s
-        // deadline).
-        if self.vtimer_ppi.put(timer_entry) {
-            self.machine.deactivate_vtimer_ppi();
-        }
+        // The timer is off in hardware now: its PPI is ended for the next
+        // vCPU, and the line the vGIC keeps while this one is away is the
+        // one it left (it can only rise then, at `note_vtimer`'s
+        // deadline). Usually there is nothing to do: one check.
         let line = vtimer::line_of(ctx.vtimer.ctl);
-        woken |= self
-            .set_vtimer_line(vm, vcpu.index, &mut ctx, line)
-            .without(vcpu.index);
+        if self.vtimer_ppi != PhysicalIrq::Inactive || line != ctx.vtimer.line {
+            self.put_timer(vm, vcpu.index, &mut ctx, timer_entry, line);
+        }
         vm.note_vtimer(vcpu.index, &ctx);
         *vm.vcpus[usize::from(vcpu.index)].lock() = Some(ctx);
         if !woken.is_empty() {
             self.deliver(vm, None, woken);
         }
+    }
+
+    /// `vcpu_put`'s part for a timer whose PPI is held or whose `line`, as
+    /// saved, is not the one the vGIC has (`timer_entry`: its hardware
+    /// list register entry as read back, if it had one).
+    #[cold]
+    #[inline(never)]
+    fn put_timer(
+        &mut self,
+        vm: &Vm<M>,
+        vcpu: u16,
+        ctx: &mut VcpuContext<M::Saved>,
+        timer_entry: Option<LrState>,
+        line: bool,
+    ) {
+        if self.vtimer_ppi.put(timer_entry) {
+            self.machine.deactivate_vtimer_ppi();
+        }
+        // (Only this vCPU could hear of it: a line that rose since its WFI
+        // looked is at or before the deadline its wait was given.)
+        let _ = self.set_vtimer_line(vm, vcpu, ctx, line);
     }
 
     /// The list registers `ctx` uses, read back and decoded.
@@ -757,7 +775,9 @@ impl<'h, M: Machine> Runner<'h, M> {
     }
 
     /// [`Self::vgic_refresh`], then wakes whom it names. Returns whether
-    /// `vcpu` has an interrupt to take.
+    /// `vcpu` has an interrupt to take. Out of line: the run loop calls it
+    /// only when something is new for the vCPU.
+    #[inline(never)]
     fn refresh_and_deliver(
         &mut self,
         vm: &'h Vm<M>,
