@@ -19,12 +19,12 @@
 //! virtual GIC (a leaf). A VM's console is taken before its virtual GIC
 //! (`devices::uart_line_follow`). A vCPU's context slot is held only to
 //! move the context in or out, or, while the vCPU is off its pCPU, to make
-//! the virtual GIC follow its timer's line (the slot, then the virtual GIC:
-//! `devices::sample_saved_timer`, `apply::reset_to`); the context of a
-//! running vCPU is in its pCPU's runner, so no two pCPUs can hold it. The PV "preempted"
-//! flag of a put vCPU is written under the scheduler lock, with the
-//! scheduler's decision: once the lock is released another pCPU may pick
-//! the vCPU and write 0, which must not be overtaken.
+//! the virtual GIC follow its timer's line (the slot, then the virtual
+//! GIC: `devices::sample_saved_timer`, `apply::reset_to`); the context of
+//! a running vCPU is in its pCPU's runner, so no two pCPUs can hold it.
+//! The PV "preempted" flag of a put vCPU is written under the scheduler
+//! lock, with the scheduler's decision: once the lock is released another
+//! pCPU may pick the vCPU and write 0, which must not be overtaken.
 
 mod apply;
 mod create;
