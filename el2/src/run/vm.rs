@@ -222,10 +222,14 @@ impl<M: Machine> Vm<M> {
             crate::services::smccc::dispatcher_for(services, pv.clone(), vulnerabilities)
                 .map_err(|e| fail("pv-lock", alloc::format!("{e}")))?;
         checkpoint("its hypercall services")?;
-        let vgic = VGic::new(vcpu_count, VGIC_SPIS, |index| {
+        let mut vgic = VGic::new(vcpu_count, VGIC_SPIS, |index| {
             layout::vcpu_mpidr(index).value()
         })
         .map_err(|e| fail("vcpus", alloc::format!("virtual GIC: {e}")))?;
+        // The virtual timer's physical PPI reaches the guest through
+        // hardware list register entries (`el2::devices::vtimer`).
+        vgic.set_hardware_line(layout::TIMER.virt.intid())
+            .map_err(|e| fail("vcpus", alloc::format!("virtual GIC: {e}")))?;
         checkpoint("its virtual GIC")?;
         let name = config.name.clone();
         let vm = Vm {

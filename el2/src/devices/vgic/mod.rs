@@ -116,7 +116,11 @@
 //! turn a filled entry into a hardware one before writing it
 //! ([`ListRegisters::map_hardware`]: the virtual timer's, so that the
 //! guest's deactivation also ends the physical PPI); the model folds it
-//! back by its state like any other. Register
+//! back by its state like any other. For a PPI whose line such a physical
+//! interrupt backs ([`VGic::set_hardware_line`]), an active entry never
+//! carries the pending state its line gives: the physical interrupt
+//! brings that back after the guest's deactivation, so the guest cannot
+//! take a pending state its line dropped without a trap. Register
 //! accesses and injections between the two see a consistent model; a
 //! change made while the interrupt sits in a running vCPU's list register
 //! is merged at `sync_back` (a new edge is kept, see
@@ -664,6 +668,9 @@ pub struct VGic {
     awake: VcpuMask,
     /// vCPUs register writes made something deliverable to.
     wakeups: VcpuMask,
+    /// The PPIs whose line a physical interrupt backs (bit `intid`):
+    /// [`VGic::set_hardware_line`].
+    hardware_lines: u32,
 }
 
 impl VGic {
@@ -710,6 +717,7 @@ impl VGic {
             enable_grp1: false,
             awake: VcpuMask::EMPTY,
             wakeups: VcpuMask::EMPTY,
+            hardware_lines: 0,
         };
         let target = gic.vcpu_by_affinity(0);
         for route in &mut gic.routes {
@@ -719,9 +727,30 @@ impl VGic {
     }
 
     /// Returns every register and interrupt to its reset state (a VM
-    /// reset); input lines go low too, so devices re-assert theirs.
+    /// reset); input lines go low too, so devices re-assert theirs. Which
+    /// lines a physical interrupt backs stays.
     pub fn reset(&mut self) {
+        let hardware_lines = self.hardware_lines;
         *self = Self::reset_state(core::mem::take(&mut self.mpidrs), self.spis);
+        self.hardware_lines = hardware_lines;
+    }
+
+    /// Marks the line of PPI `intid` (of every vCPU) as backed by a
+    /// physical interrupt that the caller hands to the guest through
+    /// hardware list register entries ([`ListRegisters::map_hardware`]):
+    /// the virtual timer's. While such an interrupt is active, the pending
+    /// state its line gives it is the physical interrupt's to bring back
+    /// (it fires again once the guest's deactivation ends it, the line
+    /// still high), so [`Self::fill`] gives it an Active entry, which a
+    /// hardware entry can carry, and not a pending and active one, whose
+    /// pending part the guest could take after its line dropped without a
+    /// trap. A latched pending state (a GICR_ISPENDR0 write) still goes in.
+    pub fn set_hardware_line(&mut self, intid: u32) -> Result<(), InjectError> {
+        if !(SGI_COUNT..PRIVATE_COUNT).contains(&intid) {
+            return Err(InjectError::NoSuchInterrupt { intid });
+        }
+        self.hardware_lines |= 1 << intid;
+        Ok(())
     }
 
     /// How many vCPUs.
@@ -1131,7 +1160,8 @@ impl VGic {
         if irq.in_lr.is_some() {
             return None;
         }
-        let forwardable = irq.enabled && self.group_enabled(irq.group1) && irq.pending();
+        let deliverable = irq.enabled && self.group_enabled(irq.group1);
+        let forwardable = deliverable && irq.pending();
         let active_here = irq.active
             && match self.spi_index(slot) {
                 Some(index) => self
@@ -1142,10 +1172,19 @@ impl VGic {
             };
         let intid = self.intid_of(slot);
         if active_here {
+            // An active interrupt whose line a physical one backs is
+            // pending again through that one (`Self::set_hardware_line`).
+            let hardware_line =
+                self.spi_index(slot).is_none() && self.hardware_lines & 1 << intid != 0;
+            let pending = if hardware_line {
+                deliverable && irq.latch
+            } else {
+                forwardable
+            };
             Some(Candidate {
                 key: (false, irq.priority, intid),
                 slot,
-                state: LrState::new(forwardable, true),
+                state: LrState::new(pending, true),
             })
         } else if forwardable && !irq.active && self.targets(slot).contains(vcpu) {
             Some(Candidate {

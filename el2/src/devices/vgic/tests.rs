@@ -1727,3 +1727,42 @@ fn a_redistributor_offset_names_its_vcpu() {
     assert_eq!(g.redistributor_vcpu(rd_base(3)), None);
     assert_eq!(g.redistributor_vcpu(u64::MAX), None);
 }
+
+/// A PPI whose line a physical interrupt backs (the virtual timer's) is
+/// refilled active only while active with its line up: the physical
+/// interrupt brings the pending state back. A latched pending state still
+/// goes in; other PPIs and SPIs are untouched; a reset keeps the mark.
+#[test]
+fn an_active_ppi_with_a_hardware_line_is_refilled_active_only() {
+    let mut g = gic(2, 32);
+    assert_eq!(g.set_hardware_line(27), Ok(()));
+    for intid in [3, 32, 1020] {
+        assert_eq!(
+            g.set_hardware_line(intid),
+            Err(InjectError::NoSuchInterrupt { intid })
+        );
+    }
+    let acknowledged_with_line_up = |g: &mut VGic, intid: u32| {
+        enable(g, intid, 1);
+        g.set_level(intid, 1, true).unwrap();
+        let lrs = g.fill(1, 4);
+        g.sync_back(1, &after_run(&lrs, |_| LrState::Active));
+        let s = status(g, intid, 1);
+        assert!(
+            s.active && s.pending,
+            "INTID {intid} reads active and pending"
+        );
+        g.fill(1, 4).state_of(intid)
+    };
+    assert_eq!(acknowledged_with_line_up(&mut g, 27), Some(LrState::Active));
+    assert_eq!(
+        acknowledged_with_line_up(&mut g, 26),
+        Some(LrState::PendingActive),
+        "a PPI without a hardware line"
+    );
+    // Latched while active: pending and active after all.
+    rw(&mut g, sgi_base(1) + GICR_ISPENDR0, 1 << 27);
+    assert_eq!(g.fill(1, 4).state_of(27), Some(LrState::PendingActive));
+    g.reset();
+    assert_eq!(acknowledged_with_line_up(&mut g, 27), Some(LrState::Active));
+}
