@@ -109,6 +109,10 @@ impl Machine for Hardware {
         (CNTV_CTL_EL0.get(), CNTV_CVAL_EL0.get())
     }
 
+    fn vtimer_control(&self) -> u64 {
+        CNTV_CTL_EL0.get()
+    }
+
     fn vtimer_ppi(&self) -> u16 {
         irq::vtimer_intid() as u16
     }

@@ -607,6 +607,10 @@ impl Machine for Fake {
         (self.timer_control(), self.timer.1)
     }
 
+    fn vtimer_control(&self) -> u64 {
+        self.timer_control()
+    }
+
     fn vtimer_ppi(&self) -> u16 {
         crate::guest::layout::TIMER.virt.intid() as u16
     }

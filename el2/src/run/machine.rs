@@ -195,6 +195,9 @@ pub trait Machine {
 
     /// The running vCPU's live virtual timer: (CNTV_CTL_EL0, CNTV_CVAL_EL0).
     fn vtimer_live(&self) -> (u64, u64);
+    /// The running vCPU's live CNTV_CTL_EL0 alone (ISTATUS as the hardware
+    /// computes it now): what the timer's line is.
+    fn vtimer_control(&self) -> u64;
     /// The INTID of the physical PPI through which the loaded vCPU's
     /// virtual timer interrupts this pCPU: the pINTID of its hardware list
     /// register entries.

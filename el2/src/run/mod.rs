@@ -732,7 +732,7 @@ impl<'h, M: Machine> Runner<'h, M> {
         // The timer's line as it is now (the guest changes it without a
         // trap): resampled before the list registers are read back into
         // the vGIC and filled again (`el2::devices::vtimer`).
-        let line = vtimer::line_of(self.machine.vtimer_live().0);
+        let line = vtimer::line_of(self.machine.vtimer_control());
         let mut gic = vm.vgic.lock();
         let mut woken = exits::follow_vtimer_line(&mut gic, vcpu, &mut ctx.vtimer, line);
         woken |= gic.sync_back(vcpu, &read_back[..used]);
