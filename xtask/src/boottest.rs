@@ -120,6 +120,9 @@ pub enum Check {
     /// A timed lockbench run with `vcpus` vCPUs beside other VMs
     /// ([`crate::soak::check_lock`]): exact data, the verdict.
     LockSoak { vcpus: usize },
+    /// Debian's kernel registered KVM's PTP clock and each of its `reads`
+    /// readings agrees with el2's wall clock ([`crate::ptptest::check`]).
+    Ptp { reads: u32 },
     /// irq-check with `vcpus` vCPUs, `rounds` ring rounds and `ping` round
     /// trips of the ping check (0: none) passed every check, the round
     /// trips within their limits, and el2's `summary:   vgic:` line agrees
@@ -1169,6 +1172,7 @@ impl Check {
             Check::Linux(expect) => crate::linuxtest::check(lines, expect),
             Check::LinuxPv(expect) => crate::linuxpvtest::check(lines, expect),
             Check::LockSoak { vcpus } => crate::soak::check_lock(lines, *vcpus),
+            Check::Ptp { reads } => crate::ptptest::check(lines, *reads),
             Check::Irq {
                 vcpus,
                 rounds,

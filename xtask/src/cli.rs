@@ -77,6 +77,8 @@ GUEST OPTIONS (run, gdb):
     --pv-time on|off   Offer the VMs stolen time (the node's pv-time; el2's default: on)
     --boost on|off     The VMs' on-spin boosts and slice extension (the node's boost;
                        el2's default: on)
+    --kvm-ptp on|off   Offer the VMs KVM's PTP call, Linux's ptp_kvm clock (the node's
+                       kvm-ptp; el2's default: off)
     --bare             Boot the guest directly on QEMU at EL1, without el2: --vcpus (or
                        --smp) is its CPU count, --guest-mem its RAM, --bootargs its command
                        line
@@ -247,6 +249,8 @@ pub struct GuestOpts {
     /// `--boost on|off`: the node's `boost` (on-spin boosts and the slice
     /// extension).
     pub boost: Option<bool>,
+    /// `--kvm-ptp on|off`: the node's `kvm-ptp` (KVM's PTP call).
+    pub kvm_ptp: Option<bool>,
     pub bare: bool,
     pub no_vm: bool,
     /// `--linux`: the stock Debian arm64 kernel with a busybox initramfs.
@@ -617,6 +621,7 @@ fn parse_run(p: &mut Parser) -> Result<Option<RunOpts>> {
             "--pv-lock" => g.pv_lock = Some(vm::PvLock::parse(&p.value(&mut opt)?)?),
             "--pv-time" => g.pv_time = Some(vm::parse_on_off(&p.value(&mut opt)?)?),
             "--boost" => g.boost = Some(vm::parse_on_off(&p.value(&mut opt)?)?),
+            "--kvm-ptp" => g.kvm_ptp = Some(vm::parse_on_off(&p.value(&mut opt)?)?),
             "--bare" => {
                 p.flag(&opt)?;
                 g.bare = true;
@@ -654,9 +659,10 @@ fn parse_run(p: &mut Parser) -> Result<Option<RunOpts>> {
                 && g.affinity.is_none()
                 && g.pv_lock.is_none()
                 && g.pv_time.is_none()
-                && g.boost.is_none(),
-            "--bare boots one guest without el2: --vms, --affinity, --pv-lock, --pv-time and \
-             --boost need el2"
+                && g.boost.is_none()
+                && g.kvm_ptp.is_none(),
+            "--bare boots one guest without el2: --vms, --affinity, --pv-lock, --pv-time, \
+             --boost and --kvm-ptp need el2"
         );
         ensure!(
             !m.uboot && m.uefi.is_none() && m.append.is_none(),
@@ -833,6 +839,8 @@ mod tests {
             "run --bare --pv-lock none",
             "run --bare --boost off",
             "run --boost maybe",
+            "run --bare --kvm-ptp on",
+            "run --kvm-ptp yes",
             "run --pv-lock v4",
             "run --pv-time maybe",
             "run --bare --append x",
@@ -852,7 +860,7 @@ mod tests {
         let Cmd::Run(o) = parse_str(
             "run --guest smp-demo --vcpus 8 --guest-mem 128M --vms 2 --affinity 0,1 \
              --bootargs rounds=3 --initrd /tmp/i.cpio --smp 2 --pv-lock anolis --pv-time off \
-             --boost off",
+             --boost off --kvm-ptp on",
         )
         .unwrap() else {
             panic!("not run");
@@ -871,6 +879,7 @@ mod tests {
                 pv_lock: Some(vm::PvLock::Variant(pvlock_abi::pvlock::Variant::Anolis)),
                 pv_time: Some(false),
                 boost: Some(false),
+                kvm_ptp: Some(true),
                 bare: false,
                 no_vm: false,
                 linux: false,

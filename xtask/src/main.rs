@@ -20,6 +20,7 @@ mod linuxpvtest;
 mod linuxtest;
 mod measure;
 mod profile;
+mod ptptest;
 mod qemu;
 mod sample;
 mod setup;
@@ -276,6 +277,7 @@ pub fn prepare_launch(ws: &Workspace, o: &RunOpts) -> Result<Launch> {
         pv_lock: g.pv_lock,
         pv_time: g.pv_time,
         boost: g.boost,
+        kvm_ptp: g.kvm_ptp,
         control: None,
         cpu_weight: None,
     };

@@ -18,7 +18,7 @@ use crate::qemu::{self, Console, Echo, RunSpec};
 use crate::setup::{self, Tool};
 use crate::{
     FATAL_GRACE, Workspace, display_command, dtedit, hostiletest, image, irqtest, kernel, linux,
-    linuxpv, linuxpvtest, linuxtest, uefi, vm,
+    linuxpv, linuxpvtest, linuxtest, ptptest, uefi, vm,
 };
 
 /// The host checks: (name, cargo arguments).
@@ -120,6 +120,7 @@ pub fn test(ws: &Workspace, o: &TestOpts) -> Result<ExitCode> {
     let mut all = boottest::boot_tests();
     all.extend(boottest::vm_tests());
     all.extend(linuxtest::tests(&linux_dir));
+    all.push(ptptest::test(&linux_dir, &ws.xtask_dir()?));
     all.extend(linuxpvtest::tests(&ws.xtask_dir()?));
     all.extend(irqtest::tests());
     all.extend(crate::sharetest::tests());
@@ -260,6 +261,18 @@ fn boot_tests(ws: &Workspace, o: &TestOpts, tests: &[BootTest], tally: &mut Tall
     } else {
         None
     };
+    // The pvlinux initramfs alone, for tests that boot it with Debian's
+    // kernel (the PV guest's build above writes it too).
+    let needs_initramfs = |t: &BootTest| {
+        xtask_dir
+            .as_ref()
+            .is_ok_and(|dir| ptptest::needs_initramfs(t, dir) && !needs_pv(t))
+    };
+    let initramfs = if pv_guest.is_none() && tests.iter().any(needs_initramfs) {
+        Some(linuxpv::initramfs(ws).map_err(|e| format!("{e:#}")))
+    } else {
+        None
+    };
     // Likewise the UEFI firmware, only for the tests that boot through it.
     let firmware = if tests.iter().any(uefi::needs_firmware) {
         Some(setup::ensure_tools(&[Tool::Uefi]).map_err(|e| format!("{e:#}")))
@@ -279,6 +292,16 @@ fn boot_tests(ws: &Workspace, o: &TestOpts, tests: &[BootTest], tally: &mut Tall
             tally.record(
                 &t.name,
                 Err(format!("not run: no PV-lock Linux guest: {why}")),
+                false,
+            );
+            continue;
+        }
+        if needs_initramfs(t)
+            && let Some(Err(why)) = &initramfs
+        {
+            tally.record(
+                &t.name,
+                Err(format!("not run: no pvlinux initramfs: {why}")),
                 false,
             );
             continue;
