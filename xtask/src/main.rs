@@ -2,6 +2,7 @@
 //! hypervisor. See `cargo xtask help`.
 
 mod bench;
+mod bench_forkexec;
 mod bench_linux;
 mod bench_linux_report;
 mod bench_report;
