@@ -768,6 +768,91 @@ fn bare_pv_check() -> BootTest {
     }
 }
 
+/// The payload without an Image header (`guests::RAW_GUEST`).
+const RAW: &str = crate::guests::RAW_GUEST;
+
+/// Where QEMU's `-kernel` and el2 put an image without a header: RAM base
+/// + 0x80000, entered at its first byte.
+fn raw_entry_line() -> String {
+    format!(
+        "raw-image: entered at {:#018x}, x0 ",
+        vm::RAM_BASE + crate::image::TEXT_OFFSET
+    )
+}
+
+/// What raw-image prints when the loader kept the boot protocol, and its
+/// last line.
+fn raw_checks(device_tree: Option<u64>) -> Vec<Check> {
+    let magic = match device_tree {
+        Some(ipa) => Check::Lines {
+            text: format!("{}{ipa:#018x}: device tree magic ok", raw_entry_line()),
+            count: 1,
+        },
+        None => Check::Lines {
+            text: ": device tree magic ok".into(),
+            count: 1,
+        },
+    };
+    vec![
+        Check::Lines {
+            text: raw_entry_line(),
+            count: 1,
+        },
+        magic,
+        Check::Line("raw-image: powering off"),
+    ]
+}
+
+/// raw-image directly on QEMU: the reference for what QEMU's `-kernel`
+/// does with an image without a header.
+fn bare_raw_image() -> BootTest {
+    let machine = Machine {
+        virtualization: false,
+        smp: 1,
+        ..Machine::default()
+    };
+    BootTest {
+        name: format!("guest {RAW} bare {}", machine.describe()),
+        timeout: timeout_for(&machine),
+        outcome: Outcome::CleanExit,
+        checks: raw_checks(None),
+        dt_edit: None,
+        kernel: Kernel::Guest(RAW),
+        vms: Vec::new(),
+        machine,
+    }
+}
+
+/// raw-image in a VM: el2 places it as QEMU does and enters it with x0 =
+/// the VM's device tree, in the top 2 MiB of its RAM.
+fn raw_image_vm() -> BootTest {
+    let machine = Machine {
+        smp: 1,
+        ..Machine::default()
+    };
+    let vm = VmConfig {
+        guest: RAW.into(),
+        ..VmConfig::smp_demo(1, "", 1)
+    };
+    let device_tree = vm::RAM_BASE + vm.memory - (2 << 20);
+    let mut checks = vec![Check::Banner];
+    checks.extend(raw_checks(Some(device_tree)));
+    checks.push(Check::HypervisorSummary {
+        vcpus_per_vm: vec![1],
+        time_sliced: false,
+    });
+    BootTest {
+        name: format!("vm {RAW} vcpus=1 {}", machine.describe()),
+        timeout: VM_TIMEOUT,
+        outcome: Outcome::CleanExit,
+        checks,
+        dt_edit: None,
+        kernel: Kernel::El2,
+        vms: vec![vm],
+        machine,
+    }
+}
+
 /// What pv-check finds on a machine without a hypervisor.
 const BARE_EXPECT: Expect = Expect {
     kvm: Some(false),
@@ -959,6 +1044,7 @@ pub fn vm_tests() -> Vec<BootTest> {
         vms: vec![abort, good],
         machine,
     });
+    tests.push(raw_image_vm());
     tests.extend(pv_check_vm_tests());
     tests.extend(lockbench_vm_tests());
     tests
@@ -1026,6 +1112,7 @@ pub fn boot_tests() -> Vec<BootTest> {
     tests.push(bare_fault("undef", "undefined instruction".into()));
     tests.push(bare_pv_check());
     tests.push(bare_lockbench());
+    tests.push(bare_raw_image());
     tests
 }
 
@@ -1733,9 +1820,32 @@ mod tests {
     }
 
     #[test]
+    fn raw_image_must_be_entered_where_qemu_enters_it() {
+        let t = raw_image_vm();
+        assert_eq!(t.name, "vm raw-image vcpus=1 max,pauth=off smp=1");
+        let ok = "el2: pvlock hypervisor v0.1\r\n\
+                  raw-image: entered at 0x0000000040080000, x0 0x0000000043e00000: device tree magic ok\r\n\
+                  raw-image: powering off\r\n\
+                  el2: all VMs powered off\r\n\
+                  summary:   vm0/vcpu0: run 3.9 ms steal 1.4 ms blocked 0.0 ms in 1 preempted 0 blocks 0\r\n";
+        judge(&t, &run(ok, 0)).unwrap();
+        for wrong in [
+            ok.replace("entered at 0x0000000040080000", "entered at 0x0000000040000000"),
+            ok.replace("x0 0x0000000043e00000", "x0 0x0000000048000000"),
+            ok.replace("magic ok", "magic 0x0000000000000000: not a device tree"),
+            ok.replace("raw-image: powering off\r\n", ""),
+        ] {
+            assert!(judge(&t, &run(&wrong, 0)).is_err(), "{wrong}");
+        }
+        let bare = bare_raw_image();
+        assert_eq!(bare.kernel, Kernel::Guest("raw-image"));
+        assert!(!bare.machine.virtualization);
+    }
+
+    #[test]
     fn vm_tests_are_separate_and_describe_their_vms() {
         let vm = vm_tests();
-        assert_eq!(vm.len(), 22);
+        assert_eq!(vm.len(), 23);
         let names: Vec<&str> = vm.iter().map(|t| t.name.as_str()).collect();
         for name in [
             "vm smp-demo fail-alloc=vm1 beside a good VM max,pauth=off smp=2",
@@ -1767,7 +1877,8 @@ mod tests {
     #[test]
     fn matrix_has_the_required_tests() {
         let names: Vec<String> = boot_tests().into_iter().map(|t| t.name).collect();
-        assert_eq!(names.len(), 26, "{names:?}");
+        assert_eq!(names.len(), 27, "{names:?}");
+        assert!(names.contains(&"guest raw-image bare max,pauth=off smp=1".to_string()));
         assert!(names.contains(&"boot max,pauth=off smp=64 clusters=4".to_string()));
         assert!(names.contains(&"selftest panic-all max,pauth=off smp=8".to_string()));
         assert!(names.contains(&"guest lockbench bare lock=pv max,pauth=off smp=2".to_string()));

@@ -56,7 +56,7 @@ use crate::vcpu::GuestRegs;
 pub const IPA_BITS: u32 = 39;
 
 /// Where guest RAM starts (QEMU `virt`'s `VIRT_MEM`).
-pub const RAM_BASE: u64 = 0x4000_0000;
+pub const RAM_BASE: u64 = pvlock_abi::virt::RAM_BASE;
 
 /// The GICv3 distributor frame (`VIRT_GIC_DIST`): 64 KiB.
 pub const GICD: MemRange = MemRange::new(0x0800_0000, gic_regs::DISTRIBUTOR_SIZE);
@@ -75,7 +75,7 @@ pub const GICR_FRAME_SIZE: u64 = gic_regs::REDISTRIBUTOR_SIZE;
 pub const GICR_WINDOW: MemRange = MemRange::new(GICR_BASE, 0xf6_0000);
 
 /// The PL011 UART (`VIRT_UART`): 4 KiB.
-pub const UART: MemRange = MemRange::new(0x0900_0000, 0x1000);
+pub const UART: MemRange = MemRange::new(pvlock_abi::virt::UART_BASE, 0x1000);
 
 /// GIC binding flag: level-sensitive, active high
 /// (include/dt-bindings/interrupt-controller/irq.h `IRQ_TYPE_LEVEL_HIGH`).
