@@ -13,7 +13,7 @@ use core::fmt;
 use pvlock_abi::kvm::{self, KvmFeatures};
 use pvlock_abi::pvlock::{Variant, anolis, openeuler, seed_v2, seed_v3};
 use pvlock_abi::smccc::{self, FunctionId, Owner};
-use pvlock_abi::{arch, control, psci, pvtime};
+use pvlock_abi::{arch, control, psci, pvtime, virtio_mmio};
 
 use crate::bootargs::{ArgError, BootArgs};
 
@@ -65,6 +65,7 @@ pub enum Steal {
 /// | `expect-steal=` | `yes`, `no`, `none` | stolen time offered and growing / offered and near 0 / not offered (required) |
 /// | `overcommit=` | `yes`, `no` | more vCPUs than pCPUs; default `yes` for `expect-steal=yes`, `no` for `expect-steal=no`, else unknown |
 /// | `expect-control=` | `yes`, `no` | the VM is a control VM (PVLOCK_SET_WFX_POLICY answers) or not (it answers NOT_SUPPORTED); default `no` |
+/// | `expect-virtio=` | `1`, `2` | the Version the empty virtio-mmio transports report: 2 under el2 (the default), 1 on QEMU 7.2 with its default `force-legacy=on` |
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Expect {
     pub kvm: Option<bool>,
@@ -74,11 +75,14 @@ pub struct Expect {
     pub overcommit: Option<bool>,
     /// `expect-control=yes`: the VM may change WFE trap policies.
     pub control: bool,
+    /// `expect-virtio=`: the virtio-mmio transports' Version.
+    pub virtio_version: u32,
 }
 
 const YES_NO: &[&str] = &["yes", "no"];
 const LOCKS: &[&str] = &["seed-v2", "seed-v3", "openeuler", "anolis", "none"];
 const STEALS: &[&str] = &["yes", "no", "none"];
+const VIRTIO_VERSIONS: &[&str] = &["1", "2"];
 
 /// A required word is missing from the command line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -123,6 +127,13 @@ impl Expect {
             steal,
             overcommit: yes_no("overcommit")?,
             control: yes_no("expect-control")?.unwrap_or(false),
+            virtio_version: match args
+                .choice("expect-virtio", VIRTIO_VERSIONS)
+                .map_err(ExpectError::Bad)?
+            {
+                Some("1") => virtio_mmio::VERSION_LEGACY,
+                _ => virtio_mmio::VERSION,
+            },
         })
     }
 
@@ -173,6 +184,9 @@ impl fmt::Display for Expect {
         }
         if self.control {
             f.write_str(" expect-control=yes")?;
+        }
+        if self.virtio_version != virtio_mmio::VERSION {
+            write!(f, " expect-virtio={}", self.virtio_version)?;
         }
         Ok(())
     }
@@ -582,6 +596,12 @@ pub enum Label {
     PreemptedTruth,
     /// vCPU N's stolen time over the busy period.
     Steal(usize),
+    /// The 32 virtio-mmio transports read as empty ones of this Version
+    /// and ignore writes (`crate::virtiocheck::check_transports`).
+    VirtioTransports(u32),
+    /// The device tree describes them as QEMU `virt` does
+    /// (`crate::virtiocheck::check_nodes`).
+    VirtioNodes,
 }
 
 /// Names a register-setting variant's call: `PV_SCHED_IPA_INIT(openEuler)`.
@@ -633,6 +653,18 @@ impl fmt::Display for Label {
             Label::NoStealTime => write!(f, "no stolen time: steal_time 0 for every vCPU"),
             Label::PreemptedTruth => write!(f, "preempted flag truthful"),
             Label::Steal(cpu) => write!(f, "vcpu {cpu}: stolen time over the busy period"),
+            Label::VirtioTransports(version) => write!(
+                f,
+                "virtio-mmio: {} transports at {:#x} read magic \"virt\", version {version}, \
+                 device 0, vendor \"QEMU\", 0 elsewhere, ignore writes",
+                virtio_mmio::TRANSPORTS,
+                virtio_mmio::WINDOW_BASE
+            ),
+            Label::VirtioNodes => write!(
+                f,
+                "virtio-mmio: device tree has QEMU virt's {} virtio,mmio nodes",
+                virtio_mmio::TRANSPORTS
+            ),
         }
     }
 }
@@ -640,6 +672,8 @@ impl fmt::Display for Label {
 /// Every label a passing run of `vcpus` vCPUs prints with `: ok`, each
 /// once, in no particular order.
 pub fn labels(expect: &Expect, vcpus: usize, mut f: impl FnMut(Label)) {
+    f(Label::VirtioTransports(expect.virtio_version));
+    f(Label::VirtioNodes);
     f(Label::Probe);
     for (spec, answer) in calls(expect) {
         f(Label::Call(spec, answer));
@@ -801,6 +835,7 @@ mod tests {
                 steal: Steal::Grows,
                 overcommit: None,
                 control: false,
+                virtio_version: virtio_mmio::VERSION,
             };
             for other in Variant::ALL.into_iter().filter(|&o| o != v) {
                 for &id in other.function_ids() {
@@ -976,6 +1011,33 @@ mod tests {
             &"pv-check: call PV_SCHED_IPA_INIT(openEuler)(0) -> -1 (NOT_SUPPORTED)".into()
         ));
         assert!(!v2.iter().any(|l| l.contains("WFI")));
+    }
+
+    #[test]
+    fn the_virtio_window_is_checked_everywhere_with_the_version_asked() {
+        let el2 = expect("expect-kvm=yes expect-lock=seed-v2 expect-steal=yes");
+        assert_eq!(el2.virtio_version, 2);
+        let bare = expect("expect-kvm=no expect-lock=none expect-steal=none expect-virtio=1");
+        assert_eq!(bare.virtio_version, 1);
+        assert_eq!(
+            bare.to_string(),
+            "expect-kvm=no expect-lock=none expect-steal=none expect-virtio=1"
+        );
+        assert!(
+            Expect::from_bootargs(&BootArgs::new(
+                "expect-lock=none expect-steal=none expect-virtio=3"
+            ))
+            .is_err()
+        );
+        for (e, version) in [(el2, 2), (bare, 1)] {
+            let lines = label_lines(&e, 2);
+            assert!(lines.contains(&format!(
+                "pv-check: virtio-mmio: 32 transports at 0xa000000 read magic \"virt\", version {version}, device 0, vendor \"QEMU\", 0 elsewhere, ignore writes"
+            )));
+            assert!(lines.contains(
+                &"pv-check: virtio-mmio: device tree has QEMU virt's 32 virtio,mmio nodes".into()
+            ));
+        }
     }
 
     #[test]
