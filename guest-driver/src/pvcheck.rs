@@ -13,7 +13,7 @@ use core::fmt;
 use pvlock_abi::kvm::{self, KvmFeatures};
 use pvlock_abi::pvlock::{Variant, anolis, openeuler, seed_v2, seed_v3};
 use pvlock_abi::smccc::{self, FunctionId, Owner};
-use pvlock_abi::{arch, control, psci, pvtime, virtio_mmio};
+use pvlock_abi::{arch, control, directed_yield, psci, pvtime, virtio_mmio};
 
 use crate::bootargs::{ArgError, BootArgs};
 
@@ -206,7 +206,10 @@ pub enum Answer {
     /// A KVM_FEATURES bitmap (upper halves zero) with bit 0 set and the
     /// PV-lock bits of this variant: bit 1 under seed-v3; under seed-v2
     /// this project's bits 32 and 33 (`kvm::func::PV_LOCK_FEATURES`,
-    /// `PV_LOCK_PREEMPTED`), which are clear under every other variant.
+    /// `PV_LOCK_PREEMPTED`), which are clear under every other variant;
+    /// the directed-yield call's bit 112 exactly when there is a variant;
+    /// and never the retired bits 34 and 35 (the project's calls' old
+    /// numbers, inside pKVM's range).
     Features(Option<Variant>),
     /// A 64-byte aligned IPA.
     Ipa,
@@ -218,6 +221,12 @@ pub enum Answer {
 }
 
 const NOT_SUPPORTED: Answer = Answer::Code(smccc::NOT_SUPPORTED);
+/// The KVM_FEATURES bits of the project's calls' retired numbers (34, 35):
+/// no hypervisor of this ABI sets them.
+const RETIRED_BITS: [u16; 2] = [
+    directed_yield::RETIRED_PV_SCHED_YIELD_TO.number(),
+    control::RETIRED_PVLOCK_SET_WFX_POLICY.number(),
+];
 const SUCCESS: Answer = Answer::Code(smccc::SUCCESS);
 /// SMCCC_ARCH_FEATURES answers for WORKAROUND_1 and _3.
 const WORKAROUND_1_ANSWERS: &[i64] = &[
@@ -254,7 +263,13 @@ impl Answer {
                     Some(Variant::SeedV2) => seed_v2_bits.iter().all(|&b| f.contains(b)),
                     _ => !seed_v2_bits.iter().any(|&b| f.contains(b)),
                 };
-                upper_halves_clear && f.contains(kvm::func::FEATURES) && lock_bits
+                let yield_bit = f.contains(kvm::func::PV_SCHED_YIELD_TO) == lock.is_some();
+                let retired_clear = !RETIRED_BITS.iter().any(|&b| f.contains(b));
+                upper_halves_clear
+                    && f.contains(kvm::func::FEATURES)
+                    && lock_bits
+                    && yield_bit
+                    && retired_clear
             }
             Answer::Ipa => {
                 smccc::x0_to_ret(regs[0]) > 0
@@ -308,12 +323,19 @@ impl fmt::Display for Answer {
             Answer::Features(lock) => {
                 write!(f, "a bitmap with bit {}", kvm::func::FEATURES)?;
                 let (a, b) = (kvm::func::PV_LOCK_FEATURES, kvm::func::PV_LOCK_PREEMPTED);
+                let y = kvm::func::PV_SCHED_YIELD_TO;
+                let [r, s] = RETIRED_BITS;
                 match lock {
-                    Some(Variant::SeedV3) => {
-                        write!(f, " and bit {} set", seed_v3::KVM_FEATURES_BIT)
+                    Some(Variant::SeedV3) => write!(
+                        f,
+                        ", bit {} and bit {y} set, bits {r}, {s} clear",
+                        seed_v3::KVM_FEATURES_BIT
+                    ),
+                    Some(Variant::SeedV2) => {
+                        write!(f, " and bits {a}, {b}, {y} set, bits {r}, {s} clear")
                     }
-                    Some(Variant::SeedV2) => write!(f, " and bits {a}, {b} set"),
-                    _ => write!(f, " set, bits {a}, {b} clear"),
+                    Some(_) => write!(f, " and bit {y} set, bits {a}, {b}, {r}, {s} clear"),
+                    None => write!(f, " set, bits {a}, {b}, {r}, {s}, {y} clear"),
                 }
             }
             Answer::Ipa => write!(f, "a 64-byte aligned IPA"),
@@ -542,6 +564,20 @@ pub static CALLS: &[CallSpec] = &[
         function: control::PVLOCK_SET_WFX_POLICY,
         args: [0, control::ALL_VCPUS, control::WFE_AUTO],
         rule: Rule::Control { yes: SUCCESS, no: NOT_SUPPORTED } },
+    // §7: the project's calls' retired numbers (inside pKVM's range)
+    // answer like ids nobody implements, on every VM, control VMs included.
+    call("the retired PV_SCHED_YIELD_TO 0xC6000022(vCPU 1)",
+        directed_yield::RETIRED_PV_SCHED_YIELD_TO, 1, Rule::Always(NOT_SUPPORTED)),
+    call("SMCCC_ARCH_FEATURES(the retired PV_SCHED_YIELD_TO 0xC6000022)",
+        arch::SMCCC_ARCH_FEATURES, id(directed_yield::RETIRED_PV_SCHED_YIELD_TO),
+        Rule::Always(NOT_SUPPORTED)),
+    CallSpec { label: "the retired PVLOCK_SET_WFX_POLICY 0xC6000023(VM 0, all vCPUs, trap)",
+        function: control::RETIRED_PVLOCK_SET_WFX_POLICY,
+        args: [0, control::ALL_VCPUS, control::WFE_TRAP],
+        rule: Rule::Always(NOT_SUPPORTED) },
+    call("SMCCC_ARCH_FEATURES(the retired PVLOCK_SET_WFX_POLICY 0xC6000023)",
+        arch::SMCCC_ARCH_FEATURES, id(control::RETIRED_PVLOCK_SET_WFX_POLICY),
+        Rule::Always(NOT_SUPPORTED)),
     // §1: unknown function ids.
     call("an unknown vendor-hypervisor SMC32 function", UNKNOWN_VENDOR32, 0,
         Rule::Always(NOT_SUPPORTED)),
@@ -850,6 +886,29 @@ mod tests {
     }
 
     #[test]
+    fn the_retired_numbers_are_checked_on_every_vm() {
+        let retired = [
+            directed_yield::RETIRED_PV_SCHED_YIELD_TO,
+            control::RETIRED_PVLOCK_SET_WFX_POLICY,
+        ];
+        for line in [
+            "expect-kvm=no expect-lock=none expect-steal=none",
+            "expect-kvm=yes expect-lock=seed-v2 expect-steal=yes expect-control=yes",
+            "expect-kvm=yes expect-lock=openeuler expect-steal=none",
+        ] {
+            let e = expect(line);
+            for id in retired {
+                let answers: Vec<Answer> = calls(&e)
+                    .filter(|(s, _)| s.function == id || s.args[0] == u64::from(id.raw()))
+                    .map(|(_, a)| a)
+                    .collect();
+                assert_eq!(answers, [NOT_SUPPORTED; 2], "{line}: {id:?}");
+            }
+        }
+        assert_eq!(RETIRED_BITS, [34, 35]);
+    }
+
+    #[test]
     fn only_a_control_vm_may_set_wfe_policies() {
         let plain = expect("expect-kvm=yes expect-lock=seed-v2 expect-steal=yes");
         assert!(!plain.control);
@@ -894,30 +953,56 @@ mod tests {
         let mut uid = kvm::UID_REGS;
         uid[3] |= 1 << 32;
         assert!(!Answer::Uid.accepts(uid, none));
+        // Bit 112 (the directed-yield call) is bit 16 of W3.
+        const Y: u64 = 1 << 16;
         let v3 = Answer::Features(Some(Variant::SeedV3));
-        assert!(v3.accepts([0b11, 0, 0, 0], none));
-        assert!(!v3.accepts([0b01, 0, 0, 0], none), "seed-v3 needs bit 1");
-        let v2 = Answer::Features(Some(Variant::SeedV2));
-        assert!(v2.accepts([0b01, 0b11, 0, 0], none));
+        assert!(v3.accepts([0b11, 0, 0, Y], none));
+        assert!(!v3.accepts([0b01, 0, 0, Y], none), "seed-v3 needs bit 1");
         assert!(
-            !v2.accepts([0b01, 0b01, 0, 0], none),
+            !v3.accepts([0b11, 0, 0, 0], none),
+            "a variant needs bit 112"
+        );
+        let v2 = Answer::Features(Some(Variant::SeedV2));
+        assert!(v2.accepts([0b01, 0b11, 0, Y], none));
+        assert!(
+            !v2.accepts([0b01, 0b01, 0, Y], none),
             "seed-v2 needs bits 32 and 33"
         );
+        assert!(!v2.accepts([0b01, 0b111, 0, Y], none), "the retired bit 34");
         let oe = Answer::Features(Some(Variant::OpenEuler));
-        assert!(oe.accepts([0b01, 0, 0, 0], none));
-        assert!(oe.accepts([0b11, 0, 0, 0], none), "bit 1 may be KVM_PTP");
-        assert!(!oe.accepts([0b01, 0b10, 0, 0], none));
+        assert!(oe.accepts([0b01, 0, 0, Y], none));
+        assert!(oe.accepts([0b11, 0, 0, Y], none), "bit 1 may be KVM_PTP");
+        assert!(!oe.accepts([0b01, 0b10, 0, Y], none));
+        assert!(
+            !oe.accepts([0b01, 0b1000, 0, Y], none),
+            "the retired bit 35"
+        );
         assert!(
             !Answer::Features(None).accepts([0b00, 0, 0, 0], none),
             "bit 0"
         );
+        assert!(Answer::Features(None).accepts([0b01, 0, 0, 0], none));
+        assert!(
+            !Answer::Features(None).accepts([0b01, 0, 0, Y], none),
+            "no variant, no directed yield"
+        );
         assert!(!Answer::Features(None).accepts([0b01, 0, 0, 1 << 32], none));
-        assert_eq!(v2.to_string(), "a bitmap with bit 0 and bits 32, 33 set");
+        assert_eq!(
+            v2.to_string(),
+            "a bitmap with bit 0 and bits 32, 33, 112 set, bits 34, 35 clear"
+        );
         assert_eq!(
             Answer::Features(None).to_string(),
-            "a bitmap with bit 0 set, bits 32, 33 clear"
+            "a bitmap with bit 0 set, bits 32, 33, 34, 35, 112 clear"
         );
-        assert_eq!(v3.to_string(), "a bitmap with bit 0 and bit 1 set");
+        assert_eq!(
+            v3.to_string(),
+            "a bitmap with bit 0, bit 1 and bit 112 set, bits 34, 35 clear"
+        );
+        assert_eq!(
+            oe.to_string(),
+            "a bitmap with bit 0 and bit 112 set, bits 32, 33, 34, 35 clear"
+        );
         assert!(Answer::Ipa.accepts([0x4800_0040, 0, 0, 0], none));
         assert!(!Answer::Ipa.accepts([0x4800_0020, 0, 0, 0], none));
         assert!(!Answer::Ipa.accepts([nope, 0, 0, 0], none));
