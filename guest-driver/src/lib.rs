@@ -25,6 +25,7 @@
 //! | [`lockbench`] | lockbench's settings, workload and console lines (xtask judges by them) | guests, host (xtask) |
 //! | [`irqcheck`] | irq-check's settings, burst priorities and order, console lines (xtask judges by them) | guests, host (xtask) |
 //! | [`hostile`] | the hostile guest's attempts, their documented answers, its console lines and their judge | guests, host (xtask) |
+//! | [`virtiocheck`] | pv-check's check of QEMU `virt`'s virtio-mmio window: empty transports, QEMU's device-tree nodes | guests, host tests |
 #![cfg_attr(not(test), no_std)]
 
 pub mod bootargs;
@@ -43,6 +44,7 @@ pub mod pv;
 pub mod pvcheck;
 #[cfg(all(feature = "runtime", target_os = "none"))]
 pub mod rt;
+pub mod virtiocheck;
 
 /// `print!` and `println!` on the guest console (`boot::console`, which
 /// the runtime sets up): each `println!` is one whole line, never

@@ -64,8 +64,10 @@ RUN OPTIONS (run, gdb):
 
 GUEST OPTIONS (run, gdb):
     --guest GUEST      Boot el2 with VMs running GUEST: a built guest (smp-demo, pv-check,
-                       lockbench) or the path of a raw arm64 Image. Any guest option below
-                       without --guest means --guest smp-demo.
+                       lockbench, irq-check, hostile, raw-image) or the path of a kernel: an
+                       arm64 Image, or a raw image without the header (placed at RAM base +
+                       0x80000 and entered at its first byte, as QEMU's -kernel does). Any
+                       guest option below without --guest means --guest smp-demo.
     --vcpus N          vCPUs per VM [default: 4]
     --guest-mem SIZE   RAM per VM, a multiple of 2 MiB, e.g. 64M [default: 64M]
     --initrd FILE      Initrd for each VM

@@ -337,7 +337,7 @@ pub(crate) fn prepare(
     let mut machine = t.machine.clone();
     let image = match t.kernel {
         Kernel::El2 => el2_image.to_path_buf(),
-        Kernel::Guest(name) => guests.get(name)?.image.clone(),
+        Kernel::Guest(name) => guests::resolve(guests, name)?,
     };
     if machine.uefi.is_some() {
         // The VMs go in the partition's VM description, not in a tree.

@@ -27,9 +27,14 @@ use boot::sync::SpinMutex as Mutex;
 use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use platform::VmConfig;
 
-/// SPIs each VM's virtual GIC has (INTIDs 32..64): room for the emulated
-/// devices (the PL011 is SPI 1), the least GICD_TYPER can say.
-const VGIC_SPIS: u32 = 32;
+/// SPIs each VM's virtual GIC has: enough for every emulated device's
+/// interrupt, the PL011's SPI 1 up to the last virtio-mmio transport's
+/// INTID 79, in whole groups of 32 as GICD_TYPER.ITLinesNumber counts
+/// them: 64 (INTIDs 32..96).
+const VGIC_SPIS: u32 = (pvlock_abi::virtio_mmio::LAST_INTID + 1
+    - crate::devices::vgic::PRIVATE_COUNT)
+    .next_multiple_of(32);
+const _: () = assert!(VGIC_SPIS == 64);
 
 /// MPIDR_EL1 bit 31 is RES1 (Arm ARM D24.2.114 "MPIDR_EL1").
 const MPIDR_RES1: u64 = 1 << 31;
