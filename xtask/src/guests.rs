@@ -22,7 +22,14 @@ const PACKAGE: &str = "guest-driver";
 const FEATURE: &str = "runtime";
 
 /// The guests `cargo xtask build` makes (binaries of guest-driver).
-pub const GUESTS: &[&str] = &["smp-demo", "pv-check", "lockbench", "irq-check", "hostile"];
+pub const GUESTS: &[&str] = &[
+    "smp-demo",
+    "pv-check",
+    "lockbench",
+    "irq-check",
+    "debug-check",
+    "hostile",
+];
 
 /// One built guest.
 #[derive(Clone, Debug)]

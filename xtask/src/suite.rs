@@ -17,8 +17,8 @@ use crate::guests::{self, Guests};
 use crate::qemu::{self, Console, Echo, RunSpec};
 use crate::setup::{self, Tool};
 use crate::{
-    FATAL_GRACE, Workspace, display_command, dtedit, hostiletest, image, irqtest, kernel, linux,
-    linuxpv, linuxpvtest, linuxtest, uefi, vm,
+    FATAL_GRACE, Workspace, debugtest, display_command, dtedit, hostiletest, image, irqtest,
+    kernel, linux, linuxpv, linuxpvtest, linuxtest, uefi, vm,
 };
 
 /// The host checks: (name, cargo arguments).
@@ -122,6 +122,7 @@ pub fn test(ws: &Workspace, o: &TestOpts) -> Result<ExitCode> {
     all.extend(linuxtest::tests(&linux_dir));
     all.extend(linuxpvtest::tests(&ws.xtask_dir()?));
     all.extend(irqtest::tests());
+    all.extend(debugtest::tests());
     all.extend(crate::sharetest::tests());
     all.extend(hostiletest::tests());
     all.extend(uefi::tests());
