@@ -139,6 +139,13 @@ pub enum Check {
         tricky_vm: usize,
         owed_percent: Vec<u32>,
     },
+    /// debug-check passed every check on each of its first `vcpus` vCPUs,
+    /// which read `features` from ID_AA64DFR0_EL1
+    /// ([`crate::debugtest::check`]).
+    Debug {
+        vcpus: usize,
+        features: guest_driver::debugcheck::Features,
+    },
     /// The hostile guest in VM `vm` got every documented answer, and el2's
     /// summary of that VM counted its storms
     /// ([`crate::hostiletest::check`]).
@@ -1270,6 +1277,7 @@ impl Check {
                 ping,
             } => crate::irqtest::check(lines, *vcpus, *rounds, *ping),
             Check::Hostile { vm } => crate::hostiletest::check(lines, *vm),
+            Check::Debug { vcpus, features } => crate::debugtest::check(lines, *vcpus, *features),
             Check::Shares {
                 tricky_vm,
                 owed_percent,

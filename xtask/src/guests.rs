@@ -28,6 +28,7 @@ pub const GUESTS: &[&str] = &[
     "pv-check",
     "lockbench",
     "irq-check",
+    "debug-check",
     "hostile",
     RAW_GUEST,
 ];

@@ -8,6 +8,7 @@ mod bench_linux_report;
 mod bench_report;
 mod boottest;
 mod cli;
+mod debugtest;
 mod dtedit;
 mod gdb;
 mod guests;

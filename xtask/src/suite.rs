@@ -17,8 +17,8 @@ use crate::guests::{self, Guests};
 use crate::qemu::{self, Console, Echo, RunSpec};
 use crate::setup::{self, Tool};
 use crate::{
-    FATAL_GRACE, Workspace, display_command, dtedit, hostiletest, image, irqtest, kernel, linux,
-    linuxpv, linuxpvtest, linuxtest, ptptest, uefi, vm,
+    FATAL_GRACE, Workspace, debugtest, display_command, dtedit, hostiletest, image, irqtest,
+    kernel, linux, linuxpv, linuxpvtest, linuxtest, ptptest, uefi, vm,
 };
 
 /// The host checks: (name, cargo arguments).
@@ -123,6 +123,7 @@ pub fn test(ws: &Workspace, o: &TestOpts) -> Result<ExitCode> {
     all.push(ptptest::test(&linux_dir, &ws.xtask_dir()?));
     all.extend(linuxpvtest::tests(&ws.xtask_dir()?));
     all.extend(irqtest::tests());
+    all.extend(debugtest::tests());
     all.extend(crate::sharetest::tests());
     all.extend(hostiletest::tests());
     all.extend(uefi::tests());

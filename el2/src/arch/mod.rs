@@ -7,6 +7,7 @@ pub mod bringup;
 pub mod cache;
 pub mod console;
 pub mod cpu;
+pub mod debug;
 pub mod efi;
 pub mod exceptions;
 pub mod gic;

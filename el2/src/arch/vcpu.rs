@@ -74,8 +74,7 @@ el1_context! {
     tpidrro_el0: TPIDRRO_EL0,
     tpidr_el1: TPIDR_EL1,
     cntkctl: CNTKCTL_EL1,
-    csselr: CSSELR_EL1,
-    mdscr: MDSCR_EL1;
+    csselr: CSSELR_EL1;
     // Writing TCR_EL1 changes nothing architecturally when the value is
     // already there (the TLBs are tagged by VMID and ASID, and a TCR change
     // needs the guest's own TLB maintenance anyway), but an emulator whose
@@ -176,15 +175,20 @@ const _: () = assert!(offset_of!(FpContext, fpcr) == 512);
 /// What only this layer knows of a vCPU: its EL1 system registers, its
 /// FP/SIMD registers and its virtual CPU interface registers
 /// (`el2::run::Machine::Saved`). The default is the state at reset.
+///
+/// In this order (`repr(C)`): what every switch loads and saves first,
+/// close to the vCPU context's base (`el2::run::VcpuContext`), where load
+/// and store pairs reach it; the lazily switched FP/SIMD registers last.
+#[repr(C)]
 #[derive(Clone, Debug)]
 pub struct SavedRegisters {
     pub el1: El1Context,
-    pub fp: FpContext,
+    /// ICH_VMCR_EL2 and the active priorities.
+    pub gic: super::gicv::CpuInterfaceState,
     /// `fp` is in this CPU's FP/SIMD registers (the vCPU used FP/SIMD since
     /// it was loaded), and must be saved when it is put.
     pub fp_live: bool,
-    /// ICH_VMCR_EL2 and the active priorities.
-    pub gic: super::gicv::CpuInterfaceState,
+    pub fp: FpContext,
 }
 
 impl Default for SavedRegisters {

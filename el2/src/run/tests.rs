@@ -290,6 +290,10 @@ fn run(seed: u64, pcpus: usize, specs: &[Spec]) -> Vec<alloc::string::String> {
     let relaxed = core::sync::atomic::Ordering::Relaxed;
     *INJECTED.lock() += world.injected.load(relaxed);
     *FP_LOADS.lock() += world.fp_loads.load(relaxed);
+    for (&vcpu, &loads) in world.debug_loads.lock().iter() {
+        *DEBUG_LOADS.lock().entry(vcpu.1).or_insert(0) += loads;
+    }
+    *DEBUG_CHECKS.lock() += world.debug_checks.load(relaxed);
     world.console.lock().clone()
 }
 
@@ -300,6 +304,11 @@ static EXITS: boot::sync::SpinMutex<alloc::collections::BTreeMap<&str, u64>> =
     boot::sync::SpinMutex::new(alloc::collections::BTreeMap::new());
 static INJECTED: boot::sync::SpinMutex<u64> = boot::sync::SpinMutex::new(0);
 static FP_LOADS: boot::sync::SpinMutex<u64> = boot::sync::SpinMutex::new(0);
+/// Debug register loads by vCPU index, and the debuggers' checks that
+/// their registers followed them (`fake::DEBUGGER`).
+static DEBUG_LOADS: boot::sync::SpinMutex<alloc::collections::BTreeMap<u16, u64>> =
+    boot::sync::SpinMutex::new(alloc::collections::BTreeMap::new());
+static DEBUG_CHECKS: boot::sync::SpinMutex<u64> = boot::sync::SpinMutex::new(0);
 
 #[test]
 fn several_vms_on_several_pcpus_keep_the_runner_invariants() {
@@ -359,6 +368,17 @@ fn several_vms_on_several_pcpus_keep_the_runner_invariants() {
     let total: u64 = exits.values().sum();
     assert!(total > 20_000, "{total} exits: {exits:?}");
     assert!(*INJECTED.lock() > 0 && *FP_LOADS.lock() > 0);
+    // Only the vCPUs that use their debug registers ever had them loaded,
+    // and theirs followed them through every put, load and migration
+    // (checked by the fake guest at each of their exits).
+    let loads = DEBUG_LOADS.lock().clone();
+    assert_eq!(
+        loads.keys().copied().collect::<Vec<_>>(),
+        [super::fake::DEBUGGER],
+        "debug registers loaded per vCPU index: {loads:?}"
+    );
+    assert!(loads[&super::fake::DEBUGGER] > 100, "{loads:?}");
+    assert!(*DEBUG_CHECKS.lock() > 1000, "{}", *DEBUG_CHECKS.lock());
 }
 
 #[test]

@@ -14,6 +14,7 @@ use crate::guest::{VmError, dt};
 use crate::sched::onspin::{VmSpin, WfxPolicies};
 use crate::services::pv::{HostWindow, PvRegistry};
 use crate::services::smccc::{CpuVulnerabilities, Dispatcher, VmServices};
+use crate::trap::debug::{DebugFeatures, ID_AA64DFR0_CRM_OP2};
 use crate::trap::exit::{EXIT_CLASSES, Exit};
 use crate::trap::fault;
 use crate::trap::mmio::MmioMap;
@@ -173,6 +174,8 @@ pub struct Vm<M: Machine> {
     pub(super) wfx: WfxPolicies,
     state: AtomicU8,
     pub(super) resets: AtomicU32,
+    /// The breakpoints and watchpoints each vCPU has: the CPU's.
+    pub(super) debug: DebugFeatures,
 }
 
 /// What the hardware layer built for a VM before its services exist.
@@ -264,6 +267,9 @@ impl<M: Machine> Vm<M> {
             faults: AtomicU64::new(0),
             state: AtomicU8::new(VmState::Running as u8),
             resets: AtomicU32::new(0),
+            debug: DebugFeatures::from_dfr0(
+                machine.read_id_register(ID_AA64DFR0_CRM_OP2.0, ID_AA64DFR0_CRM_OP2.1),
+            ),
         };
         checkpoint("its vCPUs")?;
         vm.load(machine)?;
@@ -420,7 +426,6 @@ impl<M: Machine> Vm<M> {
 /// (the hardware layer's `Saved::default()` is its EL1 reset state).
 pub(super) fn reset_context<S: Default>(ctx: &mut VcpuContext<S>, index: u16) {
     *ctx = VcpuContext::default();
-    ctx.debug = crate::trap::sysreg::DebugState::reset();
     ctx.vmpidr = layout::vcpu_mpidr(index).value() | MPIDR_RES1;
 }
 
