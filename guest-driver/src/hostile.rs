@@ -50,6 +50,12 @@ pub const PREFIX: &str = "hostile:";
 
 // ---- Addresses ---------------------------------------------------------------
 
+/// The breakpoint the guest writes (DBGBVR0_EL1, an address in its RAM)
+/// and its control (DBGBCR0_EL1: enabled at EL1, PMC 0b01, BAS 0b1111).
+/// MDSCR_EL1.MDE stays clear, so it cannot fire.
+pub const BREAKPOINT_ADDRESS: u64 = 0x4008_0000;
+pub const BREAKPOINT_CONTROL: u64 = 1 | 0b01 << 1 | 0b1111 << 5;
+
 /// QEMU `virt`'s host RAM ends here with the 1 GiB the tests give it: the
 /// first IPA past what any VM could be placed in.
 pub const PAST_HOST_RAM: u64 = 0x8000_0000;
@@ -410,7 +416,7 @@ impl Label {
             Label::GicdLoadPair => write!(f, "load pair from GICD_CTLR (no syndrome)"),
             Label::PmuRegisters => write!(f, "PMU registers read as zero after writes"),
             Label::BreakpointRegisters => {
-                write!(f, "breakpoint registers read as zero after writes")
+                write!(f, "breakpoint registers read back what was written")
             }
             Label::Mdscr => write!(f, "MDSCR_EL1 reads back what was written"),
             Label::OsLock => write!(f, "OSLSR_EL1 follows OSLAR_EL1"),
@@ -907,9 +913,9 @@ impl Label {
                 write: true,
             },
             Label::PhysicalTimer(_) | Label::El2Register => Expected::Undefined,
-            Label::GicdReserved | Label::PmuRegisters | Label::BreakpointRegisters => {
-                Expected::Reads(0)
-            }
+            Label::GicdReserved | Label::PmuRegisters => Expected::Reads(0),
+            // The vCPU's own breakpoint 0 (DBGBVR0_EL1 | DBGBCR0_EL1).
+            Label::BreakpointRegisters => Expected::Reads(BREAKPOINT_ADDRESS | BREAKPOINT_CONTROL),
             _ => return None,
         })
     }

@@ -7,7 +7,8 @@
 //! portable pieces of it that the host tests check; a PV-aware lock
 //! ([`lock`]); a polling GICv3 driver ([`gicv3`]); and the test guests,
 //! `src/bin/smp-demo.rs`, `src/bin/pv-check.rs`, `src/bin/lockbench.rs`,
-//! `src/bin/irq-check.rs`, `src/bin/level-check.rs` and `src/bin/hostile.rs`.
+//! `src/bin/irq-check.rs`, `src/bin/level-check.rs`,
+//! `src/bin/debug-check.rs` and `src/bin/hostile.rs`.
 //!
 //! | module | what | where it runs |
 //! |---|---|---|
@@ -23,12 +24,15 @@
 //! | [`demo`] | smp-demo's workload and console lines (xtask judges by them) | guests, host (xtask) |
 //! | [`pvcheck`] | pv-check's expectations, documented answers and console lines (xtask judges by them) | guests, host (xtask) |
 //! | [`lockbench`] | lockbench's settings, workload and console lines (xtask judges by them) | guests, host (xtask) |
+//! | [`debugcheck`] | debug-check's breakpoint, watchpoint and step register values, syndrome judges and console lines (xtask judges by them) | guests, host (xtask) |
 //! | [`irqcheck`] | irq-check's settings, burst priorities and order, console lines (xtask judges by them) | guests, host (xtask) |
 //! | [`levelcheck`] | level-check's settings, checks and console lines (xtask judges by them) | guests, host (xtask) |
 //! | [`hostile`] | the hostile guest's attempts, their documented answers, its console lines and their judge | guests, host (xtask) |
+//! | [`virtiocheck`] | pv-check's check of QEMU `virt`'s virtio-mmio window: empty transports, QEMU's device-tree nodes | guests, host tests |
 #![cfg_attr(not(test), no_std)]
 
 pub mod bootargs;
+pub mod debugcheck;
 pub mod demo;
 #[cfg(any(test, feature = "runtime"))]
 pub mod devicetree;
@@ -45,6 +49,7 @@ pub mod pv;
 pub mod pvcheck;
 #[cfg(all(feature = "runtime", target_os = "none"))]
 pub mod rt;
+pub mod virtiocheck;
 
 /// `print!` and `println!` on the guest console (`boot::console`, which
 /// the runtime sets up): each `println!` is one whole line, never

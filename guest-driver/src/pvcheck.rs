@@ -13,7 +13,7 @@ use core::fmt;
 use pvlock_abi::kvm::{self, KvmFeatures};
 use pvlock_abi::pvlock::{Variant, anolis, openeuler, seed_v2, seed_v3};
 use pvlock_abi::smccc::{self, FunctionId, Owner};
-use pvlock_abi::{arch, control, psci, pvtime};
+use pvlock_abi::{arch, control, directed_yield, psci, pvtime, virtio_mmio};
 
 use crate::bootargs::{ArgError, BootArgs};
 
@@ -65,6 +65,7 @@ pub enum Steal {
 /// | `expect-steal=` | `yes`, `no`, `none` | stolen time offered and growing / offered and near 0 / not offered (required) |
 /// | `overcommit=` | `yes`, `no` | more vCPUs than pCPUs; default `yes` for `expect-steal=yes`, `no` for `expect-steal=no`, else unknown |
 /// | `expect-control=` | `yes`, `no` | the VM is a control VM (PVLOCK_SET_WFX_POLICY answers) or not (it answers NOT_SUPPORTED); default `no` |
+/// | `expect-virtio=` | `1`, `2` | the Version the empty virtio-mmio transports report: 2 under el2 (the default), 1 on QEMU 7.2 with its default `force-legacy=on` |
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Expect {
     pub kvm: Option<bool>,
@@ -74,11 +75,14 @@ pub struct Expect {
     pub overcommit: Option<bool>,
     /// `expect-control=yes`: the VM may change WFE trap policies.
     pub control: bool,
+    /// `expect-virtio=`: the virtio-mmio transports' Version.
+    pub virtio_version: u32,
 }
 
 const YES_NO: &[&str] = &["yes", "no"];
 const LOCKS: &[&str] = &["seed-v2", "seed-v3", "openeuler", "anolis", "none"];
 const STEALS: &[&str] = &["yes", "no", "none"];
+const VIRTIO_VERSIONS: &[&str] = &["1", "2"];
 
 /// A required word is missing from the command line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -123,6 +127,13 @@ impl Expect {
             steal,
             overcommit: yes_no("overcommit")?,
             control: yes_no("expect-control")?.unwrap_or(false),
+            virtio_version: match args
+                .choice("expect-virtio", VIRTIO_VERSIONS)
+                .map_err(ExpectError::Bad)?
+            {
+                Some("1") => virtio_mmio::VERSION_LEGACY,
+                _ => virtio_mmio::VERSION,
+            },
         })
     }
 
@@ -174,6 +185,9 @@ impl fmt::Display for Expect {
         if self.control {
             f.write_str(" expect-control=yes")?;
         }
+        if self.virtio_version != virtio_mmio::VERSION {
+            write!(f, " expect-virtio={}", self.virtio_version)?;
+        }
         Ok(())
     }
 }
@@ -192,7 +206,10 @@ pub enum Answer {
     /// A KVM_FEATURES bitmap (upper halves zero) with bit 0 set and the
     /// PV-lock bits of this variant: bit 1 under seed-v3; under seed-v2
     /// this project's bits 32 and 33 (`kvm::func::PV_LOCK_FEATURES`,
-    /// `PV_LOCK_PREEMPTED`), which are clear under every other variant.
+    /// `PV_LOCK_PREEMPTED`), which are clear under every other variant;
+    /// the directed-yield call's bit 112 exactly when there is a variant;
+    /// and never the retired bits 34 and 35 (the project's calls' old
+    /// numbers, inside pKVM's range).
     Features(Option<Variant>),
     /// A 64-byte aligned IPA.
     Ipa,
@@ -204,6 +221,12 @@ pub enum Answer {
 }
 
 const NOT_SUPPORTED: Answer = Answer::Code(smccc::NOT_SUPPORTED);
+/// The KVM_FEATURES bits of the project's calls' retired numbers (34, 35):
+/// no hypervisor of this ABI sets them.
+const RETIRED_BITS: [u16; 2] = [
+    directed_yield::RETIRED_PV_SCHED_YIELD_TO.number(),
+    control::RETIRED_PVLOCK_SET_WFX_POLICY.number(),
+];
 const SUCCESS: Answer = Answer::Code(smccc::SUCCESS);
 /// SMCCC_ARCH_FEATURES answers for WORKAROUND_1 and _3.
 const WORKAROUND_1_ANSWERS: &[i64] = &[
@@ -240,7 +263,13 @@ impl Answer {
                     Some(Variant::SeedV2) => seed_v2_bits.iter().all(|&b| f.contains(b)),
                     _ => !seed_v2_bits.iter().any(|&b| f.contains(b)),
                 };
-                upper_halves_clear && f.contains(kvm::func::FEATURES) && lock_bits
+                let yield_bit = f.contains(kvm::func::PV_SCHED_YIELD_TO) == lock.is_some();
+                let retired_clear = !RETIRED_BITS.iter().any(|&b| f.contains(b));
+                upper_halves_clear
+                    && f.contains(kvm::func::FEATURES)
+                    && lock_bits
+                    && yield_bit
+                    && retired_clear
             }
             Answer::Ipa => {
                 smccc::x0_to_ret(regs[0]) > 0
@@ -294,12 +323,19 @@ impl fmt::Display for Answer {
             Answer::Features(lock) => {
                 write!(f, "a bitmap with bit {}", kvm::func::FEATURES)?;
                 let (a, b) = (kvm::func::PV_LOCK_FEATURES, kvm::func::PV_LOCK_PREEMPTED);
+                let y = kvm::func::PV_SCHED_YIELD_TO;
+                let [r, s] = RETIRED_BITS;
                 match lock {
-                    Some(Variant::SeedV3) => {
-                        write!(f, " and bit {} set", seed_v3::KVM_FEATURES_BIT)
+                    Some(Variant::SeedV3) => write!(
+                        f,
+                        ", bit {} and bit {y} set, bits {r}, {s} clear",
+                        seed_v3::KVM_FEATURES_BIT
+                    ),
+                    Some(Variant::SeedV2) => {
+                        write!(f, " and bits {a}, {b}, {y} set, bits {r}, {s} clear")
                     }
-                    Some(Variant::SeedV2) => write!(f, " and bits {a}, {b} set"),
-                    _ => write!(f, " set, bits {a}, {b} clear"),
+                    Some(_) => write!(f, " and bit {y} set, bits {a}, {b}, {r}, {s} clear"),
+                    None => write!(f, " set, bits {a}, {b}, {r}, {s}, {y} clear"),
                 }
             }
             Answer::Ipa => write!(f, "a 64-byte aligned IPA"),
@@ -528,6 +564,20 @@ pub static CALLS: &[CallSpec] = &[
         function: control::PVLOCK_SET_WFX_POLICY,
         args: [0, control::ALL_VCPUS, control::WFE_AUTO],
         rule: Rule::Control { yes: SUCCESS, no: NOT_SUPPORTED } },
+    // §7: the project's calls' retired numbers (inside pKVM's range)
+    // answer like ids nobody implements, on every VM, control VMs included.
+    call("the retired PV_SCHED_YIELD_TO 0xC6000022(vCPU 1)",
+        directed_yield::RETIRED_PV_SCHED_YIELD_TO, 1, Rule::Always(NOT_SUPPORTED)),
+    call("SMCCC_ARCH_FEATURES(the retired PV_SCHED_YIELD_TO 0xC6000022)",
+        arch::SMCCC_ARCH_FEATURES, id(directed_yield::RETIRED_PV_SCHED_YIELD_TO),
+        Rule::Always(NOT_SUPPORTED)),
+    CallSpec { label: "the retired PVLOCK_SET_WFX_POLICY 0xC6000023(VM 0, all vCPUs, trap)",
+        function: control::RETIRED_PVLOCK_SET_WFX_POLICY,
+        args: [0, control::ALL_VCPUS, control::WFE_TRAP],
+        rule: Rule::Always(NOT_SUPPORTED) },
+    call("SMCCC_ARCH_FEATURES(the retired PVLOCK_SET_WFX_POLICY 0xC6000023)",
+        arch::SMCCC_ARCH_FEATURES, id(control::RETIRED_PVLOCK_SET_WFX_POLICY),
+        Rule::Always(NOT_SUPPORTED)),
     // §1: unknown function ids.
     call("an unknown vendor-hypervisor SMC32 function", UNKNOWN_VENDOR32, 0,
         Rule::Always(NOT_SUPPORTED)),
@@ -582,6 +632,12 @@ pub enum Label {
     PreemptedTruth,
     /// vCPU N's stolen time over the busy period.
     Steal(usize),
+    /// The 32 virtio-mmio transports read as empty ones of this Version
+    /// and ignore writes (`crate::virtiocheck::check_transports`).
+    VirtioTransports(u32),
+    /// The device tree describes them as QEMU `virt` does
+    /// (`crate::virtiocheck::check_nodes`).
+    VirtioNodes,
 }
 
 /// Names a register-setting variant's call: `PV_SCHED_IPA_INIT(openEuler)`.
@@ -633,6 +689,18 @@ impl fmt::Display for Label {
             Label::NoStealTime => write!(f, "no stolen time: steal_time 0 for every vCPU"),
             Label::PreemptedTruth => write!(f, "preempted flag truthful"),
             Label::Steal(cpu) => write!(f, "vcpu {cpu}: stolen time over the busy period"),
+            Label::VirtioTransports(version) => write!(
+                f,
+                "virtio-mmio: {} transports at {:#x} read magic \"virt\", version {version}, \
+                 device 0, vendor \"QEMU\", 0 elsewhere, ignore writes",
+                virtio_mmio::TRANSPORTS,
+                virtio_mmio::WINDOW_BASE
+            ),
+            Label::VirtioNodes => write!(
+                f,
+                "virtio-mmio: device tree has QEMU virt's {} virtio,mmio nodes",
+                virtio_mmio::TRANSPORTS
+            ),
         }
     }
 }
@@ -640,6 +708,8 @@ impl fmt::Display for Label {
 /// Every label a passing run of `vcpus` vCPUs prints with `: ok`, each
 /// once, in no particular order.
 pub fn labels(expect: &Expect, vcpus: usize, mut f: impl FnMut(Label)) {
+    f(Label::VirtioTransports(expect.virtio_version));
+    f(Label::VirtioNodes);
     f(Label::Probe);
     for (spec, answer) in calls(expect) {
         f(Label::Call(spec, answer));
@@ -801,6 +871,7 @@ mod tests {
                 steal: Steal::Grows,
                 overcommit: None,
                 control: false,
+                virtio_version: virtio_mmio::VERSION,
             };
             for other in Variant::ALL.into_iter().filter(|&o| o != v) {
                 for &id in other.function_ids() {
@@ -812,6 +883,29 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn the_retired_numbers_are_checked_on_every_vm() {
+        let retired = [
+            directed_yield::RETIRED_PV_SCHED_YIELD_TO,
+            control::RETIRED_PVLOCK_SET_WFX_POLICY,
+        ];
+        for line in [
+            "expect-kvm=no expect-lock=none expect-steal=none",
+            "expect-kvm=yes expect-lock=seed-v2 expect-steal=yes expect-control=yes",
+            "expect-kvm=yes expect-lock=openeuler expect-steal=none",
+        ] {
+            let e = expect(line);
+            for id in retired {
+                let answers: Vec<Answer> = calls(&e)
+                    .filter(|(s, _)| s.function == id || s.args[0] == u64::from(id.raw()))
+                    .map(|(_, a)| a)
+                    .collect();
+                assert_eq!(answers, [NOT_SUPPORTED; 2], "{line}: {id:?}");
+            }
+        }
+        assert_eq!(RETIRED_BITS, [34, 35]);
     }
 
     #[test]
@@ -859,30 +953,56 @@ mod tests {
         let mut uid = kvm::UID_REGS;
         uid[3] |= 1 << 32;
         assert!(!Answer::Uid.accepts(uid, none));
+        // Bit 112 (the directed-yield call) is bit 16 of W3.
+        const Y: u64 = 1 << 16;
         let v3 = Answer::Features(Some(Variant::SeedV3));
-        assert!(v3.accepts([0b11, 0, 0, 0], none));
-        assert!(!v3.accepts([0b01, 0, 0, 0], none), "seed-v3 needs bit 1");
-        let v2 = Answer::Features(Some(Variant::SeedV2));
-        assert!(v2.accepts([0b01, 0b11, 0, 0], none));
+        assert!(v3.accepts([0b11, 0, 0, Y], none));
+        assert!(!v3.accepts([0b01, 0, 0, Y], none), "seed-v3 needs bit 1");
         assert!(
-            !v2.accepts([0b01, 0b01, 0, 0], none),
+            !v3.accepts([0b11, 0, 0, 0], none),
+            "a variant needs bit 112"
+        );
+        let v2 = Answer::Features(Some(Variant::SeedV2));
+        assert!(v2.accepts([0b01, 0b11, 0, Y], none));
+        assert!(
+            !v2.accepts([0b01, 0b01, 0, Y], none),
             "seed-v2 needs bits 32 and 33"
         );
+        assert!(!v2.accepts([0b01, 0b111, 0, Y], none), "the retired bit 34");
         let oe = Answer::Features(Some(Variant::OpenEuler));
-        assert!(oe.accepts([0b01, 0, 0, 0], none));
-        assert!(oe.accepts([0b11, 0, 0, 0], none), "bit 1 may be KVM_PTP");
-        assert!(!oe.accepts([0b01, 0b10, 0, 0], none));
+        assert!(oe.accepts([0b01, 0, 0, Y], none));
+        assert!(oe.accepts([0b11, 0, 0, Y], none), "bit 1 may be KVM_PTP");
+        assert!(!oe.accepts([0b01, 0b10, 0, Y], none));
+        assert!(
+            !oe.accepts([0b01, 0b1000, 0, Y], none),
+            "the retired bit 35"
+        );
         assert!(
             !Answer::Features(None).accepts([0b00, 0, 0, 0], none),
             "bit 0"
         );
+        assert!(Answer::Features(None).accepts([0b01, 0, 0, 0], none));
+        assert!(
+            !Answer::Features(None).accepts([0b01, 0, 0, Y], none),
+            "no variant, no directed yield"
+        );
         assert!(!Answer::Features(None).accepts([0b01, 0, 0, 1 << 32], none));
-        assert_eq!(v2.to_string(), "a bitmap with bit 0 and bits 32, 33 set");
+        assert_eq!(
+            v2.to_string(),
+            "a bitmap with bit 0 and bits 32, 33, 112 set, bits 34, 35 clear"
+        );
         assert_eq!(
             Answer::Features(None).to_string(),
-            "a bitmap with bit 0 set, bits 32, 33 clear"
+            "a bitmap with bit 0 set, bits 32, 33, 34, 35, 112 clear"
         );
-        assert_eq!(v3.to_string(), "a bitmap with bit 0 and bit 1 set");
+        assert_eq!(
+            v3.to_string(),
+            "a bitmap with bit 0, bit 1 and bit 112 set, bits 34, 35 clear"
+        );
+        assert_eq!(
+            oe.to_string(),
+            "a bitmap with bit 0 and bit 112 set, bits 32, 33, 34, 35 clear"
+        );
         assert!(Answer::Ipa.accepts([0x4800_0040, 0, 0, 0], none));
         assert!(!Answer::Ipa.accepts([0x4800_0020, 0, 0, 0], none));
         assert!(!Answer::Ipa.accepts([nope, 0, 0, 0], none));
@@ -976,6 +1096,33 @@ mod tests {
             &"pv-check: call PV_SCHED_IPA_INIT(openEuler)(0) -> -1 (NOT_SUPPORTED)".into()
         ));
         assert!(!v2.iter().any(|l| l.contains("WFI")));
+    }
+
+    #[test]
+    fn the_virtio_window_is_checked_everywhere_with_the_version_asked() {
+        let el2 = expect("expect-kvm=yes expect-lock=seed-v2 expect-steal=yes");
+        assert_eq!(el2.virtio_version, 2);
+        let bare = expect("expect-kvm=no expect-lock=none expect-steal=none expect-virtio=1");
+        assert_eq!(bare.virtio_version, 1);
+        assert_eq!(
+            bare.to_string(),
+            "expect-kvm=no expect-lock=none expect-steal=none expect-virtio=1"
+        );
+        assert!(
+            Expect::from_bootargs(&BootArgs::new(
+                "expect-lock=none expect-steal=none expect-virtio=3"
+            ))
+            .is_err()
+        );
+        for (e, version) in [(el2, 2), (bare, 1)] {
+            let lines = label_lines(&e, 2);
+            assert!(lines.contains(&format!(
+                "pv-check: virtio-mmio: 32 transports at 0xa000000 read magic \"virt\", version {version}, device 0, vendor \"QEMU\", 0 elsewhere, ignore writes"
+            )));
+            assert!(lines.contains(
+                &"pv-check: virtio-mmio: device tree has QEMU virt's 32 virtio,mmio nodes".into()
+            ));
+        }
     }
 
     #[test]

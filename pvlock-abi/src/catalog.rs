@@ -266,13 +266,16 @@ mod tests {
             Some("SMCCC_VERSION")
         );
         assert_eq!(
-            describe(FunctionId::from_raw(0xC6000022)),
+            describe(FunctionId::from_raw(0xC6000070)),
             Some("PV_SCHED_YIELD_TO")
         );
         assert_eq!(
-            describe(FunctionId::from_raw(0xC6000023)),
+            describe(FunctionId::from_raw(0xC6000071)),
             Some("PVLOCK_SET_WFX_POLICY")
         );
+        // The retired numbers name nothing.
+        assert_eq!(describe(FunctionId::from_raw(0xC6000022)), None);
+        assert_eq!(describe(FunctionId::from_raw(0xC6000023)), None);
         assert_eq!(describe(FunctionId::from_raw(0x84000050)), None);
         assert_eq!(describe(FunctionId::from_raw(0xC6000002)), None);
         for (i, e) in entries().enumerate() {

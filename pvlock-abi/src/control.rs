@@ -1,6 +1,7 @@
 //! Management calls for **control VMs**: this project's vendor call
 //! PVLOCK_SET_WFX_POLICY, in KVM's vendor-hypervisor range (owner 6) right
-//! after PV_SCHED_YIELD_TO ([`crate::directed_yield`]).
+//! after PV_SCHED_YIELD_TO ([`crate::directed_yield`]), outside every
+//! upstream reservation.
 //!
 //! A VM whose description says `control = "on"` (docs/vm-binding.md) may
 //! change how the hypervisor traps WFE for any VM's vCPUs at run time: the
@@ -14,7 +15,7 @@
 //!
 //! | | |
 //! |---|---|
-//! | id | [`PVLOCK_SET_WFX_POLICY`] = `0xC6000023` (fast, SMC64, owner 6, vendor function 0x23) |
+//! | id | [`PVLOCK_SET_WFX_POLICY`] = `0xC6000071` (fast, SMC64, owner 6, vendor function 0x71 = 113) |
 //! | X1 | target VM index (all 64 bits): the hypervisor's VM number — the position of the VM among the VMs that started, in boot-DT order, as the hypervisor's log names it (`vmN/vcpuM`). The caller's own VM is allowed |
 //! | X2 | target vCPU index within that VM (all 64 bits), or [`ALL_VCPUS`] (`u64::MAX`) for every vCPU of the VM |
 //! | X3 | the new WFE policy ([`WFE_AUTO`] 0, [`WFE_TRAP`] 1, [`WFE_NOTRAP`] 2; all 64 bits count) |
@@ -22,7 +23,7 @@
 //! | X0 = -1 ([`NOT_CONTROL_VM`], NOT_SUPPORTED) | the caller's VM is not a control VM (it has no such call) |
 //! | X0 = -3 ([`INVALID`], INVALID_PARAMETER) | no such VM, no such vCPU in it, or an unknown policy code; nothing changed |
 //! | X1..X3 | zero |
-//! | discovery (control VMs only) | KVM_FEATURES bit [`KVM_FEATURES_BIT`] (35) and SMCCC_ARCH_FEATURES(`0xC6000023`) = 0 |
+//! | discovery (control VMs only) | KVM_FEATURES bit [`KVM_FEATURES_BIT`] (113) and SMCCC_ARCH_FEATURES(`0xC6000071`) = 0 |
 //!
 //! The policies are KVM's `kvm-arm.wfe_trap_policy` (docs/abi.md §6): *auto*
 //! traps WFE (HCR_EL2.TWE) only while the physical CPU has more than one
@@ -31,24 +32,32 @@
 //! setting survives the target VM's SYSTEM_RESET: it is the host's
 //! decision about the VM, not guest state.
 //!
-//! The function number 0x23 is the next free one after 0x20..0x22 and, like
-//! those, collides with no call in docs/abi.md or in mainline KVM's list of
-//! vendor functions. Its KVM_FEATURES bit is its function number, by the
-//! "bit N = vendor function N" rule, with the same caution as bit 34:
-//! mainline reserves 2..=63 for pKVM ([`crate::kvm::func::PKVM_LAST`]), so
-//! bit 35 overlaps `ARM_SMCCC_KVM_FUNC_PKVM_RESV_35`.
+//! The function number 0x71 follows PV_SCHED_YIELD_TO's 0x70, for the same
+//! reasons ([`crate::directed_yield`], "The number"): outside pKVM's 2..=63,
+//! clear of upstream's 64, 65 and 127 and of what upstream and Android
+//! number next, inside the 128-bit KVM_FEATURES bitmap. Its KVM_FEATURES
+//! bit is its function number, 113. The call had number 0x23 (bit 35)
+//! before, inside pKVM's reservation; that id is retired
+//! ([`RETIRED_PVLOCK_SET_WFX_POLICY`]) and answers NOT_SUPPORTED on every
+//! VM, control VMs included.
 
 use crate::catalog::Entry;
 use crate::smccc::{self, FunctionId, Owner};
 
-/// PVLOCK_SET_WFX_POLICY, `0xC6000023` (fast, SMC64, owner 6, vendor
-/// function 0x23): X1 = target VM, X2 = target vCPU or [`ALL_VCPUS`], X3 =
+/// PVLOCK_SET_WFX_POLICY, `0xC6000071` (fast, SMC64, owner 6, vendor
+/// function 0x71): X1 = target VM, X2 = target vCPU or [`ALL_VCPUS`], X3 =
 /// WFE policy code. See the module documentation for the answers.
-pub const PVLOCK_SET_WFX_POLICY: FunctionId = FunctionId::fast64(Owner::VendorHypervisor, 0x23);
+pub const PVLOCK_SET_WFX_POLICY: FunctionId = FunctionId::fast64(Owner::VendorHypervisor, 0x71);
 
 /// The KVM_FEATURES bit that advertises [`PVLOCK_SET_WFX_POLICY`] to a
-/// control VM: its vendor function number, 35.
+/// control VM: its vendor function number, 113.
 pub const KVM_FEATURES_BIT: u16 = PVLOCK_SET_WFX_POLICY.number();
+
+/// `0xC6000023`, PVLOCK_SET_WFX_POLICY's number before it left pKVM's
+/// reserved range (vendor function 0x23, KVM_FEATURES bit 35). Nothing
+/// answers it, on any VM: NOT_SUPPORTED. Not in [`CALLS`].
+pub const RETIRED_PVLOCK_SET_WFX_POLICY: FunctionId =
+    FunctionId::fast64(Owner::VendorHypervisor, 0x23);
 
 /// X2 = `u64::MAX`: every vCPU of the target VM.
 pub const ALL_VCPUS: u64 = u64::MAX;
@@ -89,7 +98,7 @@ mod tests {
 
     #[test]
     fn id_and_bit() {
-        assert_eq!(PVLOCK_SET_WFX_POLICY.raw(), 0xC600_0023);
+        assert_eq!(PVLOCK_SET_WFX_POLICY.raw(), 0xC600_0071);
         assert!(PVLOCK_SET_WFX_POLICY.is_fast() && PVLOCK_SET_WFX_POLICY.is_smc64());
         assert_eq!(PVLOCK_SET_WFX_POLICY.owner(), Owner::VendorHypervisor);
         // The next vendor function after PV_SCHED_YIELD_TO.
@@ -97,8 +106,11 @@ mod tests {
             PVLOCK_SET_WFX_POLICY.number(),
             PV_SCHED_YIELD_TO.number() + 1
         );
-        assert_eq!(KVM_FEATURES_BIT, 35);
+        assert_eq!(KVM_FEATURES_BIT, 113);
         assert_eq!(func::PVLOCK_SET_WFX_POLICY, KVM_FEATURES_BIT);
+        const { assert!(KVM_FEATURES_BIT < func::NUM_FUNCS) };
+        assert!(!(func::PKVM_FIRST..=func::PKVM_LAST).contains(&KVM_FEATURES_BIT));
+        assert_eq!(RETIRED_PVLOCK_SET_WFX_POLICY.raw(), 0xC600_0023);
     }
 
     #[test]
@@ -130,6 +142,7 @@ mod tests {
             crate::describe(PVLOCK_SET_WFX_POLICY),
             Some("PVLOCK_SET_WFX_POLICY")
         );
+        assert_eq!(crate::describe(RETIRED_PVLOCK_SET_WFX_POLICY), None);
     }
 
     #[test]

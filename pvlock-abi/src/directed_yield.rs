@@ -1,7 +1,7 @@
 //! Directed yield by hypercall: **this project's** vendor call
-//! PV_SCHED_YIELD_TO, in KVM's vendor-hypervisor range (owner 6) next to
-//! the seed-v2 PV-lock calls. No published guest uses it; the project's
-//! guest driver does.
+//! PV_SCHED_YIELD_TO, in KVM's vendor-hypervisor range (owner 6), at a
+//! function number nothing upstream reserves. No published guest uses it;
+//! the project's guest driver does.
 //!
 //! A vCPU that waits for a sibling — typically a lock waiter that found the
 //! lock holder preempted through the PV-lock "preempted" flag — asks the
@@ -15,24 +15,28 @@
 //!
 //! | | |
 //! |---|---|
-//! | id | [`PV_SCHED_YIELD_TO`] = `0xC6000022` (fast, SMC64, owner 6, vendor function 0x22) |
+//! | id | [`PV_SCHED_YIELD_TO`] = `0xC6000070` (fast, SMC64, owner 6, vendor function 0x70 = 112) |
 //! | argument | X1 = target vCPU index (all 64 bits; the guest's logical CPU number, which is the vCPU index when CPUs come up in DT order, as for the openEuler KICK_CPU call, docs/abi.md §3) |
 //! | X0 = 0 ([`YIELDED`]) | the caller's remaining slice went to the target; the call returns once the caller is scheduled again |
 //! | X0 = 1 ([`NOT_YIELDED`]) | a valid sibling that could not take the slice (running, blocked, off, already handed a slice, not allowed on the caller's pCPU, or no slice left); the call returns at once |
 //! | X0 = -1 ([`UNKNOWN_VCPU`], NOT_SUPPORTED) | no such vCPU in the caller's VM (or the call is not offered) |
 //! | X0 = -3 ([`TO_SELF`], INVALID_PARAMETER) | the target is the caller |
 //! | X1..X3 | zero |
-//! | discovery | KVM_FEATURES bit [`KVM_FEATURES_BIT`] (34) and SMCCC_ARCH_FEATURES(`0xC6000022`) = 0 |
+//! | discovery | KVM_FEATURES bit [`KVM_FEATURES_BIT`] (112) and SMCCC_ARCH_FEATURES(`0xC6000070`) = 0 |
 //!
-//! The function number 0x22 follows the seed-v2 ids 0x20/0x21 and collides
-//! with no call in docs/abi.md or in mainline KVM's list of vendor functions
-//! (0 FEATURES, 1 PTP, 2..4 and 7 pKVM, 64/65 DISCOVER_IMPL_*, 127
-//! FEATURES_2). Its KVM_FEATURES bit is its function number, by the "bit N
-//! = vendor function N" rule used for bits 32/33
-//! ([`crate::kvm::func::PV_LOCK_FEATURES`]). The same caution applies:
-//! mainline *reserves* 2..=63 for pKVM ([`crate::kvm::func::PKVM_LAST`]),
-//! so bit 34 overlaps `ARM_SMCCC_KVM_FUNC_PKVM_RESV_34`; do not advertise it
-//! to a guest that might read that range as pKVM's.
+//! **The number.** Upstream Linux (`include/linux/arm-smccc.h`) assigns
+//! KVM vendor functions 0 (FEATURES) and 1 (PTP), reserves 2..=63 for
+//! pKVM (HYP_MEMINFO, MEM_SHARE, MEM_UNSHARE, MMIO_GUARD and
+//! `ARM_SMCCC_KVM_FUNC_PKVM_RESV_*`), assigns 64 and 65
+//! (DISCOVER_IMPL_VER / _CPUS) and keeps 127 (FEATURES_2) for a second
+//! bitmap; new upstream functions are numbered upwards from 66, and
+//! Android's kernels used 65 and 66 for vCPU frequency calls. 0x70 = 112
+//! is far from all of them and still inside the 128-bit KVM_FEATURES
+//! bitmap, whose bit N advertises vendor function N, so its bit is 112
+//! ([`crate::kvm::func::PV_SCHED_YIELD_TO`]). The call had number 0x22
+//! (bit 34) before, inside pKVM's reservation; that id is retired
+//! ([`RETIRED_PV_SCHED_YIELD_TO`]) and answers NOT_SUPPORTED like any id
+//! nobody implements.
 //!
 //! A hypervisor that offers this call also honours the PV-lock records'
 //! `lock_count` extension ([`crate::pvlock`], "Extension: the lock count")
@@ -41,15 +45,20 @@
 use crate::catalog::Entry;
 use crate::smccc::{self, FunctionId, Owner};
 
-/// PV_SCHED_YIELD_TO, `0xC6000022` (fast, SMC64, owner 6, vendor function
-/// 0x22): X1 = target vCPU index. See the module documentation for the
+/// PV_SCHED_YIELD_TO, `0xC6000070` (fast, SMC64, owner 6, vendor function
+/// 0x70): X1 = target vCPU index. See the module documentation for the
 /// answers.
-pub const PV_SCHED_YIELD_TO: FunctionId = FunctionId::fast64(Owner::VendorHypervisor, 0x22);
+pub const PV_SCHED_YIELD_TO: FunctionId = FunctionId::fast64(Owner::VendorHypervisor, 0x70);
 
 /// The KVM_FEATURES bit that advertises [`PV_SCHED_YIELD_TO`]: its vendor
-/// function number, 34 (see the module documentation for the pKVM-range
-/// caution).
+/// function number, 112.
 pub const KVM_FEATURES_BIT: u16 = PV_SCHED_YIELD_TO.number();
+
+/// `0xC6000022`, PV_SCHED_YIELD_TO's number before it left pKVM's
+/// reserved range (vendor function 0x22, KVM_FEATURES bit 34). Nothing
+/// answers it: it gets NOT_SUPPORTED, SMCCC_ARCH_FEATURES says
+/// NOT_SUPPORTED and bit 34 is clear. Not in [`CALLS`]: it names nothing.
+pub const RETIRED_PV_SCHED_YIELD_TO: FunctionId = FunctionId::fast64(Owner::VendorHypervisor, 0x22);
 
 /// X0 = 0 (SUCCESS): the caller yielded the rest of its slice to the target.
 pub const YIELDED: i64 = smccc::SUCCESS;
@@ -77,40 +86,43 @@ pub const CALLS: &[Entry] = &[Entry::new(PV_SCHED_YIELD_TO, "PV_SCHED_YIELD_TO")
 mod tests {
     use super::*;
     use crate::kvm::func;
-    use crate::pvlock::{Variant, anolis, seed_v2};
+    use crate::pvlock::{Variant, anolis};
 
     #[test]
     fn id_and_bit() {
-        assert_eq!(PV_SCHED_YIELD_TO.raw(), 0xC600_0022);
+        assert_eq!(PV_SCHED_YIELD_TO.raw(), 0xC600_0070);
         assert!(PV_SCHED_YIELD_TO.is_fast() && PV_SCHED_YIELD_TO.is_smc64());
         assert_eq!(PV_SCHED_YIELD_TO.owner(), Owner::VendorHypervisor);
-        assert_eq!(PV_SCHED_YIELD_TO.number(), 0x22);
-        assert_eq!(KVM_FEATURES_BIT, 34);
+        assert_eq!(PV_SCHED_YIELD_TO.number(), 0x70);
+        assert_eq!(KVM_FEATURES_BIT, 112);
         assert_eq!(func::PV_SCHED_YIELD_TO, KVM_FEATURES_BIT);
-        // Next to seed-v2's 0x20 / 0x21, as bits 32 / 33 are.
-        assert_eq!(
-            seed_v2::PV_LOCK_PREEMPTED.number() + 1,
-            PV_SCHED_YIELD_TO.number()
-        );
-        assert_eq!(func::PV_LOCK_PREEMPTED + 1, KVM_FEATURES_BIT);
+        // Inside the 128-bit bitmap, in its last word.
+        const { assert!(KVM_FEATURES_BIT < func::NUM_FUNCS) };
+        assert_eq!(RETIRED_PV_SCHED_YIELD_TO.raw(), 0xC600_0022);
     }
 
     #[test]
-    fn collides_with_nothing_named() {
-        // No mainline vendor function number (docs/abi.md §2).
-        for mainline in [
+    fn outside_every_upstream_reservation_and_assignment() {
+        let n = KVM_FEATURES_BIT;
+        assert!(!(func::PKVM_FIRST..=func::PKVM_LAST).contains(&n));
+        for upstream in [
             func::FEATURES,
             func::PTP,
-            func::HYP_MEMINFO,
-            func::MEM_SHARE,
-            func::MEM_UNSHARE,
-            func::MMIO_GUARD,
             func::DISCOVER_IMPL_VER,
             func::DISCOVER_IMPL_CPUS,
             func::FEATURES_2,
         ] {
-            assert_ne!(KVM_FEATURES_BIT, mainline);
+            assert_ne!(n, upstream);
         }
+        // Clear of the numbers upstream grows into next, and of Android's.
+        assert!(n > func::DISCOVER_IMPL_CPUS + 16 && n < func::FEATURES_2);
+        // The retired number was inside pKVM's range: that is why it moved.
+        let old = RETIRED_PV_SCHED_YIELD_TO.number();
+        assert!((func::PKVM_FIRST..=func::PKVM_LAST).contains(&old));
+    }
+
+    #[test]
+    fn collides_with_nothing_named() {
         // No PV-lock variant's id, in any owner (docs/abi.md §3).
         for v in Variant::ALL {
             assert!(
@@ -120,11 +132,12 @@ mod tests {
             );
         }
         assert_ne!(PV_SCHED_YIELD_TO, anolis::PV_LOCK_FEATURES);
-        // The catalog names it, once.
+        // The catalog names it, once, and not the retired id.
         assert_eq!(
             crate::describe(PV_SCHED_YIELD_TO),
             Some("PV_SCHED_YIELD_TO")
         );
+        assert_eq!(crate::describe(RETIRED_PV_SCHED_YIELD_TO), None);
     }
 
     #[test]

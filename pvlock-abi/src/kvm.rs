@@ -82,25 +82,25 @@ pub mod func {
     /// rule; no published guest reads it (seed-v2 guests probe with
     /// SMCCC_ARCH_FEATURES).
     ///
-    /// Caution: mainline reserves 2..=63 for pKVM ([`PKVM_LAST`]), so this
-    /// bit overlaps `ARM_SMCCC_KVM_FUNC_PKVM_RESV_32`. Do not advertise it
-    /// to a guest that might treat that range as pKVM's.
+    /// Caution: seed-v2's numbers are published and kept, but they lie
+    /// inside the range mainline reserves for pKVM ([`PKVM_FIRST`] to
+    /// [`PKVM_LAST`]): this bit is `ARM_SMCCC_KVM_FUNC_PKVM_RESV_32` there.
+    /// A guest that reads that range as pKVM's must not be offered
+    /// seed-v2 (docs/abi.md §2).
     pub const PV_LOCK_FEATURES: u16 = crate::pvlock::seed_v2::PV_LOCK_FEATURES.number();
 
     /// Bit 33: this project's advertisement of seed-v2 PV_LOCK_PREEMPTED
     /// (`0xC6000021`, vendor function 0x21); see [`PV_LOCK_FEATURES`].
     pub const PV_LOCK_PREEMPTED: u16 = crate::pvlock::seed_v2::PV_LOCK_PREEMPTED.number();
 
-    /// Bit 34: this project's advertisement of the directed-yield call
-    /// PV_SCHED_YIELD_TO (`0xC6000022`, vendor function 0x22;
-    /// [`crate::directed_yield`]), by the same "bit N = vendor function N"
-    /// rule and with the same pKVM-range caution as [`PV_LOCK_FEATURES`].
+    /// Bit 112: this project's advertisement of the directed-yield call
+    /// PV_SCHED_YIELD_TO (`0xC6000070`, vendor function 0x70;
+    /// [`crate::directed_yield`]), outside every upstream reservation.
     pub const PV_SCHED_YIELD_TO: u16 = crate::directed_yield::PV_SCHED_YIELD_TO.number();
 
-    /// Bit 35: this project's advertisement of the control-VM call
-    /// PVLOCK_SET_WFX_POLICY (`0xC6000023`, vendor function 0x23;
-    /// [`crate::control`]), set only for control VMs; same rule and
-    /// pKVM-range caution as [`PV_LOCK_FEATURES`].
+    /// Bit 113: this project's advertisement of the control-VM call
+    /// PVLOCK_SET_WFX_POLICY (`0xC6000071`, vendor function 0x71;
+    /// [`crate::control`]), set only for control VMs.
     pub const PVLOCK_SET_WFX_POLICY: u16 = crate::control::PVLOCK_SET_WFX_POLICY.number();
 }
 
@@ -284,10 +284,10 @@ mod tests {
         // Project choice: PV lock bits mirror vendor fn numbers 0x20/0x21.
         assert_eq!(func::PV_LOCK_FEATURES, 32);
         assert_eq!(func::PV_LOCK_PREEMPTED, 33);
-        // ...and the directed-yield call's bit mirrors its number 0x22.
-        assert_eq!(func::PV_SCHED_YIELD_TO, 34);
-        // ...and the control-VM call's bit its number 0x23.
-        assert_eq!(func::PVLOCK_SET_WFX_POLICY, 35);
+        // ...and the directed-yield call's bit mirrors its number 0x70.
+        assert_eq!(func::PV_SCHED_YIELD_TO, 112);
+        // ...and the control-VM call's bit its number 0x71.
+        assert_eq!(func::PVLOCK_SET_WFX_POLICY, 113);
         // The feature bit number is the function number of the call.
         assert_eq!(FEATURES.number(), func::FEATURES);
         assert_eq!(PTP.number(), func::PTP);

@@ -17,6 +17,8 @@
 //! | [`control`] | the project's control-VM call PVLOCK_SET_WFX_POLICY (per-vCPU WFE trap policy) | docs/abi.md §6 (`wfe_trap_policy`); x86 per-vCPU KVM_CAP_X86_DISABLE_EXITS |
 //! | [`pvtime`] | PV_TIME_FEATURES, PV_TIME_ST, [`StolenTime`](pvtime::StolenTime) | Arm DEN0057A |
 //! | [`psci`] | PSCI function IDs, errors, answers | Arm DEN0022 |
+//! | [`virt`] | QEMU `virt`'s fixed addresses that guests hard-code (RAM, PL011) | QEMU hw/arm/virt.c |
+//! | [`virtio_mmio`] | QEMU `virt`'s virtio-mmio window every VM has, its register map and what an empty transport reads | OASIS virtio 1.2 §4.2.2 |
 //! | [`catalog`] | [`describe`]: the name of every id above | — |
 //!
 //! All shared structures are `#[repr(C, align(64))]`, 64 bytes, with
@@ -37,6 +39,8 @@ pub mod psci;
 pub mod pvlock;
 pub mod pvtime;
 pub mod smccc;
+pub mod virt;
+pub mod virtio_mmio;
 
 pub use catalog::describe;
 pub use smccc::FunctionId;

@@ -26,9 +26,28 @@ fn ids_on_the_page() -> BTreeSet<u32> {
         .collect()
 }
 
-/// The ids §1 names as ones el2 answers with NOT_SUPPORTED: the general
-/// queries KVM leaves unanswered too.
-const NAMED_BUT_NOT_ANSWERED: [u32; 3] = [0x8600_FF00, 0x8600_FF03, 0xC600_FF01];
+/// The ids the page names as ones el2 answers with NOT_SUPPORTED: the
+/// general queries KVM leaves unanswered too (§1), and the project's two
+/// calls' retired numbers (§2, §7).
+const NAMED_BUT_NOT_ANSWERED: [u32; 5] = [
+    0x8600_FF00,
+    0x8600_FF03,
+    0xC600_FF01,
+    0xC600_0022,
+    0xC600_0023,
+];
+
+#[test]
+fn the_retired_numbers_are_the_crates_and_name_nothing() {
+    for retired in [
+        directed_yield::RETIRED_PV_SCHED_YIELD_TO,
+        control::RETIRED_PVLOCK_SET_WFX_POLICY,
+    ] {
+        assert!(NAMED_BUT_NOT_ANSWERED.contains(&retired.raw()));
+        assert_eq!(catalog::describe(retired), None);
+        assert!(section(7).contains(&format!("`{:#010X}`", retired.raw()).replace("0X", "0x")));
+    }
+}
 
 /// The text of section `number` ("## N. ..." up to the next "## ").
 fn section(number: u8) -> &'static str {
@@ -146,15 +165,15 @@ fn the_vendor_uid_and_the_feature_bits_are_the_crates() {
         })
         .collect();
     let bits: Vec<u16> = rows.iter().map(|&(bit, _)| bit).collect();
-    assert_eq!(bits, [0, 1, 32, 33, 34, 35]);
+    assert_eq!(bits, [0, 1, 32, 33, 112, 113]);
     for (bit, function) in rows {
         let expected = match bit {
             0 => kvm::func::FEATURES,
             1 => kvm::func::PTP,
             32 => kvm::func::PV_LOCK_FEATURES,
             33 => kvm::func::PV_LOCK_PREEMPTED,
-            34 => directed_yield::KVM_FEATURES_BIT,
-            35 => control::KVM_FEATURES_BIT,
+            112 => directed_yield::KVM_FEATURES_BIT,
+            113 => control::KVM_FEATURES_BIT,
             _ => unreachable!(),
         };
         assert_eq!(bit, expected, "{function}");

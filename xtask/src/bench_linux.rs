@@ -12,9 +12,10 @@
 //! | multi-threaded TCG (the headline) | stock, patched | 2, 4, 8 (1x, 2x, 4x) | without and beside a CPU-hog VM | 5 |
 //! | multi-threaded TCG | stock on bare QEMU, 2 CPUs | - | - | 5 |
 //! | icount (deterministic) | stock, patched | 2, 4 | without | 3 perturbations (seeds 1, 2, 3) |
+//! | multi-threaded TCG | Debian's stock 6.1 cloud kernel, fork+exec loop ([`bench_forkexec`]) | 2, 4, 8 | without | 5 |
 //!
 //! `--quick`: multi-threaded TCG, 1x and 2x, without the hog, 3 runs per
-//! cell. Runs go repetition by repetition (every cell once, then again),
+//! cell (the Debian loop too). Runs go repetition by repetition (every cell once, then again),
 //! so that a slow spell of the host spreads over the cells instead of
 //! sinking one. Under icount a seed shifts each test's iteration count
 //! (within +-10%) and each copy's start (`pvlinux bench --seed`).
@@ -45,7 +46,7 @@ use crate::linuxpvtest::{PVLOCK_PREFIX, QSPINLOCK_LINE};
 use crate::measure::Range;
 use crate::qemu::{self, Machine};
 use crate::vm::{PvLock, VmConfig};
-use crate::{Workspace, linuxpv};
+use crate::{Workspace, bench_forkexec, linuxpv};
 
 /// `pvlinux bench --scale` under icount, where one instruction is one
 /// nanosecond whatever the host: the guest runs some ten times more work
@@ -353,17 +354,21 @@ pub fn bench(ws: &Workspace, o: &BenchOpts) -> Result<ExitCode> {
         stock: linuxpv::obtain(ws, Flavor::Stock)?,
         patched: linuxpv::obtain(ws, Flavor::Patched)?,
     };
+    let debian = linux::obtain(ws)?;
     let plans = matrix(o.quick);
+    let forkexec_plans = bench_forkexec::plans(o.quick);
     let started = Instant::now();
     let mttcg_scale = mttcg_scale(&b, &guests, o.scale)?;
     println!(
-        "bench --linux: {} runs, 2 pCPUs; multi-threaded TCG (scale {mttcg_scale}){}",
+        "bench --linux: {} runs, 2 pCPUs; multi-threaded TCG (scale {mttcg_scale}){}; then {} \
+         runs of Debian's 6.1 kernel's fork+exec loop",
         plans.len(),
         if o.quick {
             String::new()
         } else {
             format!(" and -icount shift=0,sleep=off (scale {ICOUNT_SCALE}, seeded)")
-        }
+        },
+        forkexec_plans.len()
     );
     let mut runs: Vec<Run> = Vec::new();
     let mut failures: Vec<String> = Vec::new();
@@ -389,8 +394,39 @@ pub fn bench(ws: &Workspace, o: &BenchOpts) -> Result<ExitCode> {
             }
         }
     }
+    let mut forkexec_runs = Vec::new();
+    for (i, plan) in forkexec_plans.iter().enumerate() {
+        print!(
+            "[{:>2}/{}] debian-6.1 forkexec {} vCPUs run {:<8} ",
+            i + 1,
+            forkexec_plans.len(),
+            plan.vcpus,
+            plan.run
+        );
+        let _ = std::io::stdout().flush();
+        let start = Instant::now();
+        match bench_forkexec::run(&b, &debian, plan) {
+            Ok(run) => {
+                println!(
+                    "{:.0} execs/s  ({:.1} s)",
+                    run.execs_per_sec,
+                    start.elapsed().as_secs_f64()
+                );
+                forkexec_runs.push(run);
+            }
+            Err(why) => {
+                println!("FAILED: {why} ({:.1} s)", start.elapsed().as_secs_f64());
+                failures.push(format!(
+                    "debian-6.1 forkexec {} vCPUs run {}: {why}",
+                    plan.vcpus, plan.run
+                ));
+            }
+        }
+    }
+    let forkexec = bench_forkexec::ranges(&forkexec_runs);
     let stats = cell_stats(&runs);
-    let summary = summarize(&stats);
+    let mut summary = summarize(&stats);
+    bench_forkexec::summarize(&forkexec, &mut summary);
     let verdicts = verdicts(&summary);
     let wall = started.elapsed().as_secs_f64();
     let meta = [
@@ -403,6 +439,7 @@ pub fn bench(ws: &Workspace, o: &BenchOpts) -> Result<ExitCode> {
             ),
         ),
         ("kernel", guests.patched.kernel_package.clone()),
+        ("debian_kernel", debian.kernel_package.clone()),
         (
             "qemu",
             qemu::check_version().unwrap_or_else(|e| format!("unknown: {e}")),
@@ -433,13 +470,19 @@ pub fn bench(ws: &Workspace, o: &BenchOpts) -> Result<ExitCode> {
     )
     .with_context(|| format!("cannot write {}", results.display()))?;
     println!("results: {}", results.display());
+    let forkexec_results = dir.join("forkexec.json");
+    fs::write(
+        &forkexec_results,
+        serde_json::to_string_pretty(&forkexec_runs)?,
+    )
+    .with_context(|| format!("cannot write {}", forkexec_results.display()))?;
     if let Some(path) = &o.json {
         fs::write(path, report::summary_json(&summary))
             .with_context(|| format!("cannot write {}", path.display()))?;
         println!("summary: {}", path.display());
     }
     if o.docs {
-        write_docs(ws, &stats, &summary, &verdicts, &meta)?;
+        write_docs(ws, &stats, &summary, &verdicts, &meta, &forkexec)?;
     }
     for v in &verdicts {
         println!(
@@ -477,12 +520,16 @@ fn write_docs(
     summary: &report::Summary,
     verdicts: &[report::Verdict],
     meta: &[(&str, String)],
+    forkexec: &BTreeMap<u32, Range>,
 ) -> Result<()> {
     let doc_path = ws.root.join(DOC);
     let doc = fs::read_to_string(&doc_path).unwrap_or_else(|_| {
         "# The Linux workload benchmark\n\nGenerated by `cargo xtask bench --linux`.\n".to_string()
     });
     let mut generated = report::markdown(stats, summary, verdicts, meta);
+    if !forkexec.is_empty() {
+        generated.push_str(&bench_forkexec::markdown(forkexec));
+    }
     for timing in [Timing::Mttcg, Timing::Icount] {
         if !stats.keys().any(|k| k.timing == timing) {
             continue;

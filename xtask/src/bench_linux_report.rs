@@ -201,6 +201,12 @@ pub struct Summary {
     /// Patched over stock beside the hog, at 2x and 4x.
     pub linux_hog_ratio_2x: Option<f64>,
     pub linux_hog_ratio_4x: Option<f64>,
+    /// Debian's stock 6.1 kernel, fork+exec loop: throughput at 2x and 4x
+    /// over 1x, medians and worst pairings ([`crate::bench_forkexec`]).
+    pub debian_forkexec_retention_2x: Option<f64>,
+    pub debian_forkexec_retention_2x_min: Option<f64>,
+    pub debian_forkexec_retention_4x: Option<f64>,
+    pub debian_forkexec_retention_4x_min: Option<f64>,
 }
 
 fn ratio(num: Option<f64>, den: Option<f64>) -> Option<f64> {
@@ -256,6 +262,7 @@ pub fn summarize(stats: &BTreeMap<CellKey, CellStats>) -> Summary {
         linux_el2_over_bare_1x: ratio(mt(Kernel::Stock, 1), mt(Kernel::Bare, 1)),
         linux_hog_ratio_2x: over(2, true),
         linux_hog_ratio_4x: over(4, true),
+        ..Summary::default()
     }
 }
 
@@ -270,13 +277,17 @@ pub struct Verdict {
     pub met: Option<bool>,
 }
 
-/// The issue's targets: index ratio >= 1.3 at 2x and >= 1.5 at 4x, never
-/// worse than stock when overcommitted, no cost at 1x.
-pub const TARGETS: [(&str, f64); 4] = [
+/// The issues' targets: index ratio >= 1.3 at 2x and >= 1.5 at 4x, never
+/// worse than stock when overcommitted, no cost at 1x (issue 15); Debian's
+/// stock kernel keeps >= 0.8 of its 1x fork+exec throughput at 2x and
+/// >= 0.6 at 4x (issue 17).
+pub const TARGETS: [(&str, f64); 6] = [
     ("linux_index_ratio_2x", 1.3),
     ("linux_index_ratio_4x", 1.5),
     ("linux_worst_cell_ratio", 1.0),
     ("linux_1x_ratio", 0.97),
+    ("debian_forkexec_retention_2x", 0.8),
+    ("debian_forkexec_retention_4x", 0.6),
 ];
 
 fn value_of(summary: &Summary, key: &str) -> Option<f64> {
@@ -285,6 +296,8 @@ fn value_of(summary: &Summary, key: &str) -> Option<f64> {
         "linux_index_ratio_4x" => summary.linux_index_ratio_4x,
         "linux_worst_cell_ratio" => summary.linux_worst_cell_ratio,
         "linux_1x_ratio" => summary.linux_1x_ratio,
+        "debian_forkexec_retention_2x" => summary.debian_forkexec_retention_2x,
+        "debian_forkexec_retention_4x" => summary.debian_forkexec_retention_4x,
         _ => None,
     }
 }
@@ -691,7 +704,8 @@ mod tests {
         let json = summary_json(&s);
         assert!(json.contains("\"linux_index_ratio_4x\": null"), "{json}");
         let v = verdicts(&s);
-        assert_eq!(v.len(), 4);
+        assert_eq!(v.len(), 6);
+        assert_eq!(v[4].met, None, "the Debian runs are not in these cells");
         assert_eq!(v[0].met, Some(true));
         assert_eq!(v[1].met, None);
         assert_eq!(v[2].met, Some(false));

@@ -120,6 +120,9 @@ pub enum Check {
     /// A timed lockbench run with `vcpus` vCPUs beside other VMs
     /// ([`crate::soak::check_lock`]): exact data, the verdict.
     LockSoak { vcpus: usize },
+    /// Debian's kernel registered KVM's PTP clock and each of its `reads`
+    /// readings agrees with el2's wall clock ([`crate::ptptest::check`]).
+    Ptp { reads: u32 },
     /// irq-check with `vcpus` vCPUs, `rounds` ring rounds and `ping` round
     /// trips of the ping check (0: none) passed every check, the round
     /// trips within their limits, and el2's `summary:   vgic:` line agrees
@@ -141,6 +144,13 @@ pub enum Check {
     Shares {
         tricky_vm: usize,
         owed_percent: Vec<u32>,
+    },
+    /// debug-check passed every check on each of its first `vcpus` vCPUs,
+    /// which read `features` from ID_AA64DFR0_EL1
+    /// ([`crate::debugtest::check`]).
+    Debug {
+        vcpus: usize,
+        features: guest_driver::debugcheck::Features,
     },
     /// The hostile guest in VM `vm` got every documented answer, and el2's
     /// summary of that VM counted its storms
@@ -502,6 +512,7 @@ fn pv_check_vm_tests() -> Vec<BootTest> {
         steal,
         overcommit: None,
         control: false,
+        virtio_version: pvlock_abi::virtio_mmio::VERSION,
     };
     let mut tests: Vec<BootTest> = Variant::ALL
         .into_iter()
@@ -774,6 +785,91 @@ fn bare_pv_check() -> BootTest {
     }
 }
 
+/// The payload without an Image header (`guests::RAW_GUEST`).
+const RAW: &str = crate::guests::RAW_GUEST;
+
+/// Where QEMU's `-kernel` and el2 put an image without a header: RAM base
+/// + 0x80000, entered at its first byte.
+fn raw_entry_line() -> String {
+    format!(
+        "raw-image: entered at {:#018x}, x0 ",
+        vm::RAM_BASE + crate::image::TEXT_OFFSET
+    )
+}
+
+/// What raw-image prints when the loader kept the boot protocol, and its
+/// last line.
+fn raw_checks(device_tree: Option<u64>) -> Vec<Check> {
+    let magic = match device_tree {
+        Some(ipa) => Check::Lines {
+            text: format!("{}{ipa:#018x}: device tree magic ok", raw_entry_line()),
+            count: 1,
+        },
+        None => Check::Lines {
+            text: ": device tree magic ok".into(),
+            count: 1,
+        },
+    };
+    vec![
+        Check::Lines {
+            text: raw_entry_line(),
+            count: 1,
+        },
+        magic,
+        Check::Line("raw-image: powering off"),
+    ]
+}
+
+/// raw-image directly on QEMU: the reference for what QEMU's `-kernel`
+/// does with an image without a header.
+fn bare_raw_image() -> BootTest {
+    let machine = Machine {
+        virtualization: false,
+        smp: 1,
+        ..Machine::default()
+    };
+    BootTest {
+        name: format!("guest {RAW} bare {}", machine.describe()),
+        timeout: timeout_for(&machine),
+        outcome: Outcome::CleanExit,
+        checks: raw_checks(None),
+        dt_edit: None,
+        kernel: Kernel::Guest(RAW),
+        vms: Vec::new(),
+        machine,
+    }
+}
+
+/// raw-image in a VM: el2 places it as QEMU does and enters it with x0 =
+/// the VM's device tree, in the top 2 MiB of its RAM.
+fn raw_image_vm() -> BootTest {
+    let machine = Machine {
+        smp: 1,
+        ..Machine::default()
+    };
+    let vm = VmConfig {
+        guest: RAW.into(),
+        ..VmConfig::smp_demo(1, "", 1)
+    };
+    let device_tree = vm::RAM_BASE + vm.memory - (2 << 20);
+    let mut checks = vec![Check::Banner];
+    checks.extend(raw_checks(Some(device_tree)));
+    checks.push(Check::HypervisorSummary {
+        vcpus_per_vm: vec![1],
+        time_sliced: false,
+    });
+    BootTest {
+        name: format!("vm {RAW} vcpus=1 {}", machine.describe()),
+        timeout: VM_TIMEOUT,
+        outcome: Outcome::CleanExit,
+        checks,
+        dt_edit: None,
+        kernel: Kernel::El2,
+        vms: vec![vm],
+        machine,
+    }
+}
+
 /// What pv-check finds on a machine without a hypervisor.
 const BARE_EXPECT: Expect = Expect {
     kvm: Some(false),
@@ -781,6 +877,9 @@ const BARE_EXPECT: Expect = Expect {
     steal: Steal::Unavailable,
     overcommit: None,
     control: false,
+    // QEMU 7.2's transports are legacy ones (`virtio-mmio.force-legacy`
+    // defaults to on); el2's report 2 (pvlock_abi::virtio_mmio::VERSION).
+    virtio_version: pvlock_abi::virtio_mmio::VERSION_LEGACY,
 };
 
 /// The boot tests of VMs under el2.
@@ -965,6 +1064,7 @@ pub fn vm_tests() -> Vec<BootTest> {
         vms: vec![abort, good],
         machine,
     });
+    tests.push(raw_image_vm());
     tests.extend(pv_check_vm_tests());
     tests.extend(lockbench_vm_tests());
     tests
@@ -1032,6 +1132,7 @@ pub fn boot_tests() -> Vec<BootTest> {
     tests.push(bare_fault("undef", "undefined instruction".into()));
     tests.push(bare_pv_check());
     tests.push(bare_lockbench());
+    tests.push(bare_raw_image());
     tests
 }
 
@@ -1175,6 +1276,7 @@ impl Check {
             Check::Linux(expect) => crate::linuxtest::check(lines, expect),
             Check::LinuxPv(expect) => crate::linuxpvtest::check(lines, expect),
             Check::LockSoak { vcpus } => crate::soak::check_lock(lines, *vcpus),
+            Check::Ptp { reads } => crate::ptptest::check(lines, *reads),
             Check::Irq {
                 vcpus,
                 rounds,
@@ -1182,6 +1284,7 @@ impl Check {
             } => crate::irqtest::check(lines, *vcpus, *rounds, *ping),
             Check::Level { vcpu0 } => crate::leveltest::check(lines, *vcpu0),
             Check::Hostile { vm } => crate::hostiletest::check(lines, *vm),
+            Check::Debug { vcpus, features } => crate::debugtest::check(lines, *vcpus, *features),
             Check::Shares {
                 tricky_vm,
                 owed_percent,
@@ -1789,9 +1892,35 @@ mod tests {
     }
 
     #[test]
+    fn raw_image_must_be_entered_where_qemu_enters_it() {
+        let t = raw_image_vm();
+        assert_eq!(t.name, "vm raw-image vcpus=1 max,pauth=off smp=1");
+        let ok = "el2: pvlock hypervisor v0.1\r\n\
+                  raw-image: entered at 0x0000000040080000, x0 0x0000000043e00000: device tree magic ok\r\n\
+                  raw-image: powering off\r\n\
+                  el2: all VMs powered off\r\n\
+                  summary:   vm0/vcpu0: run 3.9 ms steal 1.4 ms blocked 0.0 ms in 1 preempted 0 blocks 0\r\n";
+        judge(&t, &run(ok, 0)).unwrap();
+        for wrong in [
+            ok.replace(
+                "entered at 0x0000000040080000",
+                "entered at 0x0000000040000000",
+            ),
+            ok.replace("x0 0x0000000043e00000", "x0 0x0000000048000000"),
+            ok.replace("magic ok", "magic 0x0000000000000000: not a device tree"),
+            ok.replace("raw-image: powering off\r\n", ""),
+        ] {
+            assert!(judge(&t, &run(&wrong, 0)).is_err(), "{wrong}");
+        }
+        let bare = bare_raw_image();
+        assert_eq!(bare.kernel, Kernel::Guest("raw-image"));
+        assert!(!bare.machine.virtualization);
+    }
+
+    #[test]
     fn vm_tests_are_separate_and_describe_their_vms() {
         let vm = vm_tests();
-        assert_eq!(vm.len(), 22);
+        assert_eq!(vm.len(), 23);
         let names: Vec<&str> = vm.iter().map(|t| t.name.as_str()).collect();
         for name in [
             "vm smp-demo fail-alloc=vm1 beside a good VM max,pauth=off smp=2",
@@ -1823,7 +1952,8 @@ mod tests {
     #[test]
     fn matrix_has_the_required_tests() {
         let names: Vec<String> = boot_tests().into_iter().map(|t| t.name).collect();
-        assert_eq!(names.len(), 26, "{names:?}");
+        assert_eq!(names.len(), 27, "{names:?}");
+        assert!(names.contains(&"guest raw-image bare max,pauth=off smp=1".to_string()));
         assert!(names.contains(&"boot max,pauth=off smp=64 clusters=4".to_string()));
         assert!(names.contains(&"selftest panic-all max,pauth=off smp=8".to_string()));
         assert!(names.contains(&"guest lockbench bare lock=pv max,pauth=off smp=2".to_string()));
@@ -2379,7 +2509,7 @@ mod tests {
         assert_eq!(t.kernel, Kernel::Guest("pv-check"));
         assert_eq!(
             t.machine.append.as_deref(),
-            Some("expect-kvm=no expect-lock=none expect-steal=none")
+            Some("expect-kvm=no expect-lock=none expect-steal=none expect-virtio=1")
         );
         let good = String::from("pv-check: nothing offered: always false\r\n")
             + &pv_console(&BARE_EXPECT, 4, "");
@@ -2387,6 +2517,10 @@ mod tests {
         assert!(!good.contains("preempted truth"));
         let offered = good.replace("pv-check: nothing offered", "pv-check: offered");
         assert!(judge(&t, &run(&offered, 0)).is_err());
+        // QEMU's legacy transports: el2's version would be wrong here.
+        let modern = good.replace(", version 1,", ", version 2,");
+        assert_ne!(modern, good);
+        assert!(judge(&t, &run(&modern, 0)).is_err());
     }
 
     #[test]

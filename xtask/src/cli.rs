@@ -64,8 +64,10 @@ RUN OPTIONS (run, gdb):
 
 GUEST OPTIONS (run, gdb):
     --guest GUEST      Boot el2 with VMs running GUEST: a built guest (smp-demo, pv-check,
-                       lockbench) or the path of a raw arm64 Image. Any guest option below
-                       without --guest means --guest smp-demo.
+                       lockbench, irq-check, hostile, raw-image) or the path of a kernel: an
+                       arm64 Image, or a raw image without the header (placed at RAM base +
+                       0x80000 and entered at its first byte, as QEMU's -kernel does). Any
+                       guest option below without --guest means --guest smp-demo.
     --vcpus N          vCPUs per VM [default: 4]
     --guest-mem SIZE   RAM per VM, a multiple of 2 MiB, e.g. 64M [default: 64M]
     --initrd FILE      Initrd for each VM
@@ -77,6 +79,8 @@ GUEST OPTIONS (run, gdb):
     --pv-time on|off   Offer the VMs stolen time (the node's pv-time; el2's default: on)
     --boost on|off     The VMs' on-spin boosts and slice extension (the node's boost;
                        el2's default: on)
+    --kvm-ptp on|off   Offer the VMs KVM's PTP call, Linux's ptp_kvm clock (the node's
+                       kvm-ptp; el2's default: off)
     --bare             Boot the guest directly on QEMU at EL1, without el2: --vcpus (or
                        --smp) is its CPU count, --guest-mem its RAM, --bootargs its command
                        line
@@ -120,9 +124,11 @@ BENCH OPTIONS:
     --linux            The Linux workload benchmark instead of the lock benchmark: the
                        project's 6.12 kernel with and without the PV-lock series, 2 pCPUs,
                        2/4/8 vCPUs, alone and beside a CPU-hog VM, multi-threaded TCG (5 runs
-                       per cell) and icount (3 seeds); bare QEMU as the reference. Writes
-                       target/xtask/bench-linux/results.json and docs/benchmarks-linux.md
-                       (about 60 minutes; --quick: 1x and 2x, no hog, 3 runs: 2-3)
+                       per cell) and icount (3 seeds); bare QEMU as the reference; then
+                       Debian's stock 6.1 kernel's fork+exec loop at 2/4/8 vCPUs (5 runs).
+                       Writes target/xtask/bench-linux/results.json and
+                       docs/benchmarks-linux.md (about 65 minutes; --quick: 1x and 2x, no
+                       hog, 3 runs: 3-4)
     --quick            A reduced matrix (2 pCPUs; 1x and 2x overcommit; shorter runs): minutes
     --scale F          With --linux: the multi-threaded runs' work per test (pvlinux bench
                        --scale); by default one calibration run sizes it so that each test
@@ -247,6 +253,8 @@ pub struct GuestOpts {
     /// `--boost on|off`: the node's `boost` (on-spin boosts and the slice
     /// extension).
     pub boost: Option<bool>,
+    /// `--kvm-ptp on|off`: the node's `kvm-ptp` (KVM's PTP call).
+    pub kvm_ptp: Option<bool>,
     pub bare: bool,
     pub no_vm: bool,
     /// `--linux`: the stock Debian arm64 kernel with a busybox initramfs.
@@ -617,6 +625,7 @@ fn parse_run(p: &mut Parser) -> Result<Option<RunOpts>> {
             "--pv-lock" => g.pv_lock = Some(vm::PvLock::parse(&p.value(&mut opt)?)?),
             "--pv-time" => g.pv_time = Some(vm::parse_on_off(&p.value(&mut opt)?)?),
             "--boost" => g.boost = Some(vm::parse_on_off(&p.value(&mut opt)?)?),
+            "--kvm-ptp" => g.kvm_ptp = Some(vm::parse_on_off(&p.value(&mut opt)?)?),
             "--bare" => {
                 p.flag(&opt)?;
                 g.bare = true;
@@ -654,9 +663,10 @@ fn parse_run(p: &mut Parser) -> Result<Option<RunOpts>> {
                 && g.affinity.is_none()
                 && g.pv_lock.is_none()
                 && g.pv_time.is_none()
-                && g.boost.is_none(),
-            "--bare boots one guest without el2: --vms, --affinity, --pv-lock, --pv-time and \
-             --boost need el2"
+                && g.boost.is_none()
+                && g.kvm_ptp.is_none(),
+            "--bare boots one guest without el2: --vms, --affinity, --pv-lock, --pv-time, \
+             --boost and --kvm-ptp need el2"
         );
         ensure!(
             !m.uboot && m.uefi.is_none() && m.append.is_none(),
@@ -833,6 +843,8 @@ mod tests {
             "run --bare --pv-lock none",
             "run --bare --boost off",
             "run --boost maybe",
+            "run --bare --kvm-ptp on",
+            "run --kvm-ptp yes",
             "run --pv-lock v4",
             "run --pv-time maybe",
             "run --bare --append x",
@@ -852,7 +864,7 @@ mod tests {
         let Cmd::Run(o) = parse_str(
             "run --guest smp-demo --vcpus 8 --guest-mem 128M --vms 2 --affinity 0,1 \
              --bootargs rounds=3 --initrd /tmp/i.cpio --smp 2 --pv-lock anolis --pv-time off \
-             --boost off",
+             --boost off --kvm-ptp on",
         )
         .unwrap() else {
             panic!("not run");
@@ -871,6 +883,7 @@ mod tests {
                 pv_lock: Some(vm::PvLock::Variant(pvlock_abi::pvlock::Variant::Anolis)),
                 pv_time: Some(false),
                 boost: Some(false),
+                kvm_ptp: Some(true),
                 bare: false,
                 no_vm: false,
                 linux: false,

@@ -284,6 +284,7 @@ mod tests {
                 pv_lock: None,
                 pv_time: None,
                 boost: None,
+                kvm_ptp: None,
                 control: None,
                 cpu_weight: None,
             }],

@@ -1,6 +1,7 @@
 //! Building the project's bare-metal test guests (the binaries of
 //! `guest-driver`, on its `runtime` feature) and packing each into a raw
-//! arm64 Image, exactly like el2's.
+//! arm64 Image, exactly like el2's; `raw-image` is packed without a
+//! header, as the payload it is (`image::make_raw_image`).
 //!
 //! Guests are always built for `aarch64-unknown-none` (hard-float is fine
 //! at EL1) in the release profile, whatever profile el2 uses: a debug guest
@@ -28,8 +29,14 @@ pub const GUESTS: &[&str] = &[
     "lockbench",
     "irq-check",
     "level-check",
+    "debug-check",
     "hostile",
+    RAW_GUEST,
 ];
+
+/// The guest that is a raw image without the arm64 Image header
+/// (guest-driver/src/bin/raw-image.rs).
+pub const RAW_GUEST: &str = "raw-image";
 
 /// One built guest.
 #[derive(Clone, Debug)]
@@ -103,7 +110,11 @@ pub fn build(ws: &Workspace) -> Result<Guests> {
             elf.display()
         );
         let image = elf.with_extension("bin");
-        image::make_image(&elf, &image)?;
+        if name == RAW_GUEST {
+            image::make_raw_image(&elf, &image)?;
+        } else {
+            image::make_image(&elf, &image)?;
+        }
         guests.push(GuestImage { name, elf, image });
     }
     let guests = Guests(guests);
@@ -112,17 +123,31 @@ pub fn build(ws: &Workspace) -> Result<Guests> {
 }
 
 /// A guest given on the command line: a built guest's name, or the path of
-/// a raw arm64 Image.
+/// a kernel image: an arm64 Image, or a raw image without the header,
+/// which QEMU's `-kernel` and el2 place at RAM base + 0x80000 and enter at
+/// its first byte (it must then need no memory past its end: nothing
+/// reserves any).
 pub fn resolve(guests: &Guests, name_or_path: &str) -> Result<PathBuf> {
-    if GUESTS.contains(&name_or_path) {
-        return Ok(guests.get(name_or_path)?.image.clone());
+    let built = GUESTS.contains(&name_or_path);
+    let path = if built {
+        guests.get(name_or_path)?.image.clone()
+    } else {
+        let path = Path::new(name_or_path);
+        ensure!(
+            path.is_file(),
+            "--guest {name_or_path}: no such file, and not a guest name ({})",
+            GUESTS.join(", ")
+        );
+        path.to_path_buf()
+    };
+    // Every kernel goes through the same check, the built ones included.
+    let header = image::read_optional_header(&path)?;
+    if header.is_none() && !built {
+        eprintln!(
+            "xtask: {name_or_path} has no arm64 Image header: a raw image, loaded at RAM base + \
+             {:#x} and entered at its first byte",
+            image::TEXT_OFFSET
+        );
     }
-    let path = Path::new(name_or_path);
-    ensure!(
-        path.is_file(),
-        "--guest {name_or_path}: no such file, and not a guest name ({})",
-        GUESTS.join(", ")
-    );
-    image::read_header(path)?;
-    Ok(path.to_path_buf())
+    Ok(path)
 }

@@ -14,6 +14,14 @@
 //! image, so that UEFI firmware loads it as QEMU and U-Boot do: the same
 //! footprint, sections whose file layout is their memory layout, nothing
 //! for the firmware to relocate.
+//!
+//! A test payload may also be a *raw* image, without the header: QEMU's
+//! `-kernel` loader and el2 both place such an image at RAM base + 0x80000
+//! and enter it at its first byte (booting.rst's rule for an image without
+//! a valid header). [`make_raw_image`] checks that what it writes needs
+//! nothing a loader would have to read from a header: no dynamic
+//! relocation, nothing past the end of the file. [`read_optional_header`]
+//! tells the two kinds apart for any kernel xtask is given.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -172,17 +180,60 @@ pub fn make_image(elf_path: &Path, image_path: &Path) -> Result<u64> {
             elf_path.display()
         )
     })?;
-    // Write atomically: a half-written image must never be booted.
-    let tmp = image_path.with_extension("bin.tmp");
-    fs::write(&tmp, &image.bytes).with_context(|| format!("cannot write {}", tmp.display()))?;
-    fs::rename(&tmp, image_path).with_context(|| {
+    write_atomically(image_path, &image.bytes)?;
+    Ok(image.base)
+}
+
+/// Converts `elf_path`, a payload that has no arm64 Image header, to a
+/// raw image at `image_path`, after [`validate_raw`].
+pub fn make_raw_image(elf_path: &Path, image_path: &Path) -> Result<()> {
+    let data = fs::read(elf_path).with_context(|| format!("cannot read {}", elf_path.display()))?;
+    let image = elf_to_image(&data)
+        .with_context(|| format!("cannot make a raw image from {}", elf_path.display()))?;
+    validate_raw(&image).with_context(|| {
         format!(
-            "cannot rename {} to {}",
-            tmp.display(),
-            image_path.display()
+            "{} cannot be loaded as a raw image (at RAM base + {TEXT_OFFSET:#x}, entered at \
+             its first byte, nothing reserved past its end)",
+            elf_path.display()
         )
     })?;
-    Ok(image.base)
+    write_atomically(image_path, &image.bytes)
+}
+
+/// Writes `bytes` to `path` through a temporary file: a half-written
+/// image must never be booted.
+fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = path.with_extension("bin.tmp");
+    fs::write(&tmp, bytes).with_context(|| format!("cannot write {}", tmp.display()))?;
+    fs::rename(&tmp, path)
+        .with_context(|| format!("cannot rename {} to {}", tmp.display(), path.display()))
+}
+
+/// Checks that a raw image runs as loaders run one without a header:
+/// it has no header (else it is an Image, and loaders would read it),
+/// applies no dynamic relocation (nothing would; its code must be
+/// position independent by construction), and occupies no memory past
+/// the file's last byte (loaders keep only the file's bytes free).
+pub fn validate_raw(image: &Image) -> Result<()> {
+    ensure!(!image.bytes.is_empty(), "the image is empty");
+    ensure!(
+        image.bytes.get(0x38..0x3c) != Some(MAGIC.to_le_bytes().as_slice()),
+        "it has the arm64 Image magic at offset 0x38: it is an Image, not a raw payload"
+    );
+    ensure!(
+        image.dynamic_relocations == 0,
+        "it has {} dynamic relocation(s), which nothing applies to a raw image; its code \
+         must reach everything PC-relative",
+        image.dynamic_relocations
+    );
+    ensure!(
+        image.footprint == image.bytes.len() as u64,
+        "it occupies {:#x} bytes in memory but its file only {:#x}: a loader reserves \
+         nothing past the end of a raw image, so .bss and stacks must be in the file",
+        image.footprint,
+        image.bytes.len()
+    );
+    Ok(())
 }
 
 /// A raw image and what the ELF says about its memory layout.
@@ -198,6 +249,8 @@ pub struct Image {
     /// executable segment (an EFI application must have none: it
     /// relocates itself with its text mapped read-only).
     pub text_relocations: Vec<u64>,
+    /// Dynamic relocation entries in all, wherever they patch.
+    pub dynamic_relocations: u64,
 }
 
 const PT_LOAD: u32 = 1;
@@ -219,6 +272,8 @@ struct Segment {
 const PF_X: u32 = 1;
 /// Bytes of one `Elf64_Rela`.
 const RELA_ENTRY: u64 = 24;
+/// Bytes of one `Elf64_Rel`.
+const REL_ENTRY: u64 = 16;
 
 /// Little-endian field reader that reports truncation instead of panicking.
 struct Reader<'a>(&'a [u8]);
@@ -347,6 +402,7 @@ pub fn elf_to_image(data: &[u8]) -> Result<Image> {
     // among the bytes the loader copies, not in a NOBITS tail or outside
     // every segment.
     let mut text_relocations = Vec::new();
+    let mut dynamic_relocations = 0;
     if shnum > 0 && shoff != 0 {
         ensure!(shentsize >= 64, "bad section header size {shentsize}");
         let strtab_off = if shstrndx < shnum {
@@ -375,6 +431,12 @@ pub fn elf_to_image(data: &[u8]) -> Result<Image> {
                  the file-backed part of a PT_LOAD segment, so the image would not \
                  contain it; place it in a loaded output section before .bss"
             );
+            let entry_size = if kind == SHT_RELA {
+                RELA_ENTRY
+            } else {
+                REL_ENTRY
+            };
+            dynamic_relocations += size / entry_size;
             if kind == SHT_RELA {
                 let file_offset = r.u64(sh + 24, "sh_offset")?;
                 for k in 0..size / RELA_ENTRY {
@@ -395,6 +457,7 @@ pub fn elf_to_image(data: &[u8]) -> Result<Image> {
         base,
         footprint: mem_end - base,
         text_relocations,
+        dynamic_relocations,
     })
 }
 
@@ -731,7 +794,26 @@ pub struct Header {
     pub image_size: u64,
 }
 
-/// Reads the header of the raw image at `path` (after checking its magic).
+/// Reads the header of the kernel image at `path`: `Some` for an arm64
+/// Image (its magic in place), `None` for a raw image without one, which
+/// QEMU's `-kernel` and el2 place at RAM base + [`TEXT_OFFSET`] and enter
+/// at its first byte. An empty file is an error.
+pub fn read_optional_header(path: &Path) -> Result<Option<Header>> {
+    let mut bytes = Vec::with_capacity(HEADER_LEN);
+    let file = fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    std::io::Read::read_to_end(
+        &mut std::io::Read::take(file, HEADER_LEN as u64),
+        &mut bytes,
+    )
+    .with_context(|| format!("cannot read {}", path.display()))?;
+    ensure!(!bytes.is_empty(), "{} is empty", path.display());
+    if bytes.len() < HEADER_LEN || bytes[0x38..0x3c] != MAGIC.to_le_bytes() {
+        return Ok(None);
+    }
+    read_header(path).map(Some)
+}
+
+/// Reads the header of the arm64 Image at `path` (after checking its magic).
 pub fn read_header(path: &Path) -> Result<Header> {
     let mut bytes = [0u8; HEADER_LEN];
     let mut file =
@@ -1003,6 +1085,7 @@ mod tests {
             base: 0,
             footprint: u64::from(image_size),
             text_relocations: Vec::new(),
+            dynamic_relocations: 0,
         }
     }
 
@@ -1023,6 +1106,7 @@ mod tests {
             base: 0,
             footprint: 0x1000,
             text_relocations: Vec::new(),
+            dynamic_relocations: 0,
         };
         assert_eq!(validate_pe(&plain).unwrap(), None);
     }
@@ -1073,6 +1157,56 @@ mod tests {
         let mut short = efi_image();
         short.bytes.truncate(0x50);
         assert!(validate_pe(&short).is_err());
+    }
+
+    #[test]
+    fn a_raw_payload_passes_and_what_a_loader_would_miss_is_refused() {
+        let code = [0x1f, 0x20, 0x03, 0xd5].repeat(32); // nops, no header
+        let raw = |segments, rela| elf_to_image(&ElfBuilder { segments, rela }.build()).unwrap();
+        validate_raw(&raw(vec![(0, code.clone(), 128)], None)).unwrap();
+        let err = validate_raw(&raw(vec![(0, code.clone(), 0x1000)], None)).unwrap_err();
+        assert!(err.to_string().contains("past the end"), "{err}");
+        let err = validate_raw(&raw(vec![(0, code.clone(), 128)], Some((0x40, 0x30)))).unwrap_err();
+        assert!(err.to_string().contains("2 dynamic relocation(s)"), "{err}");
+        let err = validate_raw(&raw(vec![(0, text(0x1000), 0x80)], None)).unwrap_err();
+        assert!(err.to_string().contains("not a raw payload"), "{err}");
+    }
+
+    #[test]
+    fn the_optional_header_tells_images_from_raw_payloads() {
+        let dir = std::env::temp_dir().join(format!("xtask-optional-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let write = |name: &str, bytes: &[u8]| {
+            let path = dir.join(name);
+            fs::write(&path, bytes).unwrap();
+            path
+        };
+        let image = write("image.bin", &text(0x2000));
+        let raw = write("raw.bin", &[0x1f, 0x20, 0x03, 0xd5].repeat(100));
+        let tiny = write("tiny.bin", &[0x1f, 0x20, 0x03, 0xd5]);
+        let empty = write("empty.bin", &[]);
+        let image_header = read_optional_header(&image).unwrap();
+        let raw_header = read_optional_header(&raw).unwrap();
+        let tiny_header = read_optional_header(&tiny).unwrap();
+        let empty_header = read_optional_header(&empty);
+        let raw_as_image = read_header(&raw);
+        fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(
+            image_header,
+            Some(Header {
+                text_offset: TEXT_OFFSET,
+                image_size: 0x2000
+            })
+        );
+        assert_eq!(raw_header, None);
+        assert_eq!(tiny_header, None, "shorter than a header: raw");
+        assert!(empty_header.unwrap_err().to_string().contains("is empty"));
+        assert!(
+            raw_as_image
+                .unwrap_err()
+                .to_string()
+                .contains("not an arm64 Image")
+        );
     }
 
     #[test]

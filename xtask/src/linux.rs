@@ -201,6 +201,11 @@ pub const INIT_REBOOTING: &str = "linux-guest: rebooting";
 /// (`lgtest=input`); it then prints `linux-guest: read '<line>'`.
 pub const INIT_PROMPT: &str = "linux-guest: type a line";
 
+/// What `/init` prints after `lgtest=forkexec`, followed by `cpus=N
+/// each=M seconds=S`: N CPUs ran M fork+execs of `/bin/true` each, all at
+/// once, in S seconds of guest time (`/proc/uptime`, 10 ms resolution).
+pub const FORKEXEC_PREFIX: &str = "linux-guest: forkexec";
+
 /// Kernel messages that mean a guest suffered from how it was scheduled
 /// (RCU stalls, soft and hard lockups, a clocksource judged unstable) or
 /// broke: the Linux boot tests fail if any console line contains one, and
@@ -224,7 +229,11 @@ pub const KERNEL_TROUBLE: [&str; 10] = [
 /// (the device tree's `/chosen/pvlock,reset-count` tells the first boot
 /// from the second), `lgbusy=S` keeps every CPU busy with a CPU-bound
 /// loop for S seconds (default 1) before the stolen time is read,
-/// `lgtest=input` reads a line from the console and prints it.
+/// `lgtest=input` reads a line from the console and prints it,
+/// `lgtest=forkexec` runs `${lgforks:-200}` fork+execs of `/bin/true` on
+/// every CPU at once and prints [`FORKEXEC_PREFIX`] with the time they
+/// took (issue 17's fork+exec loop: its throughput at k-times overcommit
+/// over that at 1x is the stock kernel's retention).
 pub fn init_script() -> String {
     let mut s = String::from("#!/bin/sh\n");
     write_init_prologue(&mut s);
@@ -243,6 +252,17 @@ pub fn init_script() -> String {
         s,
         "if [ \"$lgtest\" = input ]; then\n  echo \"{INIT_PROMPT}\"\n  read -r line\n  \
          echo \"linux-guest: read '$line'\"\nfi"
+    );
+    let _ = writeln!(
+        s,
+        "if [ \"$lgtest\" = forkexec ]; then\n  n=${{lgforks:-200}}\n  cpus=$(nproc)\n  \
+         read t0 rest < /proc/uptime\n  pids=\"\"\n  i=0\n  \
+         while [ $i -lt $cpus ]; do\n    \
+         ( j=0; while [ $j -lt $n ]; do /bin/true; j=$((j + 1)); done ) &\n    \
+         pids=\"$pids $!\"\n    i=$((i + 1))\n  done\n  wait $pids\n  \
+         read t1 rest < /proc/uptime\n  \
+         echo \"{FORKEXEC_PREFIX} cpus=$cpus each=$n seconds=$(awk \"BEGIN {{ print $t1 - $t0 }}\")\"\n\
+         fi"
     );
     let _ = writeln!(s, "busy=${{lgbusy:-1}}");
     let _ = writeln!(s, "cpus=$(nproc)");
@@ -287,9 +307,9 @@ pub fn write_init_epilogue(s: &mut String) {
 }
 
 /// The busybox applets `/init` runs, linked into `/bin`.
-const INIT_APPLETS: [&str; 17] = [
+const INIT_APPLETS: [&str; 18] = [
     "sh", "mount", "cat", "echo", "od", "tr", "nproc", "sleep", "kill", "awk", "grep", "dmesg",
-    "poweroff", "reboot", "ls", "head", "uptime",
+    "poweroff", "reboot", "ls", "head", "uptime", "true",
 ];
 
 /// A `newc` cpio archive (the format Linux unpacks as an initramfs;

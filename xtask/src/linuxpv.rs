@@ -16,6 +16,7 @@
 //! | `hotplug` | `pvlinux hotplug --cpu 1` | `pvlinux: hotplug ...` |
 //! | `bench` | `pvlinux bench [--tests $lgtests] --scale ${lgscale:-1} [--seed $lgseed]` | `pvlinux: bench ...` |
 //! | `busy` | a CPU-bound loop on every CPU for `${lgbusy:-1}` s | |
+//! | `ptp` | mounts devtmpfs on `/dev` for `/dev/ptp0`, prints `/sys/class/ptp/ptp0/clock_name`, then `pvlinux ptp --reads ${lgptpreads:-10}` | [`PTP_CLOCK_PREFIX`]`<name>`, `pvlinux: ptp ...` |
 //! | `kexec` | the first kernel: `pvlinux kexec` into `/boot/Image` with `/boot/initramfs.cpio` and the same command line plus `lgkexeced=1` (only in [`KEXEC_INITRD_FILE`]); the second: a note | `pvlinux: kexec ...`, then `linux-guest: kexec: second kernel` |
 //!
 //! each followed by `linux-guest: step <step> exit <status>`; then, as the
@@ -46,6 +47,9 @@ pub const PVLINUX_PATH: &str = "/bin/pvlinux";
 pub const STEP_PREFIX: &str = "linux-guest: step ";
 /// What `/init` prints before each line of the debugfs file.
 pub const VCPUS_PREFIX: &str = "linux-guest: vcpus ";
+/// What the ptp step prints before the name of the first PTP clock
+/// (`absent` without one).
+pub const PTP_CLOCK_PREFIX: &str = "linux-guest: ptp0 clock_name ";
 /// What the kexec step prints in the kernel it started.
 pub const KEXEC_SECOND: &str = "linux-guest: kexec: second kernel";
 
@@ -91,12 +95,22 @@ pub fn build_pvlinux(ws: &Workspace) -> Result<PathBuf> {
     Ok(path)
 }
 
-/// The kernel of `flavor` (built or cached) with the initramfs of this
-/// module, written under `target/xtask/linux-pv/`.
-pub fn obtain(ws: &Workspace, flavor: Flavor) -> Result<LinuxGuest> {
-    // The busybox of the stock guest (fetched once with apt-get).
+/// The userland of this module's initramfs, and the archive written.
+struct Userland {
+    /// The stock guest, whose busybox it holds.
+    stock: LinuxGuest,
+    busybox: Vec<u8>,
+    program: Vec<u8>,
+    /// `target/xtask/linux-pv/`, and the archive written there.
+    dir: PathBuf,
+    initrd: PathBuf,
+    archive: Vec<u8>,
+}
+
+/// Builds pvlinux and writes the initramfs of this module (busybox from
+/// the stock guest, fetched once with apt-get).
+fn userland(ws: &Workspace) -> Result<Userland> {
     let stock = linux::obtain(ws)?;
-    let built = kernel::build(ws, flavor)?;
     let pvlinux = build_pvlinux(ws)?;
     let dir = ws.xtask_dir()?.join("linux-pv");
     fs::create_dir_all(&dir)?;
@@ -108,27 +122,50 @@ pub fn obtain(ws: &Workspace, flavor: Flavor) -> Result<LinuxGuest> {
     let program_entry = (PVLINUX_PATH.trim_start_matches('/'), program.as_slice());
     let archive = linux::initramfs_with(&busybox, &APPLETS, &init_script(), &[program_entry]);
     fs::write(&initrd, &archive).with_context(|| format!("cannot write {}", initrd.display()))?;
+    Ok(Userland {
+        stock,
+        busybox,
+        program,
+        dir,
+        initrd,
+        archive,
+    })
+}
+
+/// The initramfs of this module alone, for a kernel other than the
+/// project's: Debian's stock kernel runs its steps that need pvlinux
+/// (`ptp`). Returns its path.
+pub fn initramfs(ws: &Workspace) -> Result<PathBuf> {
+    Ok(userland(ws)?.initrd)
+}
+
+/// The kernel of `flavor` (built or cached) with the initramfs of this
+/// module, written under `target/xtask/linux-pv/`.
+pub fn obtain(ws: &Workspace, flavor: Flavor) -> Result<LinuxGuest> {
+    let u = userland(ws)?;
+    let built = kernel::build(ws, flavor)?;
+    let program_entry = (PVLINUX_PATH.trim_start_matches('/'), u.program.as_slice());
     // Its flavour's kernel only: the kexec step starts the same kernel.
     let kernel =
         fs::read(&built.image).with_context(|| format!("cannot read {}", built.image.display()))?;
-    let kexec_initrd = dir.join(format!("{}-{KEXEC_INITRD_FILE}", flavor.name()));
+    let kexec_initrd = u.dir.join(format!("{}-{KEXEC_INITRD_FILE}", flavor.name()));
     fs::write(
         &kexec_initrd,
         linux::initramfs_with(
-            &busybox,
+            &u.busybox,
             &APPLETS,
             &init_script(),
             &[
                 program_entry,
                 ("boot/Image", &kernel),
-                ("boot/initramfs.cpio", &archive),
+                ("boot/initramfs.cpio", &u.archive),
             ],
         ),
     )
     .with_context(|| format!("cannot write {}", kexec_initrd.display()))?;
     Ok(LinuxGuest {
         image: built.image,
-        initrd,
+        initrd: u.initrd,
         kernel_package: format!(
             "{} {} ({})",
             kernel::SOURCE_PACKAGE,
@@ -138,7 +175,7 @@ pub fn obtain(ws: &Workspace, flavor: Flavor) -> Result<LinuxGuest> {
                 Flavor::Stock => "without the series",
             }
         ),
-        busybox: stock.busybox,
+        busybox: u.stock.busybox,
     })
 }
 
@@ -164,6 +201,9 @@ pub fn init_script() -> String {
          kexec)\n      if grep -q lgkexeced /proc/cmdline; then\n        echo \"{KEXEC_SECOND}\"\n      \
          else\n        {PVLINUX_PATH} kexec --kernel /boot/Image --initrd /boot/initramfs.cpio \
          --append \"$(cat /proc/cmdline) lgkexeced=1\"\n      fi ;;\n    \
+         ptp)\n      [ -e /dev/ptp0 ] || mount -t devtmpfs devtmpfs /dev\n      \
+         echo \"{PTP_CLOCK_PREFIX}$(cat /sys/class/ptp/ptp0/clock_name 2>/dev/null \
+         || echo absent)\"\n      {PVLINUX_PATH} ptp --reads \"${{lgptpreads:-10}}\" ;;\n    \
          busy)\n      pids=\"\"\n      i=0\n      while [ $i -lt $(nproc) ]; do\n        \
          ( while :; do :; done ) &\n        pids=\"$pids $!\"\n        i=$((i + 1))\n      \
          done\n      sleep \"${{lgbusy:-1}}\"\n      kill $pids ;;\n    \
@@ -183,7 +223,7 @@ mod tests {
         let init = init_script();
         assert!(init.starts_with("#!/bin/sh\n"));
         for step in [
-            "vcpus)", "truth)", "stress)", "hotplug)", "bench)", "busy)", "kexec)",
+            "vcpus)", "truth)", "stress)", "hotplug)", "bench)", "busy)", "kexec)", "ptp)",
         ] {
             assert!(init.contains(step), "{step}");
         }

@@ -466,7 +466,7 @@ mod tests {
         let mut lines: Vec<String> = [
             "[    0.000000] psci: PSCIv1.1 detected in firmware.",
             "[    0.000000] psci: SMC Calling Convention v1.1",
-            "[    0.000000] smccc: KVM: hypervisor services detected (0 0 4 1)",
+            "[    0.000000] smccc: KVM: hypervisor services detected (10000 0 0 1)",
             "[    0.000000] pvlock: PV qspinlock (kick)",
             "[    0.004161] arm-pv: using stolen time PV",
             "[    0.474541] pvlock: openeuler preempted records on 4 CPUs",

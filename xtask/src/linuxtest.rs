@@ -232,8 +232,8 @@ mod tests {
         let mut lines: Vec<String> = [
             "[    0.000000] psci: PSCIv1.1 detected in firmware.",
             "[    0.000000] psci: SMC Calling Convention v1.1",
-            "[    0.000000] smccc: KVM: hypervisor services detected (0x00000000 0x00000000 \
-             0x00000007 0x00000001)",
+            "[    0.000000] smccc: KVM: hypervisor services detected (0x00010000 0x00000000 \
+             0x00000003 0x00000001)",
             "[    0.005348] arm-pv: using stolen time PV",
             "[    3.230993] Run /init as init process",
             INIT_BANNER,

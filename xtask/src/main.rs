@@ -2,11 +2,13 @@
 //! hypervisor. See `cargo xtask help`.
 
 mod bench;
+mod bench_forkexec;
 mod bench_linux;
 mod bench_linux_report;
 mod bench_report;
 mod boottest;
 mod cli;
+mod debugtest;
 mod dtedit;
 mod gdb;
 mod guests;
@@ -21,6 +23,7 @@ mod linuxpvtest;
 mod linuxtest;
 mod measure;
 mod profile;
+mod ptptest;
 mod qemu;
 mod sample;
 mod setup;
@@ -277,6 +280,7 @@ pub fn prepare_launch(ws: &Workspace, o: &RunOpts) -> Result<Launch> {
         pv_lock: g.pv_lock,
         pv_time: g.pv_time,
         boost: g.boost,
+        kvm_ptp: g.kvm_ptp,
         control: None,
         cpu_weight: None,
     };

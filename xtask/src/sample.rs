@@ -14,9 +14,15 @@
 //!
 //! What a sample is worth: QEMU answers the monitor between translation
 //! blocks, so a PC is where a block starts (in a spin loop, the loop), and
-//! each poll stops every CPU for a moment; both blur the picture but do
-//! not move it. The samples are kept in `target/xtask/samples.txt`, one
-//! poll per line.
+//! each poll stops every CPU for a moment; both blur the picture. One bias
+//! moves it: the monitor holds QEMU's global lock while it reads the
+//! registers, and under multi-threaded TCG a CPU that needs that lock at
+//! that moment (to take an interrupt, or for a system register QEMU
+//! treats as I/O: the GIC's CPU interface, the timers) waits at that
+//! point, so el2's exception vectors and its timer and SGI writes are
+//! over-counted — by how much depends on the polling interval, so compare
+//! runs at the same one. The samples are kept in `target/xtask/samples.txt`,
+//! one poll per line.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

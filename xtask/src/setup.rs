@@ -1,6 +1,11 @@
 //! Making a fresh machine able to build and boot el2: the Rust target and
 //! the Debian packages for QEMU, U-Boot and gdb. Every check is cheap when
 //! everything is already there, so each command runs what it needs.
+//!
+//! apt-get installs without recommends and never removes a package: each
+//! install is simulated first, a package apt would remove is asked for in
+//! the archive's version instead, the install runs with `--no-remove`,
+//! and what it installs (names, versions, download size) is printed.
 
 use std::env;
 use std::fs;
@@ -263,12 +268,29 @@ pub fn ensure_tools(tools: &[Tool]) -> Result<()> {
             packages.join(", ")
         );
     }
-    eprintln!("xtask: {what} missing; running `apt-get update && {command}` (takes ~30 s)");
+    eprintln!("xtask: {what} missing; running `apt-get update && {command}`");
     apt_get(&["update", "-q"])?;
-    let mut args = vec!["install", "-y", "-q", "--no-install-recommends"];
-    args.extend(&packages);
-    apt_get(&args)?;
-    eprintln!("xtask: installed {}", packages.join(" "));
+    let mut wanted: Vec<String> = packages.iter().map(|p| p.to_string()).collect();
+    let plan = keep_what_apt_would_remove(&mut wanted)?;
+    let downloads = apt_output(&install_args(&wanted, &["--print-uris", "-qq"]))?;
+    let (files, bytes) = download_size(&downloads);
+    eprintln!(
+        "xtask: apt-get installs {} package(s), {files} to download ({:.1} MB): {}",
+        plan.installs.len(),
+        bytes as f64 / 1e6,
+        plan.installs
+            .iter()
+            .map(|(name, _)| name.as_str())
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    // `--no-remove`: should apt still want to remove a package, it stops
+    // instead of doing it.
+    let args = install_args(&wanted, &["-y", "-q", "--no-remove"]);
+    apt_get(&args.iter().map(String::as_str).collect::<Vec<_>>())?;
+    for (name, version) in &plan.installs {
+        eprintln!("xtask: installed {name} {version}");
+    }
     let still: Vec<String> = missing
         .iter()
         .filter(|t| !t.present())
@@ -280,6 +302,139 @@ pub fn ensure_tools(tools: &[Tool]) -> Result<()> {
         still.join(", ")
     );
     Ok(())
+}
+
+/// `apt-get install` arguments for `packages`: never the recommends, a
+/// downgrade allowed only where a package is named with `=version` (what
+/// [`keep_what_apt_would_remove`] adds), `extra` first.
+fn install_args(packages: &[String], extra: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = ["install", "--no-install-recommends"]
+        .iter()
+        .chain(extra)
+        .map(|a| a.to_string())
+        .collect();
+    if packages.iter().any(|p| p.contains('=')) {
+        args.push("--allow-downgrades".into());
+    }
+    args.extend(packages.iter().cloned());
+    args
+}
+
+/// Simulates installing `packages` and, for every installed package apt
+/// would remove to make room (an incompatible version from elsewhere: the
+/// image's `qemu-utils` 10.0 from bookworm-backports declares `Breaks:
+/// qemu-system-common (<< 1:8.0+dfsg-5~)`, and el2 is tested on Debian 12's
+/// QEMU 7.2), asks for the archive's newest version of that package
+/// instead, so it stays installed. Returns what apt will then install;
+/// refuses when a removal remains.
+fn keep_what_apt_would_remove(packages: &mut Vec<String>) -> Result<AptPlan> {
+    let plan = AptPlan::parse(&apt_output(&install_args(packages, &["-s"]))?);
+    if plan.removals.is_empty() {
+        return Ok(plan);
+    }
+    for (name, installed) in &plan.removals {
+        let archive = output_of("apt-cache", &["madison".into(), name.clone()]);
+        let Some(version) = archive.ok().as_deref().and_then(newest_in_archive) else {
+            bail!(
+                "installing {} would remove {name} {installed}, which no configured archive \
+                 has in another version; xtask removes nothing: install them yourself",
+                packages.join(" ")
+            );
+        };
+        eprintln!(
+            "xtask: {name} {installed} cannot stay beside these packages (apt would remove \
+             it); installing {name} {version} from the archive in its place"
+        );
+        packages.push(format!("{name}={version}"));
+    }
+    let plan = AptPlan::parse(&apt_output(&install_args(packages, &["-s"]))?);
+    if let Some((name, version)) = plan.removals.first() {
+        bail!(
+            "installing {} would still remove {name} {version}; xtask removes nothing: \
+             install them yourself",
+            packages.join(" ")
+        );
+    }
+    Ok(plan)
+}
+
+/// What `apt-get install -s` says it would do.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct AptPlan {
+    /// Packages installed, upgraded or downgraded, with the new version.
+    installs: Vec<(String, String)>,
+    /// Packages removed, with the installed version.
+    removals: Vec<(String, String)>,
+}
+
+impl AptPlan {
+    /// Reads the simulation's `Inst NAME [OLD] (NEW ...)` and `Remv NAME
+    /// [OLD]` lines.
+    fn parse(simulation: &str) -> Self {
+        let mut plan = AptPlan::default();
+        for line in simulation.lines() {
+            let mut words = line.split_whitespace();
+            let (Some(action), Some(name)) = (words.next(), words.next()) else {
+                continue;
+            };
+            let rest: Vec<&str> = words.collect();
+            let bracketed = rest
+                .iter()
+                .find_map(|w| w.strip_prefix('[').and_then(|w| w.strip_suffix(']')));
+            let parenthesised = rest.iter().find_map(|w| w.strip_prefix('('));
+            match action {
+                "Inst" => plan.installs.push((
+                    name.to_string(),
+                    parenthesised.unwrap_or_default().to_string(),
+                )),
+                "Remv" => plan
+                    .removals
+                    .push((name.to_string(), bracketed.unwrap_or_default().to_string())),
+                _ => {}
+            }
+        }
+        plan
+    }
+}
+
+/// The number of files and the bytes `apt-get install --print-uris`
+/// lists (`'URI' FILE SIZE HASH` per file).
+fn download_size(uris: &str) -> (usize, u64) {
+    uris.lines()
+        .filter(|l| l.starts_with('\''))
+        .filter_map(|l| l.split_whitespace().nth(2)?.parse::<u64>().ok())
+        .fold((0, 0), |(files, bytes), size| (files + 1, bytes + size))
+}
+
+/// The first version `apt-cache madison` lists (`NAME | VERSION | SOURCE`),
+/// the archive's newest.
+fn newest_in_archive(madison: &str) -> Option<String> {
+    let line = madison.lines().next()?;
+    Some(line.split('|').nth(1)?.trim().to_string()).filter(|v| !v.is_empty())
+}
+
+/// Runs `apt-get ARGS` and returns its standard output.
+fn apt_output(args: &[String]) -> Result<String> {
+    output_of("apt-get", args)
+}
+
+/// Runs `program ARGS` (an apt tool, non-interactive) and returns its
+/// standard output.
+fn output_of(program: &str, args: &[String]) -> Result<String> {
+    let out = Command::new(program)
+        .args(args)
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .with_context(|| format!("cannot run {program}"))?;
+    ensure!(
+        out.status.success(),
+        "`{program} {}` failed ({}); see its output above",
+        args.join(" "),
+        out.status
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 fn apt_get(args: &[&str]) -> Result<()> {
@@ -300,6 +455,86 @@ fn apt_get(args: &[&str]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What apt 2.6 (Debian 12) printed for `apt-get install -s
+    /// --no-install-recommends qemu-system-arm` on this project's machine
+    /// image, whose qemu-utils 10.0 (bookworm-backports) breaks Debian 12's
+    /// qemu-system-common (shortened).
+    const SIMULATION: &str = "\
+NOTE: This is only a simulation!
+The following packages will be REMOVED:
+  qemu-utils
+The following NEW packages will be installed:
+  libfdt1 qemu-system-arm qemu-system-common
+Remv qemu-utils [1:10.0.2+ds-2+deb13u1~bpo12+1]
+Inst libfdt1 (1.6.1-4+b1 Debian:12.15/oldstable [amd64])
+Inst qemu-system-common (1:7.2+dfsg-7+deb12u18+b3 Debian:12.15/oldstable [amd64])
+Inst qemu-system-arm (1:7.2+dfsg-7+deb12u18+b3 Debian:12.15/oldstable [amd64])
+Conf libfdt1 (1.6.1-4+b1 Debian:12.15/oldstable [amd64])
+";
+
+    #[test]
+    fn the_simulation_says_what_apt_would_install_and_remove() {
+        let plan = AptPlan::parse(SIMULATION);
+        assert_eq!(
+            plan.removals,
+            [(
+                "qemu-utils".to_string(),
+                "1:10.0.2+ds-2+deb13u1~bpo12+1".to_string()
+            )]
+        );
+        let names: Vec<&str> = plan.installs.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["libfdt1", "qemu-system-common", "qemu-system-arm"]);
+        assert_eq!(plan.installs[2].1, "1:7.2+dfsg-7+deb12u18+b3");
+        // A downgrade is an install of the archive's version.
+        let downgrade = AptPlan::parse(
+            "Inst qemu-utils [1:10.0.2+ds-2+deb13u1~bpo12+1] (1:7.2+dfsg-7+deb12u18+b3 \
+             Debian:12.15/oldstable [amd64])",
+        );
+        assert_eq!(
+            downgrade.installs,
+            [(
+                "qemu-utils".to_string(),
+                "1:7.2+dfsg-7+deb12u18+b3".to_string()
+            )]
+        );
+        assert!(downgrade.removals.is_empty());
+        assert_eq!(AptPlan::parse(""), AptPlan::default());
+    }
+
+    #[test]
+    fn download_size_and_archive_version() {
+        let uris = "'http://deb.debian.org/debian/pool/main/b/brltty/libbrlapi0.8_6.5-7%2bdeb12u1_amd64.deb' libbrlapi0.8_6.5-7+deb12u1_amd64.deb 90456 MD5Sum:32c7c6938327d4e6b942a0071cc13a51
+'http://deb.debian.org/debian/pool/main/c/capstone/libcapstone4_4.0.2-5_amd64.deb' libcapstone4_4.0.2-5_amd64.deb 569084 MD5Sum:3655102beca8e708cb31dea7a3d190af
+W: a warning line
+";
+        assert_eq!(download_size(uris), (2, 90_456 + 569_084));
+        assert_eq!(download_size(""), (0, 0));
+        let madison = "qemu-utils | 1:7.2+dfsg-7+deb12u18+b3 | http://deb.debian.org/debian bookworm/main amd64 Packages
+qemu-utils | 1:7.2+dfsg-7+deb12u15 | http://deb.debian.org/debian-security bookworm-security/main amd64 Packages
+";
+        assert_eq!(
+            newest_in_archive(madison).as_deref(),
+            Some("1:7.2+dfsg-7+deb12u18+b3")
+        );
+        assert_eq!(newest_in_archive(""), None);
+        // Only a `NAME=version` request allows a downgrade.
+        let plain = install_args(&["qemu-system-arm".into()], &["-s"]);
+        assert_eq!(
+            plain,
+            [
+                "install",
+                "--no-install-recommends",
+                "-s",
+                "qemu-system-arm"
+            ]
+        );
+        let pinned = install_args(
+            &["qemu-system-arm".into(), "qemu-utils=1:7.2".into()],
+            &["-y"],
+        );
+        assert!(pinned.contains(&"--allow-downgrades".to_string()));
+    }
 
     #[test]
     fn toolchain_targets() {

@@ -17,8 +17,8 @@ use crate::guests::{self, Guests};
 use crate::qemu::{self, Console, Echo, RunSpec};
 use crate::setup::{self, Tool};
 use crate::{
-    FATAL_GRACE, Workspace, display_command, dtedit, hostiletest, image, irqtest, kernel,
-    leveltest, linux, linuxpv, linuxpvtest, linuxtest, uefi, vm,
+    FATAL_GRACE, Workspace, debugtest, display_command, dtedit, hostiletest, image, irqtest,
+    kernel, leveltest, linux, linuxpv, linuxpvtest, linuxtest, ptptest, uefi, vm,
 };
 
 /// The host checks: (name, cargo arguments).
@@ -120,9 +120,11 @@ pub fn test(ws: &Workspace, o: &TestOpts) -> Result<ExitCode> {
     let mut all = boottest::boot_tests();
     all.extend(boottest::vm_tests());
     all.extend(linuxtest::tests(&linux_dir));
+    all.push(ptptest::test(&linux_dir, &ws.xtask_dir()?));
     all.extend(linuxpvtest::tests(&ws.xtask_dir()?));
     all.extend(irqtest::tests());
     all.extend(leveltest::tests());
+    all.extend(debugtest::tests());
     all.extend(crate::sharetest::tests());
     all.extend(hostiletest::tests());
     all.extend(uefi::tests());
@@ -261,6 +263,18 @@ fn boot_tests(ws: &Workspace, o: &TestOpts, tests: &[BootTest], tally: &mut Tall
     } else {
         None
     };
+    // The pvlinux initramfs alone, for tests that boot it with Debian's
+    // kernel (the PV guest's build above writes it too).
+    let needs_initramfs = |t: &BootTest| {
+        xtask_dir
+            .as_ref()
+            .is_ok_and(|dir| ptptest::needs_initramfs(t, dir) && !needs_pv(t))
+    };
+    let initramfs = if pv_guest.is_none() && tests.iter().any(needs_initramfs) {
+        Some(linuxpv::initramfs(ws).map_err(|e| format!("{e:#}")))
+    } else {
+        None
+    };
     // Likewise the UEFI firmware, only for the tests that boot through it.
     let firmware = if tests.iter().any(uefi::needs_firmware) {
         Some(setup::ensure_tools(&[Tool::Uefi]).map_err(|e| format!("{e:#}")))
@@ -280,6 +294,16 @@ fn boot_tests(ws: &Workspace, o: &TestOpts, tests: &[BootTest], tally: &mut Tall
             tally.record(
                 &t.name,
                 Err(format!("not run: no PV-lock Linux guest: {why}")),
+                false,
+            );
+            continue;
+        }
+        if needs_initramfs(t)
+            && let Some(Err(why)) = &initramfs
+        {
+            tally.record(
+                &t.name,
+                Err(format!("not run: no pvlinux initramfs: {why}")),
                 false,
             );
             continue;
@@ -315,7 +339,7 @@ pub(crate) fn prepare(
     let mut machine = t.machine.clone();
     let image = match t.kernel {
         Kernel::El2 => el2_image.to_path_buf(),
-        Kernel::Guest(name) => guests.get(name)?.image.clone(),
+        Kernel::Guest(name) => guests::resolve(guests, name)?,
     };
     if machine.uefi.is_some() {
         // The VMs go in the partition's VM description, not in a tree.

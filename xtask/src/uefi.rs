@@ -218,6 +218,7 @@ pub fn prepare(
                 pv_lock: config.pv_lock,
                 pv_time: config.pv_time,
                 boost: config.boost,
+                kvm_ptp: config.kvm_ptp,
                 control: config.control,
                 cpu_weight: config.cpu_weight,
             });
@@ -477,6 +478,7 @@ mod tests {
             pv_lock: None,
             pv_time: None,
             boost: None,
+            kvm_ptp: None,
             control: None,
             cpu_weight: None,
         }

@@ -140,6 +140,9 @@ pub struct VmConfig {
     /// The node's `boost` (`on`/`off`); not written when `None` (el2's
     /// default, on).
     pub boost: Option<bool>,
+    /// The node's `kvm-ptp` (`on`/`off`); not written when `None` (el2's
+    /// default, off).
+    pub kvm_ptp: Option<bool>,
     /// The node's `control` (`on`/`off`); not written when `None` (el2's
     /// default, off).
     pub control: Option<bool>,
@@ -162,6 +165,7 @@ impl VmConfig {
             pv_lock: None,
             pv_time: None,
             boost: None,
+            kvm_ptp: None,
             control: None,
             cpu_weight: None,
         }
@@ -239,6 +243,7 @@ pub struct VmNode {
     pub pv_lock: Option<PvLock>,
     pub pv_time: Option<bool>,
     pub boost: Option<bool>,
+    pub kvm_ptp: Option<bool>,
     pub control: Option<bool>,
     pub cpu_weight: Option<u32>,
 }
@@ -277,6 +282,7 @@ impl VmNode {
         for (name, switch) in [
             ("pv-time", self.pv_time),
             ("boost", self.boost),
+            ("kvm-ptp", self.kvm_ptp),
             ("control", self.control),
         ] {
             if let Some(on) = switch {
@@ -377,6 +383,7 @@ pub fn plan(ram_size: u64, el2_image_size: u64, vms: &[Resolved<'_>]) -> Result<
                 pv_lock: vm.config.pv_lock,
                 pv_time: vm.config.pv_time,
                 boost: vm.config.boost,
+                kvm_ptp: vm.config.kvm_ptp,
                 control: vm.config.control,
                 cpu_weight: vm.config.cpu_weight,
             });
@@ -470,6 +477,9 @@ impl Plan {
                 }
                 if let Some(on) = n.boost {
                     let _ = write!(line, ", boost {}", on_off(on));
+                }
+                if let Some(on) = n.kvm_ptp {
+                    let _ = write!(line, ", kvm-ptp {}", on_off(on));
                 }
                 if let Some(on) = n.control {
                     let _ = write!(line, ", control {}", on_off(on));
@@ -689,6 +699,7 @@ mod tests {
                 pv_lock: Some(PvLock::Variant(Variant::OpenEuler)),
                 pv_time: Some(false),
                 boost: Some(false),
+                kvm_ptp: Some(true),
                 control: Some(true),
                 cpu_weight: Some(250),
             }],
@@ -707,6 +718,7 @@ mod tests {
              \t\t\tpv-lock = \"openeuler\";\n\
              \t\t\tpv-time = \"off\";\n\
              \t\t\tboost = \"off\";\n\
+             \t\t\tkvm-ptp = \"on\";\n\
              \t\t\tcontrol = \"on\";\n\
              \t\t\tcpu-weight = <250>;\n\
              \t\t};\n"
@@ -715,8 +727,10 @@ mod tests {
             plan.describe()[0].starts_with("vm1: 8 vCPUs, 4096 MiB, kernel 75 KiB at 0x7bc00000")
         );
         assert!(
-            plan.describe()[0]
-                .contains(", pCPUs [0, 1], pv-lock openeuler, pv-time off, boost off, control on,"),
+            plan.describe()[0].contains(
+                ", pCPUs [0, 1], pv-lock openeuler, pv-time off, boost off, kvm-ptp on, \
+                     control on,"
+            ),
             "{}",
             plan.describe()[0]
         );

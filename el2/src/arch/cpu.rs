@@ -35,7 +35,10 @@ pub fn init_el2_registers(vectors: u64) {
             + CPTR_EL2_NVHE::RES1_7_0.val(0xff),
     );
     // Keep the firmware's HPMN (it resets to PMCR_EL0.N, the counter count);
-    // trap PMU control, debug and OS-lock registers from lower ELs.
+    // trap PMU control, debug and OS-lock registers from lower ELs. TDE
+    // stays clear: guests take their own debug exceptions at EL1, and
+    // none is ever generated at EL2 (el2::trap::debug). A vCPU that uses
+    // its debug registers clears TDA while it runs (debug::load).
     let hpmn = MDCR_EL2.read(MDCR_EL2::HPMN);
     MDCR_EL2.write(
         MDCR_EL2::HPMN.val(hpmn)
@@ -48,6 +51,7 @@ pub fn init_el2_registers(vectors: u64) {
     // EL1 may read the physical counter and use its physical timer.
     CNTHCTL_EL2.write(CNTHCTL_EL2::EL1PCTEN::SET + CNTHCTL_EL2::EL1PCEN::SET);
     CNTVOFF_EL2.set(0);
+    super::debug::init_cpu();
     // No stage 2 yet: a zero VTTBR/VMID.
     VTTBR_EL2.set(0);
     // Our own timer stays off until the tick is armed.

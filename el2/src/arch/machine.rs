@@ -1,12 +1,13 @@
 //! The hardware under the runner: [`Hardware`] implements
 //! `el2::run::Machine` with this CPU's registers — guest entry and the
-//! syndrome registers, the EL1 context, lazy FP/SIMD, the GIC virtual interface, the
+//! syndrome registers, the EL1 context, lazy FP/SIMD, a vCPU's debug
+//! registers, the GIC virtual interface, the
 //! EL2 timer, SGIs, and the stores into guest memory. It decides nothing.
 
 use super::regs;
 use super::stage2::Stage2Tables;
 use super::vcpu::{self, SavedRegisters, VcpuContext};
-use super::{cache, cpu, gic, gicv, heap, irq, mmu, timer};
+use super::{cache, cpu, debug, gic, gicv, heap, irq, mmu, timer};
 use crate::println;
 use aarch64_cpu::registers::*;
 use alloc::string::String;
@@ -14,6 +15,7 @@ use alloc::vec::Vec;
 use el2::memory::layout::MapKind;
 use el2::run::machine::Refusal;
 use el2::run::{FastExit, Machine, Taken, VmRegisters};
+use el2::trap::debug::{DebugFeatures, DebugRegisters};
 use el2::trap::fault::Injection;
 use platform::{MemRange, Mpidr};
 use spin::Once;
@@ -53,6 +55,14 @@ impl Machine for Hardware {
 
     fn load_fp(&mut self, ctx: &mut VcpuContext) {
         vcpu::load_fp(ctx);
+    }
+
+    fn load_debug(&mut self, registers: &DebugRegisters, features: DebugFeatures) {
+        debug::load(registers, features);
+    }
+
+    fn save_debug(&mut self, registers: &mut DebugRegisters, features: DebugFeatures) {
+        debug::save(registers, features);
     }
 
     fn set_traps(&mut self, hcr: u64) {

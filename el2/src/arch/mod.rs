@@ -7,6 +7,7 @@ pub mod bringup;
 pub mod cache;
 pub mod console;
 pub mod cpu;
+pub mod debug;
 pub mod efi;
 pub mod exceptions;
 pub mod gic;
@@ -100,7 +101,11 @@ pub extern "C" fn primary_main(x0: u64) -> ! {
     if let Some(rtc) = platform.rtc {
         // SAFETY: the RTC is in the final map as device memory (el2::memory::layout).
         let seconds = unsafe { rtc::read_seconds(rtc.base) };
-        vm::set_wall_clock(u64::from(seconds), cpu::counter(), cpu::counter_frequency());
+        if let Some(clock) =
+            vm::set_wall_clock(u64::from(seconds), cpu::counter(), cpu::counter_frequency())
+        {
+            println!("{clock}");
+        }
     }
     for warning in &warnings {
         log::warn!("{warning}");

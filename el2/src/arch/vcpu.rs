@@ -17,24 +17,36 @@ use el2::vcpu::GuestRegs;
 use tock_registers::interfaces::{ReadWriteable, Readable, Writeable};
 
 /// Defines the EL1 system register context and its save/restore from one
-/// list, so that nothing is saved without being restored.
+/// list, so that nothing is saved without being restored. The registers
+/// after `rewritten_only_if_changed` are written at a load only when the
+/// incoming vCPU's value differs from what the register holds.
 macro_rules! el1_context {
-    ($($field:ident: $reg:ident),* $(,)?) => {
+    (
+        $($field:ident: $reg:ident),* $(,)?
+        ; rewritten_only_if_changed: $($lazy_field:ident: $lazy_reg:ident),* $(,)?
+    ) => {
         /// The guest's EL1 (and EL0) system registers while it is off the CPU.
         #[derive(Clone, Debug, Default, PartialEq, Eq)]
         pub struct El1Context {
             $(pub $field: u64,)*
+            $(pub $lazy_field: u64,)*
         }
 
         impl El1Context {
             /// Reads the registers of the guest that just ran.
             pub fn save(&mut self) {
                 $(self.$field = $reg.get();)*
+                $(self.$lazy_field = $lazy_reg.get();)*
             }
 
             /// Loads the registers for the guest about to run.
             pub fn restore(&self) {
                 $($reg.set(self.$field);)*
+                $(
+                    if $lazy_reg.get() != self.$lazy_field {
+                        $lazy_reg.set(self.$lazy_field);
+                    }
+                )*
             }
         }
     };
@@ -46,7 +58,6 @@ el1_context! {
     cpacr: CPACR_EL1,
     ttbr0: TTBR0_EL1,
     ttbr1: TTBR1_EL1,
-    tcr: TCR_EL1,
     mair: MAIR_EL1,
     amair: AMAIR_EL1,
     vbar: VBAR_EL1,
@@ -63,8 +74,18 @@ el1_context! {
     tpidrro_el0: TPIDRRO_EL0,
     tpidr_el1: TPIDR_EL1,
     cntkctl: CNTKCTL_EL1,
-    csselr: CSSELR_EL1,
-    mdscr: MDSCR_EL1,
+    csselr: CSSELR_EL1;
+    // Writing TCR_EL1 changes nothing architecturally when the value is
+    // already there (the TLBs are tagged by VMID and ASID, and a TCR change
+    // needs the guest's own TLB maintenance anyway), but an emulator whose
+    // TLB is not tagged pays for it: QEMU 7.2 flushes its whole TLB for
+    // the CPU, EL2's entries included, on every TCR_EL1 write, and the
+    // stage-1 and stage-2 walks that refill it made a multi-threaded PV
+    // lock run at 2x overcommit 2-7% slower (docs/benchmarks.md). The
+    // vCPUs of one VM almost always share the value. (SCTLR_EL1 writes
+    // that change nothing QEMU skips itself; TTBRn_EL1 writes flush only
+    // when the ASID changes.)
+    rewritten_only_if_changed: tcr: TCR_EL1,
 }
 
 /// The FP/SIMD registers (Q0-Q31, FPCR, FPSR).
@@ -154,15 +175,20 @@ const _: () = assert!(offset_of!(FpContext, fpcr) == 512);
 /// What only this layer knows of a vCPU: its EL1 system registers, its
 /// FP/SIMD registers and its virtual CPU interface registers
 /// (`el2::run::Machine::Saved`). The default is the state at reset.
+///
+/// In this order (`repr(C)`): what every switch loads and saves first,
+/// close to the vCPU context's base (`el2::run::VcpuContext`), where load
+/// and store pairs reach it; the lazily switched FP/SIMD registers last.
+#[repr(C)]
 #[derive(Clone, Debug)]
 pub struct SavedRegisters {
     pub el1: El1Context,
-    pub fp: FpContext,
+    /// ICH_VMCR_EL2 and the active priorities.
+    pub gic: super::gicv::CpuInterfaceState,
     /// `fp` is in this CPU's FP/SIMD registers (the vCPU used FP/SIMD since
     /// it was loaded), and must be saved when it is put.
     pub fp_live: bool,
-    /// ICH_VMCR_EL2 and the active priorities.
-    pub gic: super::gicv::CpuInterfaceState,
+    pub fp: FpContext,
 }
 
 impl Default for SavedRegisters {

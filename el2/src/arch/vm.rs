@@ -31,11 +31,15 @@ static HOST: Once<Host<Hardware>> = Once::new();
 /// The time of day, when the board has an RTC (for KVM PTP).
 static WALL_CLOCK: Once<el2::services::wallclock::WallClock> = Once::new();
 
-/// Records the RTC reading taken at boot.
-pub fn set_wall_clock(epoch_secs: u64, counter: u64, hz: u64) {
-    if let Some(clock) = el2::services::wallclock::WallClock::new(epoch_secs, counter, hz) {
-        WALL_CLOCK.call_once(|| clock);
-    }
+/// Records the RTC reading taken at boot; the clock, unless the counter
+/// frequency is unknown.
+pub fn set_wall_clock(
+    epoch_secs: u64,
+    counter: u64,
+    hz: u64,
+) -> Option<el2::services::wallclock::WallClock> {
+    let clock = el2::services::wallclock::WallClock::new(epoch_secs, counter, hz)?;
+    Some(*WALL_CLOCK.call_once(|| clock))
 }
 
 /// Creates every VM the boot DT describes that can be placed and loaded

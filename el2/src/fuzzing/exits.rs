@@ -10,8 +10,10 @@
 //!   byte's bit 7 is set), FAR (8 bytes), HPFAR (8 bytes), a register-file
 //!   seed (8 bytes), PSTATE (8 bytes), a loaded value (8 bytes), and a
 //!   raw access ([`raw_access`]) used when the syndrome does not decode;
-//! - [`Op::Sysreg`]: an ISS (4 bytes), Xt's value (8 bytes), then CRm, op2
-//!   (one byte each) and a hardware ID register value (8 bytes).
+//! - [`Op::Sysreg`]: an ISS (4 bytes; bit 31 set: the access came from
+//!   EL0), Xt's value (8 bytes), then CRm, op2 (one byte each) and a
+//!   hardware ID register value (8 bytes), also read as the CPU's
+//!   ID_AA64DFR0_EL1 for the debug registers it has.
 //!
 //! Invariants checked, as the modules document them:
 //! - [`Exit::decode`]: no panic; the lower-EL IRQ, FIQ and SError vectors
@@ -32,10 +34,14 @@
 //!   instruction's length, wrapping at 32 bits for AArch32, clearing SS
 //!   (and BTYPE for AArch64);
 //! - [`SysregAccess::from_iss`]: every field within its width; an SGI
-//!   register is a write; an ID read is a read; [`emulate`] changes the
-//!   debug state only as its table says (MDSCR_EL1 and OSLAR_EL1 writes)
-//!   and answers reads with the stored values; [`sanitize_id`] only hides
-//!   fields, so it is idempotent and SVE/SME feature registers read 0.
+//!   register is a write; an ID read is a read; [`DebugState::emulate`]
+//!   leaves the state alone for what it does not emulate and for reads,
+//!   which return the stored MDSCR_EL1 and OS lock, answers a write only
+//!   as a write, moves the registers into the CPU only unlocked and out
+//!   only when locked, and traps only EL0's DCC accesses to EL1; the PMU
+//!   ([`emulate`]) reads as zero; [`sanitize_id`] never raises a field
+//!   (it hides some and caps versions), so it is idempotent and SVE/SME
+//!   feature registers read 0.
 
 use core::fmt::Write;
 
@@ -44,13 +50,14 @@ use tock_registers::LocalRegisterCopy;
 
 use super::input::{Discard, Input};
 use crate::guest::layout::{GICD, GICR_WINDOW, UART};
+use crate::trap::debug::{DebugAnswer, DebugFeatures, DebugState, MDSCR_GUEST_BITS, Switch};
 use crate::trap::esr::Esr;
 use crate::trap::exit::{EXIT_CLASSES, Exit, Syndrome, is_hvc_call};
 use crate::trap::mmio::{
     MmioAccess, MmioDecodeError, MmioMap, complete_read, skip_instruction, write_value,
 };
 use crate::trap::sysreg::{
-    DebugState, Emulated, SysregAccess, emulate, encoding, is_id_read, sanitize_id, sgi_register,
+    Emulated, SysregAccess, emulate, encoding, is_id_read, sanitize_id, sgi_register,
 };
 use crate::vcpu::GuestRegs;
 
@@ -429,7 +436,9 @@ fn check_skip(regs: &GuestRegs, access: &MmioAccess) {
 }
 
 fn sysreg(input: &mut Input<'_>, debug: &mut DebugState) {
-    let iss = u64::from(input.u32());
+    let raw = input.u32();
+    let from_el0 = raw & (1 << 31) != 0;
+    let iss = u64::from(raw & !(1 << 31));
     let value = input.u64();
     let access = SysregAccess::from_iss(iss);
     let _ = write!(Discard, "{access} {access:?}");
@@ -449,47 +458,95 @@ fn sysreg(input: &mut Input<'_>, debug: &mut DebugState) {
     if is_id_read(&access) {
         assert!(!access.write, "{access:?}");
     }
+    let (crm, op2, hardware) = (input.u8(), input.u8(), input.u64());
 
-    let before = *debug;
-    match emulate(&access, value, debug) {
-        None => assert_eq!(*debug, before, "{access} not emulated but changed state"),
+    debug_register(
+        debug,
+        &access,
+        value,
+        DebugFeatures::from_dfr0(hardware),
+        from_el0,
+    );
+    match emulate(&access) {
+        None => {}
         Some(Emulated::Read(read)) => {
             assert!(!access.write, "{access} answered as a read");
-            assert_eq!(*debug, before, "{access} changed state");
-            match access.encoding() {
-                encoding::MDSCR_EL1 => assert_eq!(read, before.mdscr),
-                encoding::OSLSR_EL1 => {
-                    assert_eq!(read, 0b1000 | u64::from(before.os_locked) << 1);
-                }
-                _ => {}
-            }
+            assert_eq!(read, 0, "{access}: the PMU reads as zero");
         }
-        Some(Emulated::Written) => {
-            assert!(access.write, "{access} answered as a write");
-            let expected = match access.encoding() {
-                encoding::MDSCR_EL1 => DebugState {
-                    mdscr: value,
-                    ..before
-                },
-                encoding::OSLAR_EL1 => DebugState {
-                    os_locked: value & 1 != 0,
-                    ..before
-                },
-                _ => before,
-            };
-            assert_eq!(*debug, expected, "{access} of {value:#x}");
-        }
+        Some(Emulated::Written) => assert!(access.write, "{access} answered as a write"),
     }
 
-    let (crm, op2, hardware) = (input.u8(), input.u8(), input.u64());
     let sanitized = sanitize_id(crm, op2, hardware);
-    assert_eq!(
-        sanitized & !hardware,
-        0,
-        "ID register ({crm}, {op2}) gained bits"
-    );
+    for shift in (0..64).step_by(4) {
+        let field = |v: u64| (v >> shift) & 0xf;
+        assert!(
+            field(sanitized) <= field(hardware),
+            "ID register ({crm}, {op2}) field {shift} raised: {hardware:#x} -> {sanitized:#x}"
+        );
+    }
     assert_eq!(sanitize_id(crm, op2, sanitized), sanitized);
     if matches!((crm, op2), (4, 4) | (4, 5)) {
         assert_eq!(sanitized, 0, "SVE/SME features shown");
     }
+}
+
+/// One access through [`DebugState::emulate`], checked against the
+/// module's table.
+fn debug_register(
+    debug: &mut DebugState,
+    access: &SysregAccess,
+    value: u64,
+    features: DebugFeatures,
+    from_el0: bool,
+) {
+    let before = debug.clone();
+    match debug.emulate(access, value, features, from_el0) {
+        None => assert_eq!(*debug, before, "{access} not emulated but changed state"),
+        Some(DebugAnswer::TrapToEl1) => {
+            assert!(from_el0, "{access}: only EL0 is trapped to EL1");
+            assert!(
+                matches!(
+                    access.encoding(),
+                    encoding::MDCCSR_EL0 | encoding::DBGDTR_EL0 | encoding::DBGDTRRX_EL0
+                ),
+                "{access} is not a DCC register"
+            );
+            assert_eq!(*debug, before, "{access} trapped but changed state");
+        }
+        Some(DebugAnswer::Done {
+            result: Emulated::Read(read),
+            switch,
+        }) => {
+            assert!(!access.write, "{access} answered as a read");
+            assert_eq!(*debug, before, "{access} changed state");
+            assert_eq!(switch, None, "a read moved the registers");
+            match access.encoding() {
+                encoding::MDSCR_EL1 => assert_eq!(read, before.registers.mdscr),
+                encoding::OSLSR_EL1 => {
+                    assert_eq!(read, 0b1000 | u64::from(before.os_locked()) << 1);
+                }
+                _ => {}
+            }
+        }
+        Some(DebugAnswer::Done {
+            result: Emulated::Written,
+            switch,
+        }) => {
+            assert!(access.write, "{access} answered as a write");
+            assert_eq!(
+                debug.registers.mdscr & !MDSCR_GUEST_BITS,
+                0,
+                "MDSCR_EL1 keeps only what EL1 writes"
+            );
+            match switch {
+                Some(Switch::ToCpu) => assert!(!before.in_cpu() && debug.in_cpu()),
+                Some(Switch::ToMemory) => assert!(before.in_cpu() && !debug.in_cpu()),
+                None => assert_eq!(before.in_cpu(), debug.in_cpu()),
+            }
+        }
+    }
+    assert!(
+        !(debug.in_cpu() && debug.locked()),
+        "registers in the CPU while the OS lock disables debug"
+    );
 }

@@ -25,6 +25,9 @@
 //!     clk: apb-pclk { compatible = "fixed-clock"; clock-frequency = <24000000>; };
 //!     pl011@9000000 { compatible = "arm,pl011", "arm,primecell";
 //!                     interrupts = <SPI 1 level-high>; clocks = <&clk>, <&clk>; };
+//!     virtio_mmio@a000000 { compatible = "virtio,mmio"; reg = <0xa000000 0x200>;
+//!                           interrupts = <SPI 16 edge-rising>; dma-coherent; };
+//!     ...                                  /* 32 of them, to virtio_mmio@a003e00, SPI 47 */
 //! };
 //! ```
 
@@ -36,6 +39,7 @@ use alloc::vec::Vec;
 use platform::vm::VmConfig;
 use platform::{Interrupt, MemRange};
 use pvlock_abi::dt::{PV_AREA_COMPATIBLE, PV_AREA_NODE};
+use pvlock_abi::virtio_mmio;
 use vm_fdt::FdtWriter;
 
 use super::VmError;
@@ -107,6 +111,7 @@ fn write(config: &VmConfig, layout: &GuestLayout, resets: u32) -> Result<Vec<u8>
     write_timer(&mut fdt)?;
     write_uart_clock(&mut fdt)?;
     write_uart(&mut fdt)?;
+    write_virtio_mmio(&mut fdt)?;
     fdt.end_node(root)?;
     fdt.finish()
 }
@@ -245,6 +250,25 @@ fn write_uart(fdt: &mut FdtWriter) -> Result<(), vm_fdt::Error> {
         vec![String::from("uartclk"), String::from("apb_pclk")],
     )?;
     fdt.end_node(uart)
+}
+
+/// virtio/mmio.yaml: QEMU `virt`'s 32 transports, in address order, each
+/// on its own edge-triggered SPI, DMA-coherent (`pvlock_abi::virtio_mmio`).
+fn write_virtio_mmio(fdt: &mut FdtWriter) -> Result<(), vm_fdt::Error> {
+    for transport in 0..virtio_mmio::TRANSPORTS {
+        let base = virtio_mmio::transport_base(transport);
+        let node = fdt.begin_node(&format!("{}@{base:x}", virtio_mmio::NODE_NAME))?;
+        fdt.property_string("compatible", virtio_mmio::COMPATIBLE)?;
+        reg(fdt, &[MemRange::new(base, virtio_mmio::TRANSPORT_SIZE)])?;
+        let irq = Interrupt::Spi {
+            number: virtio_mmio::FIRST_SPI + transport,
+            flags: virtio_mmio::IRQ_FLAGS_EDGE_RISING,
+        };
+        fdt.property_array_u32("interrupts", &gic_specifier(irq))?;
+        fdt.property_null("dma-coherent")?;
+        fdt.end_node(node)?;
+    }
+    Ok(())
 }
 
 /// `reg` with two address and two size cells, as the root declares.
@@ -406,6 +430,33 @@ mod tests {
             "arm,pl011\0arm,primecell\0"
         );
         assert_eq!(u32s(&tree, "/pl011@9000000", "interrupts"), [0, 1, 4]);
+    }
+
+    #[test]
+    fn the_virtio_mmio_transports_are_qemu_virts() {
+        let (config, layout) = vm(2, None, "");
+        let blob = build(&config, &layout, 0).unwrap();
+        let tree = fdt::Fdt::new(&blob).unwrap();
+        let transports: Vec<_> = tree
+            .all_nodes()
+            .filter(|n| n.name.starts_with("virtio_mmio@"))
+            .collect();
+        assert_eq!(transports.len(), 32);
+        for (n, node) in transports.iter().enumerate() {
+            let base = 0x0a00_0000 + 0x200 * n as u32;
+            assert_eq!(node.name, format!("virtio_mmio@{base:x}"));
+            let path = format!("/{}", node.name);
+            assert_eq!(string(&tree, &path, "compatible"), "virtio,mmio\0");
+            assert_eq!(u32s(&tree, &path, "reg"), [0, base, 0, 0x200]);
+            // SPI 16 + n (INTID 48 + n), IRQ_TYPE_EDGE_RISING, as QEMU.
+            assert_eq!(u32s(&tree, &path, "interrupts"), [0, 16 + n as u32, 1]);
+            assert_eq!(node.property("dma-coherent").unwrap().value, []);
+        }
+        // Every transport's INTID is one the VM's virtual GIC has.
+        let last = 32 + 16 + 31;
+        assert_eq!(last, virtio_mmio::LAST_INTID);
+        // And the platform parser still reads the tree.
+        assert_eq!(Platform::parse(&blob).unwrap().uart.unwrap().range, UART);
     }
 
     #[test]

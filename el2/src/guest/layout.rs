@@ -10,13 +10,15 @@
 //! | 0x0800_0000 | 64 KiB | GICv3 distributor ([`GICD`]) |
 //! | 0x080a_0000 | 128 KiB per vCPU | GICv3 redistributors ([`redistributors`]) |
 //! | 0x0900_0000 | 4 KiB | PL011 UART ([`UART`]), SPI 1 = INTID 33 |
+//! | 0x0a00_0000 | 32 x 0x200 | virtio-mmio transports ([`VIRTIO_MMIO`]), SPIs 16..47 = INTIDs 48..79, edge |
 //! | 0x4000_0000 | `memory` | RAM ([`RAM_BASE`]) |
 //!
 //! Everything outside RAM is emulated: an access to one of the device
 //! frames traps to EL2, and an access anywhere else is an abort injected
-//! into the guest. These constants are the VM's hardware, not an SMCCC
-//! ABI, so they live here and not in `pvlock-abi`; the generated device
-//! tree ([`super::dt`]) and the emulation both read them from here.
+//! into the guest. The generated device tree ([`super::dt`]) and the
+//! emulation both read the frames from here; the addresses guests
+//! hard-code (RAM, the PL011, the virtio-mmio window) come from
+//! `pvlock_abi::virt` and `pvlock_abi::virtio_mmio`.
 //!
 //! Inside RAM, following Linux's Documentation/arch/arm64/booting.rst,
 //! from the top down:
@@ -56,7 +58,7 @@ use crate::vcpu::GuestRegs;
 pub const IPA_BITS: u32 = 39;
 
 /// Where guest RAM starts (QEMU `virt`'s `VIRT_MEM`).
-pub const RAM_BASE: u64 = 0x4000_0000;
+pub const RAM_BASE: u64 = pvlock_abi::virt::RAM_BASE;
 
 /// The GICv3 distributor frame (`VIRT_GIC_DIST`): 64 KiB.
 pub const GICD: MemRange = MemRange::new(0x0800_0000, gic_regs::DISTRIBUTOR_SIZE);
@@ -75,7 +77,15 @@ pub const GICR_FRAME_SIZE: u64 = gic_regs::REDISTRIBUTOR_SIZE;
 pub const GICR_WINDOW: MemRange = MemRange::new(GICR_BASE, 0xf6_0000);
 
 /// The PL011 UART (`VIRT_UART`): 4 KiB.
-pub const UART: MemRange = MemRange::new(0x0900_0000, 0x1000);
+pub const UART: MemRange = MemRange::new(pvlock_abi::virt::UART_BASE, 0x1000);
+
+/// QEMU `virt`'s virtio-mmio window (`VIRT_MMIO`): 32 transports of
+/// 0x200 bytes, each read as an empty transport
+/// (`crate::devices::emul::virtio_mmio`).
+pub const VIRTIO_MMIO: MemRange = MemRange::new(
+    pvlock_abi::virtio_mmio::WINDOW_BASE,
+    pvlock_abi::virtio_mmio::WINDOW_SIZE,
+);
 
 /// GIC binding flag: level-sensitive, active high
 /// (include/dt-bindings/interrupt-controller/irq.h `IRQ_TYPE_LEVEL_HIGH`).
@@ -132,6 +142,7 @@ const _: () = assert!(PV_LOCK_RECORD_SIZE.is_multiple_of(STOLEN_TIME_RECORD_SIZE
 const _: () = assert!(DTB_MAX_SIZE.is_multiple_of(PAGE_SIZE));
 const _: () = assert!(MAX_VCPUS as u64 * GICR_FRAME_SIZE <= GICR_WINDOW.size);
 const _: () = assert!(GICR_WINDOW.end() <= UART.base && GICD.end() <= GICR_BASE);
+const _: () = assert!(UART.end() <= VIRTIO_MMIO.base && VIRTIO_MMIO.end() <= RAM_BASE);
 const _: () = assert!(RAM_BASE.is_multiple_of(MEMORY_GRANULE));
 
 const fn ppi(number: u32) -> Interrupt {
@@ -160,6 +171,9 @@ pub enum EmulatedDevice {
     /// The redistributor frames ([`redistributors`]); the offset selects
     /// the vCPU's frame.
     Redistributors,
+    /// The virtio-mmio window at [`VIRTIO_MMIO`]; the offset selects the
+    /// transport and its register.
+    VirtioMmio,
 }
 
 /// The MMIO map of a VM with `vcpus` vCPUs: the one table the data-abort
@@ -172,6 +186,7 @@ pub fn device_map(vcpus: u32) -> MmioMap<EmulatedDevice> {
         (UART, EmulatedDevice::Uart),
         (GICD, EmulatedDevice::Distributor),
         (redistributors(vcpus.max(1)), EmulatedDevice::Redistributors),
+        (VIRTIO_MMIO, EmulatedDevice::VirtioMmio),
     ] {
         // Disjoint by the layout's constants: `insert` cannot refuse.
         let inserted = map.insert(range, device);
@@ -566,8 +581,15 @@ mod tests {
         use EmulatedDevice::*;
         for vcpus in [1, 2, 8, MAX_VCPUS] {
             let map = device_map(vcpus);
-            assert_eq!(map.iter().count(), 3);
+            assert_eq!(map.iter().count(), 4);
             assert_eq!(map.route(UART.base + 0x18, 4), Some((&Uart, 0x18)));
+            assert_eq!(map.route(0x0a00_0000, 4), Some((&VirtioMmio, 0)));
+            assert_eq!(
+                map.route(0x0a00_3e00 + 0x1fc, 4),
+                Some((&VirtioMmio, 31 * 0x200 + 0x1fc))
+            );
+            assert_eq!(map.route(0x0a00_4000, 4), None);
+            assert_eq!(map.route(0x09ff_fffc, 4), None);
             assert_eq!(map.route(GICD.base, 4), Some((&Distributor, 0)));
             assert_eq!(
                 map.route(GICD.end() - 8, 8),

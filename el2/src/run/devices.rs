@@ -1,7 +1,7 @@
 //! Trapped accesses to the emulated devices: a data abort is routed
-//! through the VM's device map (`guest::layout::device_map`) to its PL011
-//! or its virtual GIC; an access nothing answers gets a synchronous
-//! external abort. Also the SGI generation registers, which reach the
+//! through the VM's device map (`guest::layout::device_map`) to its PL011,
+//! its virtual GIC or its (empty) virtio-mmio transports; an access
+//! nothing answers gets a synchronous external abort. Also the SGI generation registers, which reach the
 //! virtual GIC as system-register traps. Each access returns the vCPUs
 //! its virtual GIC change made an interrupt deliverable to; the decision
 //! carries them to `Runner::apply`.
@@ -9,7 +9,9 @@
 use super::machine::{Machine, VcpuContext};
 use super::vm::{MachineConsole, VgicCounters, Vm};
 use super::{Decision, Runner, exits};
+use crate::devices::emul::AccessError;
 use crate::devices::emul::pl011::Pl011;
+use crate::devices::emul::virtio_mmio::EmptyTransports;
 use crate::devices::vgic::VcpuMask;
 use crate::devices::vtimer;
 use crate::guest::layout::{self, EmulatedDevice};
@@ -65,6 +67,10 @@ impl<'h, M: Machine> Runner<'h, M> {
                     EmulatedDevice::Uart => self.uart_access(vm, vcpu, ctx, &routed),
                     EmulatedDevice::Distributor | EmulatedDevice::Redistributors => {
                         self.gic_access(vm, vcpu, ctx, &routed)
+                    }
+                    EmulatedDevice::VirtioMmio => {
+                        self.virtio_mmio_access(vm, vcpu, ctx, &routed);
+                        VcpuMask::EMPTY
                     }
                 }
             }
@@ -138,18 +144,55 @@ impl<'h, M: Machine> Runner<'h, M> {
         };
         let targets = uart_line_follow(vm, &uart);
         drop(uart);
+        self.finish_access(vm, vcpu, ctx, routed, result, "UART");
+        targets
+    }
+
+    /// Ends an emulated access the device model answered with `result`:
+    /// the guest moves past the instruction, or gets an abort when the
+    /// model refused the access (`device` names it in the log).
+    fn finish_access(
+        &mut self,
+        vm: &'h Vm<M>,
+        vcpu: VcpuId,
+        ctx: &mut VcpuContext<M::Saved>,
+        routed: &Routed,
+        result: Result<(), AccessError>,
+        device: &str,
+    ) {
         match result {
-            Ok(()) => mmio::skip_instruction(&mut ctx.regs, access),
+            Ok(()) => mmio::skip_instruction(&mut ctx.regs, &routed.access),
             Err(e) => self.abort_data_access(
                 vm,
                 vcpu,
                 ctx,
                 routed.far,
-                access.write,
-                format_args!("UART {e}; abort"),
+                routed.access.write,
+                format_args!("{device} {e}; abort"),
             ),
         }
-        targets
+    }
+
+    /// A guest access to its virtio-mmio window: a read gets the empty
+    /// transports' register image, a write is dropped; both complete (an
+    /// access of a width the window refuses gets an abort).
+    fn virtio_mmio_access(
+        &mut self,
+        vm: &'h Vm<M>,
+        vcpu: VcpuId,
+        ctx: &mut VcpuContext<M::Saved>,
+        routed: &Routed,
+    ) {
+        let (access, offset) = (&routed.access, routed.offset);
+        let window = EmptyTransports;
+        let result = if access.write {
+            window.write(offset, access.size)
+        } else {
+            window
+                .read(offset, access.size)
+                .map(|value| mmio::complete_read(&mut ctx.regs, access, value))
+        };
+        self.finish_access(vm, vcpu, ctx, routed, result, "virtio-mmio");
     }
 
     /// A guest access to its virtual GIC's distributor or redistributors.

@@ -9,9 +9,12 @@ use super::{Decision, Runner};
 use crate::devices::vgic::{VGic, VcpuMask};
 use crate::devices::vtimer;
 use crate::guest::layout;
+use crate::sched::onspin::pstate_in_kernel;
+use crate::trap::debug::{DebugAnswer, Switch};
 use crate::trap::decision::Next;
 use crate::trap::exit::{Exit, WfxKind};
 use crate::trap::fault::GuestFault;
+use crate::trap::mmio::{A64_INSTRUCTION_BYTES, complete_instruction};
 use crate::trap::sysreg::{self, Emulated, SysregAccess};
 use crate::vcpu::VcpuId;
 
@@ -30,14 +33,14 @@ impl<'h, M: Machine> Runner<'h, M> {
             Exit::Smc { imm } => {
                 // ELR points at the trapped SMC (Arm ARM D1.10.2): step
                 // over it.
-                ctx.regs.pc += 4;
+                complete_instruction(&mut ctx.regs, A64_INSTRUCTION_BYTES);
                 self.hypercall(vm, vcpu, ctx, imm)
             }
             Exit::Wfx {
                 kind,
                 deadline_register,
             } => {
-                ctx.regs.pc += 4;
+                complete_instruction(&mut ctx.regs, A64_INSTRUCTION_BYTES);
                 vm.spin.lock().stats_mut().record_wfx(&exit);
                 Decision::new(match kind {
                     // WFIT's deadline (Rt, in virtual counter ticks; Arm
@@ -130,9 +133,10 @@ impl<'h, M: Machine> Runner<'h, M> {
         }
     }
 
-    /// A trapped system register: SGI generation, an ID register, or one
-    /// of the debug and PMU registers `el2::trap::sysreg` emulates; any other
-    /// gets an undefined instruction.
+    /// A trapped system register: SGI generation, an ID register, a debug
+    /// register (`el2::trap::debug`), or one of the PMU registers
+    /// `el2::trap::sysreg` emulates; any other gets an undefined
+    /// instruction.
     fn system_register(
         &mut self,
         vm: &'h Vm<M>,
@@ -142,24 +146,42 @@ impl<'h, M: Machine> Runner<'h, M> {
     ) -> Decision {
         if let Some(register) = sysreg::sgi_register(&access) {
             let targets = self.send_sgi(vm, vcpu, register, ctx.regs.reg(access.rt));
-            ctx.regs.pc += 4;
+            complete_instruction(&mut ctx.regs, A64_INSTRUCTION_BYTES);
             return Decision::delivering(targets);
         }
         if sysreg::is_id_read(&access) {
             let hw = self.machine.read_id_register(access.crm, access.op2);
             let value = sysreg::sanitize_id(access.crm, access.op2, hw);
             ctx.regs.set_reg(access.rt, value);
-            ctx.regs.pc += 4;
+            complete_instruction(&mut ctx.regs, A64_INSTRUCTION_BYTES);
             return Decision::RESUME;
         }
         let value = ctx.regs.reg(access.rt);
-        match sysreg::emulate(&access, value, &mut ctx.debug) {
+        let from_el0 = !pstate_in_kernel(ctx.regs.pstate);
+        let answer = match ctx.debug.emulate(&access, value, vm.debug, from_el0) {
+            Some(DebugAnswer::Done { result, switch }) => {
+                match switch {
+                    Some(Switch::ToCpu) => self.machine.load_debug(&ctx.debug.registers, vm.debug),
+                    Some(Switch::ToMemory) => {
+                        self.machine.save_debug(&mut ctx.debug.registers, vm.debug)
+                    }
+                    None => {}
+                }
+                Some(result)
+            }
+            Some(DebugAnswer::TrapToEl1) => {
+                self.inject(ctx, GuestFault::SystemRegisterTrap { iss: access.iss() });
+                return Decision::RESUME;
+            }
+            None => sysreg::emulate(&access),
+        };
+        match answer {
             Some(done) => {
                 if let Emulated::Read(v) = done {
                     ctx.regs.set_reg(access.rt, v);
                 }
                 // ELR points at the trapped MSR/MRS: step over it.
-                ctx.regs.pc += 4;
+                complete_instruction(&mut ctx.regs, A64_INSTRUCTION_BYTES);
             }
             None => {
                 log::debug!(

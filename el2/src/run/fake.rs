@@ -3,10 +3,12 @@
 //! virtual timer per pCPU whose physical PPI fires while its line is high
 //! and stays active until deactivated (by the runner, or by the guest
 //! through a hardware list register entry), a memory that keeps what the
-//! PV-record stores wrote, and scripted guests that exit with hypercalls,
-//! WFI, WFE, UART writes, GIC accesses and SGIs, program their timer and
-//! acknowledge and complete what their list registers hold, as a seeded
-//! generator chooses.
+//! PV-record stores wrote, debug registers, and scripted guests that exit
+//! with hypercalls, WFI, WFE, UART writes, GIC accesses and SGIs, program
+//! their timer and acknowledge and complete what their list registers
+//! hold, as a seeded generator chooses. vCPU 1 of every VM also uses its
+//! debug registers ([`DEBUGGER`]) and checks, at every exit, that they
+//! hold what it last wrote wherever it runs.
 
 use super::machine::{Allocations, FastExit, Machine, Refusal, Taken, VcpuContext, VmRegisters};
 use crate::devices::vgic::{Lr, LrState, MAX_LIST_REGISTERS};
@@ -14,6 +16,7 @@ use crate::devices::vtimer;
 use crate::guest::layout;
 use crate::memory::heap::OutOfMemory;
 use crate::memory::layout::MapKind;
+use crate::trap::debug::{DebugFeatures, DebugRegisters};
 use crate::trap::exit::Syndrome;
 use crate::trap::fault::Injection;
 use aarch64_cpu::registers::{CNTV_CTL_EL0, ESR_EL2};
@@ -53,6 +56,19 @@ const SYSREG_ICC_SGI1R_WRITE: u64 = (3 << 20) | (5 << 17) | (12 << 10) | (11 << 
 const SYSREG_RT_SHIFT: u64 = 5;
 /// ID_AA64PFR0_EL1: op0 3, op1 0, CRn 0, CRm 4, op2 0; Direction 1 (read).
 const SYSREG_ID_AA64PFR0_READ: u64 = (3 << 20) | (4 << 1) | 1;
+/// MSR DBGBVR<n>_EL1 (op0 2, op1 0, CRn 0, CRm n, op2 4), MSR MDSCR_EL1
+/// (CRm 2, op2 2) and MSR OSLAR_EL1 (CRn 1, CRm 0, op2 4), Direction 0.
+const SYSREG_DBGBVR_WRITE: u64 = (2 << 20) | (4 << 17);
+const SYSREG_CRM_SHIFT: u64 = 1;
+const SYSREG_MDSCR_WRITE: u64 = (2 << 20) | (2 << 17) | (2 << SYSREG_CRM_SHIFT);
+const SYSREG_OSLAR_WRITE: u64 = (2 << 20) | (4 << 17) | (1 << 10);
+/// QEMU 7.2 `-cpu max`'s ID_AA64DFR0_EL1: 6 breakpoints, 4 watchpoints.
+pub const DFR0: u64 = 0x1030_5609;
+/// The vCPU of each VM that uses its debug registers.
+pub const DEBUGGER: u16 = 1;
+/// MDSCR_EL1.MDE and TDCC.
+const MDSCR_MDE: u64 = 1 << 15;
+const MDSCR_TDCC: u64 = 1 << 12;
 /// An IPA below guest RAM with no emulated device behind it.
 const UNBACKED_IPA: u64 = 0x2000_0000;
 
@@ -86,6 +102,10 @@ pub struct World {
     pub timer_fires: AtomicU64,
     pub timer_ppi_ended_by_runner: AtomicU64,
     pub timer_ppi_ended_by_guest: AtomicU64,
+    /// Debug register loads ([`Machine::load_debug`]) per (VM, vCPU).
+    pub debug_loads: Mutex<BTreeMap<(usize, u16), u64>>,
+    /// Times a [`DEBUGGER`] found its debug registers as it left them.
+    pub debug_checks: AtomicU64,
 }
 
 impl World {
@@ -106,6 +126,8 @@ impl World {
             timer_fires: AtomicU64::new(0),
             timer_ppi_ended_by_runner: AtomicU64::new(0),
             timer_ppi_ended_by_guest: AtomicU64::new(0),
+            debug_loads: Mutex::new(BTreeMap::new()),
+            debug_checks: AtomicU64::new(0),
         })
     }
 
@@ -141,6 +163,10 @@ impl Allocations for FakeTxn {
 pub struct FakeSaved {
     /// Entries so far (the first issues the PV-record hypercall).
     pub entries: u64,
+    /// A [`DEBUGGER`]'s debug registers as it last wrote them.
+    pub debug_written: DebugRegisters,
+    /// The vCPU unlocked its OS lock.
+    pub os_unlocked: bool,
 }
 
 /// One fake pCPU.
@@ -160,6 +186,11 @@ pub struct Fake {
     timer: (u64, u64),
     /// The physical virtual-timer PPI is active.
     pub timer_ppi_active: bool,
+    /// The vCPU loaded (its index).
+    loaded_index: u16,
+    /// The debug registers in this pCPU while a vCPU's are loaded (its
+    /// debug accesses do not trap); `None`: trapped, MDSCR_EL1 = 0.
+    debug_cpu: Option<DebugRegisters>,
 }
 
 impl Fake {
@@ -173,6 +204,8 @@ impl Fake {
             fault: (0, 0),
             timer: (0, 0),
             timer_ppi_active: false,
+            loaded_index: 0,
+            debug_cpu: None,
         }
     }
 
@@ -372,6 +405,21 @@ impl Fake {
             }
             _ => {}
         }
+        // Every vCPU unlocks its OS lock and sets MDSCR_EL1.TDCC, as Linux
+        // does when a CPU comes up: neither makes it a debug user.
+        if !ctx.saved.os_unlocked {
+            ctx.saved.os_unlocked = true;
+            // MSR OSLAR_EL1, XZR
+            return Self::msr(SYSREG_OSLAR_WRITE, 31);
+        }
+        if index == DEBUGGER {
+            if let Some(exit) = self.debug(ctx) {
+                return exit;
+            }
+        } else if world.below(100) == 0 {
+            ctx.regs.x[11] = MDSCR_TDCC;
+            return Self::msr(SYSREG_MDSCR_WRITE, 11);
+        }
         let now = world.now();
         if index == 0 && now > world.stop_after * (vm as u64 + 1) {
             let mut resets = world.resets.lock();
@@ -486,6 +534,52 @@ impl Fake {
         }
     }
 
+    /// What a [`DEBUGGER`] does before its other work: checks that its
+    /// debug registers (in this pCPU if loaded, else in el2's copy) hold
+    /// what it last wrote; now and then writes
+    /// a breakpoint value or flips MDSCR_EL1.MDE, in the CPU when its
+    /// registers are loaded (no exit), else by an exit that el2 emulates.
+    fn debug(&mut self, ctx: &mut VcpuContext<FakeSaved>) -> Option<Syndrome> {
+        let now = self.debug_cpu.as_ref().unwrap_or(&ctx.debug.registers);
+        assert_eq!(
+            now, &ctx.saved.debug_written,
+            "pCPU {}: the debug registers did not follow their vCPU",
+            self.pcpu
+        );
+        self.world.debug_checks.fetch_add(1, Ordering::Relaxed);
+        let written = &mut ctx.saved.debug_written;
+        let features = DebugFeatures::from_dfr0(DFR0);
+        let (value, syndrome) = match self.world.below(40) {
+            0 => {
+                let n = self.world.below(features.breakpoints as u64);
+                let value = self.world.now() << 2;
+                written.breakpoints[n as usize].value = value;
+                if let Some(cpu) = &mut self.debug_cpu {
+                    cpu.breakpoints[n as usize].value = value;
+                    return None;
+                }
+                (value, SYSREG_DBGBVR_WRITE | n << SYSREG_CRM_SHIFT)
+            }
+            1 => {
+                let value = written.mdscr ^ MDSCR_MDE;
+                written.mdscr = value;
+                if let Some(cpu) = &mut self.debug_cpu {
+                    cpu.mdscr = value;
+                    return None;
+                }
+                (value, SYSREG_MDSCR_WRITE)
+            }
+            _ => return None,
+        };
+        ctx.regs.x[10] = value;
+        Some(Self::msr(syndrome, 10))
+    }
+
+    /// A trapped MSR with ISS `iss` (Rt filled in from `rt`).
+    fn msr(iss: u64, rt: u64) -> Syndrome {
+        Syndrome::synchronous(IL | ESR_EL2::EC::TrappedMsrMrs.value | iss | (rt << SYSREG_RT_SHIFT))
+    }
+
     /// A stage-2 data abort on a 32-bit access to `ipa` with register
     /// `rt` (ISV set: the syndrome describes it).
     pub fn data_abort(ipa: u64, write: bool, rt: u64) -> Syndrome {
@@ -523,7 +617,14 @@ impl Machine for Fake {
             "pCPU {}: load over a loaded vCPU",
             self.pcpu
         );
+        assert!(
+            self.debug_cpu.is_none(),
+            "pCPU {}: a vCPU's debug registers left loaded",
+            self.pcpu
+        );
         self.loaded_vm = Some(vm.vttbr as usize - 1);
+        self.loaded_index =
+            layout::vcpu_index(platform::Mpidr::from_raw(ctx.vmpidr & !(1 << 31))).unwrap_or(0);
         assert!(
             self.lrs.iter().all(|&lr| lr == 0),
             "list registers left full"
@@ -543,6 +644,11 @@ impl Machine for Fake {
             self.pcpu
         );
         assert!(
+            self.debug_cpu.is_none(),
+            "pCPU {}: the vCPU's debug registers were not saved",
+            self.pcpu
+        );
+        assert!(
             self.lrs.iter().all(|&lr| lr == 0),
             "list registers left full at save"
         );
@@ -553,6 +659,29 @@ impl Machine for Fake {
 
     fn load_fp(&mut self, _ctx: &mut VcpuContext<FakeSaved>) {
         self.world.fp_loads.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn load_debug(&mut self, registers: &DebugRegisters, features: DebugFeatures) {
+        assert_eq!(features, DebugFeatures::from_dfr0(DFR0));
+        assert!(
+            self.debug_cpu.replace(registers.clone()).is_none(),
+            "pCPU {}: debug registers loaded twice",
+            self.pcpu
+        );
+        let vm = self.loaded_vm.expect("a vCPU is loaded");
+        *self
+            .world
+            .debug_loads
+            .lock()
+            .entry((vm, self.loaded_index))
+            .or_insert(0) += 1;
+    }
+
+    fn save_debug(&mut self, registers: &mut DebugRegisters, _features: DebugFeatures) {
+        *registers = self
+            .debug_cpu
+            .take()
+            .expect("debug registers saved that were not loaded");
     }
 
     fn set_traps(&mut self, _hcr: u64) {}
@@ -641,8 +770,11 @@ impl Machine for Fake {
         self.world.injected.fetch_add(1, Ordering::Relaxed);
     }
 
-    fn read_id_register(&self, _crm: u8, _op2: u8) -> u64 {
-        0
+    fn read_id_register(&self, crm: u8, op2: u8) -> u64 {
+        match (crm, op2) {
+            crate::trap::debug::ID_AA64DFR0_CRM_OP2 => DFR0,
+            _ => 0,
+        }
     }
 
     fn list_registers(&self) -> usize {

@@ -6,14 +6,15 @@
 //! The trait is deliberately narrow: entering the guest (the syndrome
 //! registers each read once), saving and loading the registers only the
 //! hardware layer knows, lazy FP/SIMD, the GIC virtual interface's list
-//! registers and ICH_HCR_EL2, the EL2 timer, SGIs to other pCPUs, the
+//! registers and ICH_HCR_EL2, the debug registers of a vCPU that uses
+//! them, the EL2 timer, SGIs to other pCPUs, the
 //! stores into guest memory that the PV records need, and the console.
 //! Every decision about what those operations mean is the runner's.
 
 use crate::memory::layout::MapKind;
 use crate::services::smccc::{ConstantReplies, VcpuCallCounts};
+use crate::trap::debug::{DebugFeatures, DebugRegisters, DebugState};
 use crate::trap::fault::Injection;
-use crate::trap::sysreg::DebugState;
 use crate::vcpu::GuestRegs;
 use alloc::string::String;
 use core::fmt;
@@ -112,16 +113,23 @@ pub struct ListRegisterUse {
 /// works on while it runs. `saved` is the hardware layer's own: EL1 system
 /// registers, FP/SIMD, the virtual CPU interface's VMCR and active
 /// priorities.
+///
+/// In this order (`repr(C)`): what every vCPU switch reads and writes
+/// first, near the context's base, where the load and store pairs reach;
+/// the debug registers (half a KiB that only a vCPU using them switches)
+/// last.
+#[repr(C)]
 #[derive(Clone, Debug, Default)]
 pub struct VcpuContext<S> {
     pub regs: GuestRegs,
     pub vtimer: VtimerContext,
     /// The MPIDR the guest reads (VMPIDR_EL2).
     pub vmpidr: u64,
-    /// The emulated debug registers (`el2::trap::sysreg`).
-    pub debug: DebugState,
     pub lrs: ListRegisterUse,
     pub saved: S,
+    /// The guest's self-hosted debug state, and where it is
+    /// (`el2::trap::debug`).
+    pub debug: DebugState,
 }
 
 /// How an allocation transaction refuses allocations (`el2.fail-alloc=`).
@@ -170,6 +178,16 @@ pub trait Machine {
     /// The vCPU's first FP/SIMD instruction since its load trapped: load
     /// its FP/SIMD state and stop trapping.
     fn load_fp(&mut self, ctx: &mut VcpuContext<Self::Saved>);
+    /// Loads the running vCPU's debug registers (`el2::trap::debug`): the
+    /// first `features.breakpoints` and `features.watchpoints` comparators
+    /// and MDSCR_EL1; then stops trapping the guest's accesses to them
+    /// (MDCR_EL2.TDA clear).
+    fn load_debug(&mut self, registers: &DebugRegisters, features: DebugFeatures);
+    /// Saves the running vCPU's debug registers into `registers`, sets
+    /// MDSCR_EL1 to 0 (no debug event can fire for whatever runs next)
+    /// and traps the debug registers again (MDCR_EL2.TDA set): the state
+    /// every pCPU has while no vCPU's debug registers are loaded.
+    fn save_debug(&mut self, registers: &mut DebugRegisters, features: DebugFeatures);
     /// Sets HCR_EL2 for the next entry (the WFx trap policy changes it).
     fn set_traps(&mut self, hcr: u64);
     /// Runs the loaded vCPU until an exit `fast` does not answer

@@ -622,6 +622,11 @@ impl<'h, M: Machine> Runner<'h, M> {
         vm.write_preempted(&self.machine, vcpu.index, pv::preempted_on_load());
         vm.write_stolen_time(&self.machine, vcpu.index, steal_ticks);
         self.machine.load_vcpu(vm.registers, guest_hcr(), ctx);
+        // Only a vCPU that uses its debug registers has them loaded
+        // (`el2::trap::debug`); the others' accesses trap.
+        if ctx.debug.load() {
+            self.machine.load_debug(&ctx.debug.registers, vm.debug);
+        }
         // The list registers are empty now; whatever waits for this vCPU
         // has its `irq_attention` bit set (see `vcpu_put`), so the first
         // entry's check fills them.
@@ -665,6 +670,10 @@ impl<'h, M: Machine> Runner<'h, M> {
             }
             ctx.lrs = machine::ListRegisterUse::default();
         }
+        if ctx.debug.in_cpu() {
+            self.machine.save_debug(&mut ctx.debug.registers, vm.debug);
+        }
+        ctx.debug.put();
         self.machine.save_vcpu(&mut ctx);
         // The timer is off in hardware now: its PPI is ended for the next
         // vCPU, and the line the vGIC keeps while this one is away is the

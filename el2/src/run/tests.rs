@@ -335,6 +335,10 @@ fn run(seed: u64, pcpus: usize, specs: &[Spec]) -> Vec<alloc::string::String> {
     timer[0] += world.timer_fires.load(relaxed);
     timer[1] += world.timer_ppi_ended_by_guest.load(relaxed);
     timer[2] += world.timer_ppi_ended_by_runner.load(relaxed);
+    for (&vcpu, &loads) in world.debug_loads.lock().iter() {
+        *DEBUG_LOADS.lock().entry(vcpu.1).or_insert(0) += loads;
+    }
+    *DEBUG_CHECKS.lock() += world.debug_checks.load(relaxed);
     world.console.lock().clone()
 }
 
@@ -348,6 +352,11 @@ static FP_LOADS: boot::sync::SpinMutex<u64> = boot::sync::SpinMutex::new(0);
 /// Virtual timer PPIs taken, ended by a hardware list register entry, and
 /// ended by the runner.
 static TIMER_PPI: boot::sync::SpinMutex<[u64; 3]> = boot::sync::SpinMutex::new([0; 3]);
+/// Debug register loads by vCPU index, and the debuggers' checks that
+/// their registers followed them (`fake::DEBUGGER`).
+static DEBUG_LOADS: boot::sync::SpinMutex<alloc::collections::BTreeMap<u16, u64>> =
+    boot::sync::SpinMutex::new(alloc::collections::BTreeMap::new());
+static DEBUG_CHECKS: boot::sync::SpinMutex<u64> = boot::sync::SpinMutex::new(0);
 
 #[test]
 fn several_vms_on_several_pcpus_keep_the_runner_invariants() {
@@ -413,6 +422,17 @@ fn several_vms_on_several_pcpus_keep_the_runner_invariants() {
         fired > 100 && by_guest > 0 && by_runner > 0,
         "timer PPI: {fired} fired, {by_guest} ended by the guest, {by_runner} by the runner"
     );
+    // Only the vCPUs that use their debug registers ever had them loaded,
+    // and theirs followed them through every put, load and migration
+    // (checked by the fake guest at each of their exits).
+    let loads = DEBUG_LOADS.lock().clone();
+    assert_eq!(
+        loads.keys().copied().collect::<Vec<_>>(),
+        [super::fake::DEBUGGER],
+        "debug registers loaded per vCPU index: {loads:?}"
+    );
+    assert!(loads[&super::fake::DEBUGGER] > 100, "{loads:?}");
+    assert!(*DEBUG_CHECKS.lock() > 1000, "{}", *DEBUG_CHECKS.lock());
 }
 
 #[test]

@@ -15,6 +15,7 @@ use crate::guest::{VmError, dt};
 use crate::sched::onspin::{VmSpin, WfxPolicies};
 use crate::services::pv::{HostWindow, PvRegistry};
 use crate::services::smccc::{CpuVulnerabilities, Dispatcher, VmServices};
+use crate::trap::debug::{DebugFeatures, ID_AA64DFR0_CRM_OP2};
 use crate::trap::exit::{EXIT_CLASSES, Exit};
 use crate::trap::fault;
 use crate::trap::mmio::MmioMap;
@@ -28,9 +29,14 @@ use boot::sync::SpinMutex as Mutex;
 use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use platform::VmConfig;
 
-/// SPIs each VM's virtual GIC has (INTIDs 32..64): room for the emulated
-/// devices (the PL011 is SPI 1), the least GICD_TYPER can say.
-const VGIC_SPIS: u32 = 32;
+/// SPIs each VM's virtual GIC has: enough for every emulated device's
+/// interrupt, the PL011's SPI 1 up to the last virtio-mmio transport's
+/// INTID 79, in whole groups of 32 as GICD_TYPER.ITLinesNumber counts
+/// them: 64 (INTIDs 32..96).
+const VGIC_SPIS: u32 = (pvlock_abi::virtio_mmio::LAST_INTID + 1
+    - crate::devices::vgic::PRIVATE_COUNT)
+    .next_multiple_of(32);
+const _: () = assert!(VGIC_SPIS == 64);
 
 /// MPIDR_EL1 bit 31 is RES1 (Arm ARM D24.2.114 "MPIDR_EL1").
 const MPIDR_RES1: u64 = 1 << 31;
@@ -169,6 +175,8 @@ pub struct Vm<M: Machine> {
     pub(super) wfx: WfxPolicies,
     state: AtomicU8,
     pub(super) resets: AtomicU32,
+    /// The breakpoints and watchpoints each vCPU has: the CPU's.
+    pub(super) debug: DebugFeatures,
 }
 
 /// What the hardware layer built for a VM before its services exist.
@@ -264,6 +272,9 @@ impl<M: Machine> Vm<M> {
             faults: AtomicU64::new(0),
             state: AtomicU8::new(VmState::Running as u8),
             resets: AtomicU32::new(0),
+            debug: DebugFeatures::from_dfr0(
+                machine.read_id_register(ID_AA64DFR0_CRM_OP2.0, ID_AA64DFR0_CRM_OP2.1),
+            ),
         };
         checkpoint("its vCPUs")?;
         vm.load(machine)?;
@@ -416,7 +427,6 @@ impl<M: Machine> Vm<M> {
 /// (the hardware layer's `Saved::default()` is its EL1 reset state).
 pub(super) fn reset_context<S: Default>(ctx: &mut VcpuContext<S>, index: u16) {
     *ctx = VcpuContext::default();
-    ctx.debug = crate::trap::sysreg::DebugState::reset();
     ctx.vmpidr = layout::vcpu_mpidr(index).value() | MPIDR_RES1;
 }
 

@@ -1,6 +1,8 @@
 //! Wall-clock time for guests (KVM PTP, docs/abi.md §2): one reading of
 //! a real-time clock at boot, carried forward with the architected counter.
 
+use core::fmt;
+
 /// Nanoseconds per second.
 const NS_PER_SEC: u128 = 1_000_000_000;
 
@@ -38,9 +40,32 @@ impl WallClock {
     }
 }
 
+/// The boot console's line, from which a test computes what every PTP
+/// reply must say for a counter value (xtask's `ptptest` reads it back):
+/// `wall clock: <secs> s since the Unix epoch at counter <ticks> (<hz> Hz)`.
+impl fmt::Display for WallClock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "wall clock: {} s since the Unix epoch at counter {} ({} Hz)",
+            self.epoch_secs, self.counter_at, self.hz
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use alloc::string::ToString;
+
+    #[test]
+    fn the_boot_line_names_the_reading() {
+        let clock = WallClock::new(1_795_996_800, 1_000, 62_500_000).unwrap();
+        assert_eq!(
+            clock.to_string(),
+            "wall clock: 1795996800 s since the Unix epoch at counter 1000 (62500000 Hz)"
+        );
+    }
 
     #[test]
     fn carries_the_reading_forward_with_the_counter() {

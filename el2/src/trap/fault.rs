@@ -33,6 +33,11 @@ pub enum GuestFault {
     DataAbort { address: u64, write: bool },
     /// An instruction fetch that no memory answers.
     InstructionAbort { address: u64 },
+    /// A system register access that the guest's own EL1 configuration
+    /// traps (EC 0x18, "Trapped MSR, MRS or System instruction"), with
+    /// the ISS of the access: what EL1 would have taken had the
+    /// configuration been loaded into the CPU (`el2::trap::debug`).
+    SystemRegisterTrap { iss: u64 },
 }
 
 /// The EL1 state after taking the exception; the arch layer writes the
@@ -89,6 +94,7 @@ pub fn inject(fault: GuestFault, pc: u64, pstate: u64, vbar_el1: u64) -> Injecti
             FSC_SYNCHRONOUS_EXTERNAL_ABORT,
             Some(address),
         ),
+        GuestFault::SystemRegisterTrap { iss } => (Ec::TrappedMsrMrs, iss, None),
     };
     let esr: FieldValue<u64, ESR_EL1::Register> =
         ESR_EL1::EC.val(class as u64) + ESR_EL1::IL::SET + ESR_EL1::ISS.val(iss);
@@ -173,6 +179,21 @@ mod tests {
         assert_eq!(i.esr_el1 >> 26, 0x21);
         let a32 = inject(GuestFault::Undefined, 0x8000, 0b1_0000, VBAR);
         assert_eq!(a32.pc, VBAR + 0x600);
+    }
+
+    #[test]
+    fn a_trapped_el0_system_register_access_goes_to_the_lower_el_vector() {
+        // `mrs x3, dbgdtrrx_el0` from EL0: op0 2, op1 3, CRm 5, Rt 3, read.
+        let iss = (2 << 20) | (3 << 14) | (5 << 1) | (3 << 5) | 1;
+        let i = inject(
+            GuestFault::SystemRegisterTrap { iss },
+            0x40_1000,
+            EL0T,
+            VBAR,
+        );
+        assert_eq!(i.esr_el1, (0x18 << 26) | (1 << 25) | iss);
+        assert_eq!(i.far_el1, None);
+        assert_eq!((i.elr_el1, i.pc), (0x40_1000, VBAR + 0x400));
     }
 }
 

@@ -222,7 +222,16 @@ const SPSR_IT: u64 = (0b11 << 25) | (0x3f << 10);
 /// - for AArch32 T32 code inside an IT block, ITSTATE advances (Arm ARM
 ///   for A-profile, AArch32 "ITAdvance()") and the PC wraps at 32 bits.
 pub fn skip_instruction(regs: &mut GuestRegs, access: &MmioAccess) {
-    let len = u64::from(access.instruction_len);
+    complete_instruction(regs, u64::from(access.instruction_len));
+}
+
+/// Bytes of an A64 instruction.
+pub const A64_INSTRUCTION_BYTES: u64 = 4;
+
+/// Resumes the guest after the trapped `len`-byte instruction that el2
+/// completed for it (an emulated access, system register or trapped SMC),
+/// as [`skip_instruction`] describes.
+pub fn complete_instruction(regs: &mut GuestRegs, len: u64) {
     if regs.pstate & SPSR_AARCH32 != 0 {
         regs.pc = regs.pc.wrapping_add(len) & u64::from(u32::MAX);
         if regs.pstate & SPSR_T32 != 0 {

@@ -1,19 +1,15 @@
 //! Guest system-register accesses that the hypervisor traps on purpose and
-//! emulates, instead of injecting an undefined instruction.
+//! emulates, instead of injecting an undefined instruction: the decoding of
+//! a trapped MSR/MRS ([`SysregAccess`]), the SGI generation registers the
+//! virtual GIC answers, the ID registers, and the PMU.
 //!
-//! el2 traps the debug registers (MDCR_EL2.TDA, TDOSA, TDRA) and the PMU
-//! (MDCR_EL2.TPM, TPMCR) so that a guest cannot reach the physical debug
-//! and performance-monitor state that other VMs share. A guest kernel
-//! touches some of them whether or not it debugs anything: Linux clears
-//! MDSCR_EL1, unlocks the OS lock and resets PMUSERENR_EL0 while it boots.
-//! Those get a per-vCPU, architecturally plausible view:
+//! The debug registers (MDCR_EL2.TDA, TDOSA, TDRA) are a vCPU's own,
+//! switched lazily: `el2::trap::debug`.
 //!
-//! | register | behaviour |
-//! |---|---|
-//! | MDSCR_EL1 | stored per vCPU, read back; no debug event is ever generated |
-//! | OSLAR_EL1 / OSLSR_EL1 | the OS lock: OSLAR.OSLK written, OSLSR reports it with OSLM = 0b10 (Arm ARM D19.2 "OSLSR_EL1") |
-//! | OSDLR_EL1, DBGPRCR_EL1, MDCCINT_EL1, MDRAR_EL1, breakpoint and watchpoint registers, claim tags, DBGAUTHSTATUS_EL1 | read as zero, writes ignored |
-//! | the PMU's EL0/EL1 registers (PMCR_EL0 ... `PMEVTYPER<n>_EL0`, PMUSERENR_EL0, PMINTEN*_EL1) | read as zero, writes ignored: no PMU is offered (the guest's DT has no PMU node) |
+//! The PMU is trapped (MDCR_EL2.TPM, TPMCR) so that a guest cannot reach
+//! the physical performance monitors. Its EL0/EL1 registers (PMCR_EL0 ...
+//! `PMEVTYPER<n>_EL0`, PMUSERENR_EL0, PMINTEN*_EL1) read as zero and
+//! ignore writes: no PMU is offered (the guest's DT has no PMU node).
 //!
 //! The ID registers (op0 3, op1 0, CRn 0, CRm 1-7; HCR_EL2.TID3) are
 //! trapped too, and read as the hardware's values with the features a VM
@@ -21,12 +17,15 @@
 //! state is not switched), the PMU and the statistical profiling and trace
 //! units (not offered), MTE, MPAM and the activity monitors. Linux sizes
 //! its SVE support from ID_AA64PFR0_EL1 and would otherwise write ZCR_EL1,
-//! which traps.
+//! which traps. ID_AA64DFR0_EL1 tells the truth about debug: the debug
+//! version, breakpoints, watchpoints, context comparators and double lock
+//! the CPU has (`el2::trap::debug::DebugFeatures::guest_dfr0`).
 //!
 //! Anything else trapped as a system-register access (EC 0x18) still gets
 //! an undefined instruction.
 
-use aarch64_cpu::registers::{ID_AA64DFR0_EL1, ID_AA64PFR0_EL1, ID_AA64PFR1_EL1};
+use super::debug::DebugFeatures;
+use aarch64_cpu::registers::{ID_AA64PFR0_EL1, ID_AA64PFR1_EL1};
 use core::fmt;
 use tock_registers::fields::Field;
 use tock_registers::{LocalRegisterCopy, RegisterLongName, register_bitfields};
@@ -100,6 +99,24 @@ impl SysregAccess {
         }
     }
 
+    /// The ISS that decodes as this access (the fields this type keeps;
+    /// bits 24:22 are RES0 in this encoding).
+    pub fn iss(&self) -> u64 {
+        let direction = if self.write {
+            SYSREG_ISS::DIRECTION::Write
+        } else {
+            SYSREG_ISS::DIRECTION::Read
+        };
+        (SYSREG_ISS::OP0.val(self.op0.into())
+            + SYSREG_ISS::OP2.val(self.op2.into())
+            + SYSREG_ISS::OP1.val(self.op1.into())
+            + SYSREG_ISS::CRN.val(self.crn.into())
+            + SYSREG_ISS::RT.val(self.rt.into())
+            + SYSREG_ISS::CRM.val(self.crm.into())
+            + direction)
+            .value
+    }
+
     /// (op0, op1, CRn, CRm, op2).
     pub const fn encoding(&self) -> Encoding {
         (self.op0, self.op1, self.crn, self.crm, self.op2)
@@ -137,6 +154,10 @@ pub mod encoding {
     pub const OSLSR_EL1: Encoding = (2, 0, 1, 1, 4);
     pub const OSDLR_EL1: Encoding = (2, 0, 1, 3, 4);
     pub const DBGPRCR_EL1: Encoding = (2, 0, 1, 4, 4);
+    pub const MDCCSR_EL0: Encoding = (2, 3, 0, 1, 0);
+    pub const DBGDTR_EL0: Encoding = (2, 3, 0, 4, 0);
+    /// DBGDTRRX_EL0 for MRS, DBGDTRTX_EL0 for MSR.
+    pub const DBGDTRRX_EL0: Encoding = (2, 3, 0, 5, 0);
     pub const DBGCLAIMSET_EL1: Encoding = (2, 0, 7, 8, 6);
     pub const DBGCLAIMCLR_EL1: Encoding = (2, 0, 7, 9, 6);
     pub const DBGAUTHSTATUS_EL1: Encoding = (2, 0, 7, 14, 6);
@@ -177,33 +198,6 @@ pub fn sgi_register(access: &SysregAccess) -> Option<SgiRegister> {
     }
 }
 
-/// A vCPU's emulated debug state.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct DebugState {
-    /// MDSCR_EL1 as the guest wrote it.
-    pub mdscr: u64,
-    /// OSLSR_EL1.OSLK: the OS lock is locked. Arm ARM: the OS lock resets
-    /// to locked on a cold reset.
-    pub os_locked: bool,
-}
-
-impl DebugState {
-    /// The state after a reset: OS lock locked, MDSCR_EL1 zero.
-    pub const fn reset() -> Self {
-        Self {
-            mdscr: 0,
-            os_locked: true,
-        }
-    }
-}
-
-/// OSLSR_EL1.OSLM = 0b10 (bit 3 set, bit 0 clear): the OS lock is
-/// implemented (the only value Armv8 permits).
-const OSLSR_OSLM_IMPLEMENTED: u64 = 1 << 3;
-/// OSLSR_EL1.OSLK and OSLAR_EL1.OSLK.
-const OSLK_SHIFT: u32 = 1;
-const OSLAR_OSLK: u64 = 1;
-
 /// Whether `access` reads an ID register (op0 3, op1 0, CRn 0, CRm 1-7:
 /// the registers HCR_EL2.TID3 traps; Arm ARM D19.2 "identification
 /// registers"). Writes to them are not ID reads (undefined).
@@ -222,7 +216,6 @@ fn hide<R: RegisterLongName>(hw: u64, hidden: &[Field<u64, R>]) -> u64 {
 /// `op2`) whose hardware value is `hw`: the hardware's, with the fields of
 /// features the VM does not get set to "not implemented" (0).
 pub fn sanitize_id(crm: u8, op2: u8, hw: u64) -> u64 {
-    use ID_AA64DFR0_EL1 as Dfr0;
     match (crm, op2) {
         (4, 0) => hide(
             hide(hw, &[ID_AA64PFR0_EL1::SVE, ID_AA64PFR0_EL1::AMU]),
@@ -238,17 +231,12 @@ pub fn sanitize_id(crm: u8, op2: u8, hw: u64) -> u64 {
         ),
         // ID_AA64ZFR0_EL1 (SVE features), ID_AA64SMFR0_EL1 (SME features).
         (4, 4) | (4, 5) => 0,
-        (5, 0) => hide(
-            hw,
-            &[
-                Dfr0::PMUVer,
-                Dfr0::PMSVer,
-                Dfr0::TraceFilt,
-                Dfr0::TraceBuffer,
-                Dfr0::MTPMU,
-                Dfr0::BRBE,
-            ],
-        ),
+        // ID_AA64DFR0_EL1: the debug fields as the CPU has them, nothing
+        // else (no PMU, SPE, trace, BRBE).
+        (5, 0) => DebugFeatures::guest_dfr0(hw),
+        // ID_AA64DFR1_EL1: none of its features (more breakpoints behind
+        // MDSELR_EL1, PMU extensions) is offered.
+        (5, 1) => 0,
         // ID_DFR0_EL1, the AArch32 view of the PMU.
         (1, 2) => hide(hw, &[ID_DFR0::PERFMON]),
         _ => hw,
@@ -264,48 +252,20 @@ pub enum Emulated {
     Written,
 }
 
-/// Emulates `access` (with `value` the content of Xt for a write) against
-/// `state`, or returns `None` for a register this module does not emulate.
-pub fn emulate(access: &SysregAccess, value: u64, state: &mut DebugState) -> Option<Emulated> {
-    use encoding::*;
-    let result = match access.encoding() {
-        MDSCR_EL1 => {
-            if access.write {
-                state.mdscr = value;
-                Emulated::Written
-            } else {
-                Emulated::Read(state.mdscr)
-            }
-        }
-        // Write-only.
-        OSLAR_EL1 if access.write => {
-            state.os_locked = value & OSLAR_OSLK != 0;
-            Emulated::Written
-        }
-        // OSLSR_EL1 (read-only).
-        (2, 0, 1, 1, 4) if !access.write => {
-            Emulated::Read(OSLSR_OSLM_IMPLEMENTED | u64::from(state.os_locked) << OSLK_SHIFT)
-        }
-        _ if is_raz_wi(access) => {
-            if access.write {
-                Emulated::Written
-            } else {
-                Emulated::Read(0)
-            }
-        }
-        _ => return None,
-    };
-    Some(result)
+/// Emulates `access` to the PMU, or returns `None` for a register this
+/// module does not emulate.
+pub fn emulate(access: &SysregAccess) -> Option<Emulated> {
+    is_pmu_register(access).then_some(if access.write {
+        Emulated::Written
+    } else {
+        Emulated::Read(0)
+    })
 }
 
-/// The registers that read as zero and ignore writes.
-fn is_raz_wi(access: &SysregAccess) -> bool {
+/// The PMU's EL0 and EL1 registers.
+fn is_pmu_register(access: &SysregAccess) -> bool {
     use encoding::*;
     match access.encoding() {
-        MDCCINT_EL1 | MDRAR_EL1 | OSDLR_EL1 | DBGPRCR_EL1 => true,
-        // DBGBVR<n>/DBGBCR<n>/DBGWVR<n>/DBGWCR<n>_EL1: op2 4..7, CRm = n.
-        (2, 0, 0, _, 4..=7) => true,
-        DBGCLAIMSET_EL1 | DBGCLAIMCLR_EL1 | DBGAUTHSTATUS_EL1 => true,
         // PMU, EL0 registers: PMCR_EL0 ... PMUSERENR_EL0, PMOVSSET_EL0
         // (op1 3, CRn 9, CRm 12-14), PMEVCNTR<n>_EL0 / PMEVTYPER<n>_EL0
         // (CRn 14, CRm 8-15).
@@ -358,60 +318,19 @@ mod tests {
     }
 
     #[test]
-    fn mdscr_is_stored_per_vcpu() {
-        let mut a = DebugState::reset();
-        let mut b = DebugState::reset();
-        let write = SysregAccess::from_iss(iss(2, 0, 0, 2, 2, 3, true));
-        let read = SysregAccess::from_iss(iss(2, 0, 0, 2, 2, 3, false));
-        assert_eq!(emulate(&write, 0x8000, &mut a), Some(Emulated::Written));
-        assert_eq!(emulate(&read, 0, &mut a), Some(Emulated::Read(0x8000)));
-        assert_eq!(emulate(&read, 0, &mut b), Some(Emulated::Read(0)));
-    }
-
-    #[test]
-    fn the_os_lock_resets_locked_and_follows_oslar() {
-        let mut s = DebugState::reset();
-        let oslsr = SysregAccess::from_iss(iss(2, 0, 1, 1, 4, 0, false));
-        let oslar = SysregAccess::from_iss(iss(2, 0, 1, 0, 4, 0, true));
-        assert_eq!(emulate(&oslsr, 0, &mut s), Some(Emulated::Read(0b1010)));
-        assert_eq!(emulate(&oslar, 0, &mut s), Some(Emulated::Written));
-        assert_eq!(emulate(&oslsr, 0, &mut s), Some(Emulated::Read(0b1000)));
-        assert_eq!(emulate(&oslar, 1, &mut s), Some(Emulated::Written));
-        assert!(s.os_locked);
-        // OSLSR is read-only and OSLAR write-only: the other direction is
-        // not emulated (an undefined instruction, as on hardware).
-        let oslsr_write = SysregAccess::from_iss(iss(2, 0, 1, 1, 4, 0, true));
-        let oslar_read = SysregAccess::from_iss(iss(2, 0, 1, 0, 4, 0, false));
-        assert_eq!(emulate(&oslsr_write, 0, &mut s), None);
-        assert_eq!(emulate(&oslar_read, 0, &mut s), None);
-    }
-
-    #[test]
-    fn debug_and_pmu_registers_read_zero_and_ignore_writes() {
-        let mut s = DebugState::reset();
-        let raz_wi = [
-            (2, 0, 1, 3, 4),   // OSDLR_EL1
-            (2, 0, 1, 4, 4),   // DBGPRCR_EL1
-            (2, 0, 0, 2, 0),   // MDCCINT_EL1
-            (2, 0, 0, 0, 4),   // DBGBVR0_EL1
-            (2, 0, 0, 15, 7),  // DBGWCR15_EL1
-            (2, 0, 7, 8, 6),   // DBGCLAIMSET_EL1
+    fn pmu_registers_read_zero_and_ignore_writes() {
+        let pmu = [
             (3, 3, 9, 12, 0),  // PMCR_EL0
             (3, 3, 9, 14, 0),  // PMUSERENR_EL0
             (3, 3, 14, 15, 7), // PMCCFILTR_EL0
             (3, 0, 9, 14, 1),  // PMINTENSET_EL1
         ];
-        for (op0, op1, crn, crm, op2) in raz_wi {
+        for (op0, op1, crn, crm, op2) in pmu {
             let r = SysregAccess::from_iss(iss(op0, op1, crn, crm, op2, 2, false));
             let w = SysregAccess::from_iss(iss(op0, op1, crn, crm, op2, 2, true));
-            assert_eq!(emulate(&r, 0, &mut s), Some(Emulated::Read(0)), "{r}");
-            assert_eq!(
-                emulate(&w, u64::MAX, &mut s),
-                Some(Emulated::Written),
-                "{w}"
-            );
+            assert_eq!(emulate(&r), Some(Emulated::Read(0)), "{r}");
+            assert_eq!(emulate(&w), Some(Emulated::Written), "{w}");
         }
-        assert_eq!(s, DebugState::reset(), "RAZ/WI changes no state");
     }
 
     #[test]
@@ -439,6 +358,8 @@ mod tests {
         assert_eq!((d >> 32) & 0xf, 0, "PMSVer");
         assert_eq!(d & 0xf, 9, "DebugVer");
         assert_eq!((d >> 12) & 0xf, 5, "BRPs");
+        assert_eq!((d >> 20) & 0xf, 1, "WRPs");
+        assert_eq!(sanitize_id(5, 1, u64::MAX), 0, "ID_AA64DFR1_EL1");
         // The instruction-set registers pass through.
         assert_eq!(sanitize_id(6, 0, 0x1234_5678), 0x1234_5678);
         // Reads of CRm 1-7 are ID reads; writes and other spaces are not.
@@ -455,17 +376,25 @@ mod tests {
 
     #[test]
     fn everything_else_is_left_to_the_caller() {
-        let mut s = DebugState::reset();
         // SCTLR_EL1 (never trapped here), an IMPLEMENTATION DEFINED register,
-        // ICC_SGI1R_EL1 (the vGIC's).
-        for (op0, op1, crn, crm, op2) in [(3, 0, 1, 0, 0), (3, 0, 15, 0, 0), (3, 0, 12, 11, 5)] {
+        // ICC_SGI1R_EL1 (the vGIC's), MDSCR_EL1 and DBGBCR0_EL1
+        // (el2::trap::debug's).
+        for (op0, op1, crn, crm, op2) in [
+            (3, 0, 1, 0, 0),
+            (3, 0, 15, 0, 0),
+            (3, 0, 12, 11, 5),
+            (2, 0, 0, 2, 2),
+            (2, 0, 0, 0, 5),
+        ] {
             let a = SysregAccess::from_iss(iss(op0, op1, crn, crm, op2, 0, true));
-            assert_eq!(emulate(&a, 0, &mut s), None, "{a}");
+            assert_eq!(emulate(&a), None, "{a}");
         }
-        // No ISS value panics the decoder.
+        // No ISS value panics the decoder, nor re-encodes differently.
         for i in 0..(1u64 << 16) {
-            let a = SysregAccess::from_iss(i.wrapping_mul(0x9e37_79b9) & 0x1ff_ffff);
-            let _ = emulate(&a, i, &mut s);
+            let raw = i.wrapping_mul(0x9e37_79b9) & 0x1ff_ffff;
+            let a = SysregAccess::from_iss(raw);
+            let _ = emulate(&a);
+            assert_eq!(SysregAccess::from_iss(a.iss()), a);
         }
     }
 }

@@ -64,10 +64,10 @@ mod guest {
     use guest_driver::fault::Caught;
     use guest_driver::gicv3::IntId;
     use guest_driver::hostile::{
-        self, Access, AllAnswered, BadCpuOn, BadIpa, Env, FETCH_TARGET, GICD_CTLR, GICD_RESERVED,
-        GICD_TYPER, HostDevice, LOST_WAKE_UP, Label, Note, Outcome, PL011_FR, PREFIX, Place,
-        RecordCheck, ResultLine, SCRIBBLE_PATTERNS, STORM_LOST_WAKE_UPS_MAX, SmcCall, Storm,
-        Target, Unowned, Via,
+        self, Access, AllAnswered, BREAKPOINT_ADDRESS, BREAKPOINT_CONTROL, BadCpuOn, BadIpa, Env,
+        FETCH_TARGET, GICD_CTLR, GICD_RESERVED, GICD_TYPER, HostDevice, LOST_WAKE_UP, Label, Note,
+        Outcome, PL011_FR, PREFIX, Place, RecordCheck, ResultLine, SCRIBBLE_PATTERNS,
+        STORM_LOST_WAKE_UPS_MAX, SmcCall, Storm, Target, Unowned, Via,
     };
     use guest_driver::mpidr::Mpidr;
     use guest_driver::note;
@@ -111,11 +111,6 @@ mod guest {
     const PMCR_ENABLE_AND_RESET_CYCLES: u64 = 1 << 0 | 1 << 2;
     /// PMCNTENSET_EL0.C: enable the cycle counter.
     const PMCNTENSET_CYCLES: u64 = 1 << 31;
-    /// A breakpoint address in the guest's RAM, and DBGBCR0_EL1 enabling
-    /// it for EL1 (E, PMC = 0b01, BAS = 0b1111). MDSCR_EL1.MDE stays 0, so
-    /// it could not fire even if the write went through.
-    const BREAKPOINT_ADDRESS: u64 = 0x4008_0000;
-    const BREAKPOINT_CONTROL: u64 = 1 | 0b01 << 1 | 0b1111 << 5;
     /// 32-bit words of a PV record.
     const RECORD_WORDS: usize = pvlock::STATE_SIZE / 4;
     const _: () = assert!(pvtime::RECORD_SIZE == pvlock::STATE_SIZE);
@@ -731,6 +726,8 @@ mod guest {
         probes.run(|| write_dbgbvr0(BREAKPOINT_ADDRESS));
         probes.run(|| write_dbgbcr0(BREAKPOINT_CONTROL));
         let read = probes.run(read_dbgbvr0) | probes.run(read_dbgbcr0);
+        probes.run(|| write_dbgbcr0(0));
+        probes.run(|| write_dbgbvr0(0));
         report(
             Label::BreakpointRegisters,
             judged(Label::BreakpointRegisters, &env, probes.first, 0, read),

@@ -13,11 +13,18 @@
 //! | `busy-ms=N` | length of the busy period (10..=10000) | 300 |
 //! | `away-us=N` | observer gap that discards a truth-test window (1..=4000) | calibrated |
 //! | `timeout=S` | seconds to wait for a vCPU (1..=3600) | 60 |
+//! | `expect-virtio=1\|2` | the virtio-mmio transports' Version | 2 |
 //!
 //! What it checks, in order (each check prints `pv-check: <label>: ok` or
 //! `pv-check: <label>: FAILED: <why>`; `guest_driver::pvcheck::labels`
 //! lists them):
 //!
+//! 0. QEMU `virt`'s virtio-mmio window (`guest_driver::virtiocheck`): each
+//!    of the 32 transports at 0x0a000000 reads magic "virt", the Version
+//!    `expect-virtio=` names (2 by default: el2's; 1 on QEMU 7.2's own
+//!    legacy transports), DeviceID 0, VendorID "QEMU", 0 in the other
+//!    registers sampled, and Status still reads 0 after a write; the
+//!    device tree has QEMU's 32 `virtio,mmio` nodes;
 //! 1. the probe finds what the command line says (`pv-check: probe`; the
 //!    directed-yield call comes with every PV-lock variant);
 //!    without any service it says `pv-check: nothing offered`;
@@ -71,9 +78,10 @@ mod guest {
         STEAL_OVERCOMMIT_MIN_PERCENT, Steal, TruthCounts,
     };
     use guest_driver::rt::{self, psci, pv, smp, time};
+    use guest_driver::virtiocheck;
     use pvlock_abi::FunctionId;
     use pvlock_abi::pvlock::{Variant, VcpuState32, anolis, openeuler};
-    use pvlock_abi::smccc;
+    use pvlock_abi::{smccc, virtio_mmio};
     use spin::Once;
 
     guest_driver::entry!(main, secondary_main);
@@ -308,6 +316,7 @@ mod guest {
             settings.expect,
             args.as_str()
         );
+        check_virtio_mmio(&settings.expect);
         check_probe(&settings.expect);
         check_calls(&settings.expect);
         init_this_cpu(0);
@@ -332,6 +341,37 @@ mod guest {
             ));
         }
         println!("{ALL_PASSED}");
+    }
+
+    /// QEMU `virt`'s virtio-mmio window: 32 empty transports of the
+    /// expected Version that ignore writes, and their device-tree nodes
+    /// as QEMU writes them (`guest_driver::virtiocheck`).
+    fn check_virtio_mmio(expect: &Expect) {
+        let transports = Label::VirtioTransports(expect.virtio_version);
+        match rt::mmu::map_device(virtio_mmio::WINDOW_BASE, virtiocheck::WINDOW_BYTES) {
+            Err(e) => fail(transports, format_args!("cannot map the window: {e}")),
+            Ok(()) => {
+                let result = virtiocheck::check_transports(
+                    expect.virtio_version,
+                    // SAFETY: the window is mapped as device memory just
+                    // above; its registers are 32-bit, word aligned.
+                    |address| unsafe { core::ptr::read_volatile(address as *const u32) },
+                    // SAFETY: as for the reads; a write to an empty
+                    // transport is ignored.
+                    |address, value| unsafe {
+                        core::ptr::write_volatile(address as *mut u32, value)
+                    },
+                );
+                match result {
+                    Ok(()) => pass(transports, None),
+                    Err(e) => fail(transports, format_args!("{e}")),
+                }
+            }
+        }
+        match virtiocheck::check_nodes(rt::device_tree_blob()) {
+            Ok(()) => pass(Label::VirtioNodes, None),
+            Err(e) => fail(Label::VirtioNodes, format_args!("{e}")),
+        }
     }
 
     /// Why the command line cannot be used.

@@ -32,7 +32,7 @@
 //! | KVM | vendor Call UID, all four words; KVM_FEATURES (§2) |
 //! | PV-lock, best first | seed-v2, seed-v3, openEuler, Anolis (§3; [`probe`]) |
 //! | stolen time | SMCCC_ARCH_FEATURES(PV_TIME_FEATURES), PV_TIME_FEATURES(PV_TIME_ST) (§4) |
-//! | directed yield | KVM_FEATURES bit 34 and SMCCC_ARCH_FEATURES(PV_SCHED_YIELD_TO) (`pvlock_abi::directed_yield`) |
+//! | directed yield | KVM_FEATURES bit 112 and SMCCC_ARCH_FEATURES(PV_SCHED_YIELD_TO) (`pvlock_abi::directed_yield`) |
 //! | per CPU | the variant's PREEMPTED / IPA_INIT, PV_TIME_ST ([`PvDriver::init_cpu`]) |
 //!
 //! Besides reading the records, the driver sends the two scheduling hints
@@ -250,11 +250,12 @@ impl fmt::Display for PvInfo {
 ///    PV_TIME_FEATURES(PV_TIME_ST) = 0.
 /// 5. Kick: openEuler PV_SCHED_FEATURES(KICK_CPU) = 0; Anolis
 ///    SMCCC_ARCH_FEATURES(PV_QSPINLOCK_FEATURES) = 0.
-/// 6. Directed yield: the vendor is KVM, KVM_FEATURES has bit 34 and
+/// 6. Directed yield: the vendor is KVM, KVM_FEATURES has bit 112 and
 ///    SMCCC_ARCH_FEATURES(PV_SCHED_YIELD_TO) = 0. Both are asked because
-///    mainline reserves bit 34 for pKVM (`pvlock_abi::directed_yield`): a
-///    hypervisor that sets it for another reason does not also answer 0
-///    for this project's function id.
+///    bit 112 is this project's choice, not an upstream assignment
+///    (`pvlock_abi::directed_yield`): a hypervisor that sets it for
+///    another reason does not also answer 0 for this project's function
+///    id.
 pub fn probe(conduit: &impl Conduit) -> PvInfo {
     let smccc_version = smccc_version(conduit);
     if smccc_version < arch::MIN_VERSION_FOR_VENDOR_PROBE {

@@ -119,7 +119,7 @@ impl Fake {
         self
     }
 
-    /// The project's directed yield (bit 34 and SMCCC_ARCH_FEATURES), with
+    /// The project's directed yield (bit 112 and SMCCC_ARCH_FEATURES), with
     /// X0 = `answer` for every target.
     fn directed_yield(mut self, answer: i64) -> Self {
         self.feature_bit(directed_yield::KVM_FEATURES_BIT);
@@ -593,18 +593,20 @@ fn info_is_printed_like_linux() {
     let info = probe(&Fake::kvm().seed_v2().directed_yield(0));
     assert_eq!(
         info.to_string(),
-        "SMCCC 1.1, KVM (features 0x00000000 0x00000000 0x00000004 0x00000001), PV-lock \
+        "SMCCC 1.1, KVM (features 0x00010000 0x00000000 0x00000000 0x00000001), PV-lock \
          seed-v2, no stolen time, no kick, directed yield"
     );
 }
 
 #[test]
-fn directed_yield_needs_kvm_bit_34_and_arch_features() {
+fn directed_yield_needs_kvm_bit_112_and_arch_features() {
     let info = probe(&Fake::kvm().seed_v2().directed_yield(0));
     assert!(info.directed_yield);
-    assert!(info.features.contains(34));
+    assert!(info.features.contains(112));
+    // The retired number's bit (34, pKVM's range) means nothing.
+    assert!(!info.features.contains(34));
 
-    // The bit alone may be pKVM's reserved bit 34: not trusted.
+    // The bit alone may be someone else's use of function 112: not trusted.
     let mut f = Fake::kvm();
     f.feature_bit(directed_yield::KVM_FEATURES_BIT);
     assert!(!probe(&f).directed_yield);
@@ -612,7 +614,7 @@ fn directed_yield_needs_kvm_bit_34_and_arch_features() {
     let mut f = Fake::kvm();
     f.arch_features(directed_yield::PV_SCHED_YIELD_TO);
     assert!(!probe(&f).directed_yield);
-    // A vendor other than KVM: its function 0x22 means something else.
+    // A vendor other than KVM: its function 0x70 means something else.
     let mut f = Fake::kvm().directed_yield(0);
     f.set(kvm::CALL_UID, None, &[0x1234_5678, 1, 2, 3]);
     assert!(!probe(&f).directed_yield);

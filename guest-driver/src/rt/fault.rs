@@ -25,7 +25,16 @@
 //! - at the link register (x30) for an instruction abort, where the fetch
 //!   itself failed and there is no instruction to step over: branch to the
 //!   address under test with `BLR`, and the abort returns as if the code
-//!   there had returned at once.
+//!   there had returned at once;
+//! - at ELR_EL1 itself for a software step exception, which is taken
+//!   after the stepped instruction ran and names the next one, with
+//!   PSTATE.D set (debug exceptions masked): the step state machine is
+//!   active-pending now, so unmasked it would step again at once (Arm
+//!   ARM D2 "Software Step exceptions"). The code clears MDSCR_EL1.SS
+//!   before it unmasks them.
+//!
+//! A breakpoint or watchpoint exception resumes after the instruction,
+//! which then has not run (nor made its access).
 //!
 //! The provoking code must expect the instruction to have had no effect:
 //! a load that aborts leaves its destination register as it was.
@@ -36,12 +45,15 @@ use super::exceptions::Frame;
 use super::percpu;
 pub use crate::fault::Caught;
 use crate::fault::Vector;
-use aarch64_cpu::registers::ESR_EL1;
+use aarch64_cpu::registers::{ESR_EL1, SPSR_EL1};
 use tock_registers::LocalRegisterCopy;
 
 /// Bytes of an A64 instruction: how far a caught exception's return
 /// address moves to step over the instruction that raised it.
 const INSTRUCTION_BYTES: u64 = 4;
+
+/// SPSR_EL1.D: debug exceptions masked.
+const SPSR_DEBUG_MASKED: u64 = SPSR_EL1::D::Masked.value;
 
 /// The general-purpose register holding the return address of a `BLR`.
 const LINK_REGISTER: usize = 30;
@@ -114,9 +126,10 @@ pub(super) fn catch(frame: &mut Frame, vector: Vector) -> bool {
     slot.elr.store(frame.elr, Ordering::Relaxed);
     slot.state.store(CAUGHT, Ordering::Relaxed);
     let syndrome: LocalRegisterCopy<u64, ESR_EL1::Register> = LocalRegisterCopy::new(frame.esr);
-    frame.elr = match syndrome.read_as_enum(ESR_EL1::EC) {
-        Some(ESR_EL1::EC::Value::InstrAbortCurrentEL) => frame.x[LINK_REGISTER],
-        _ => frame.elr.wrapping_add(INSTRUCTION_BYTES),
-    };
+    match syndrome.read_as_enum(ESR_EL1::EC) {
+        Some(ESR_EL1::EC::Value::InstrAbortCurrentEL) => frame.elr = frame.x[LINK_REGISTER],
+        Some(ESR_EL1::EC::Value::SoftwareStepCurrentEL) => frame.spsr |= SPSR_DEBUG_MASKED,
+        _ => frame.elr = frame.elr.wrapping_add(INSTRUCTION_BYTES),
+    }
     true
 }

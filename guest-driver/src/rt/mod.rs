@@ -80,6 +80,16 @@ fn machine_if_ready() -> Option<&'static GuestMachine<'static>> {
     MACHINE.get()
 }
 
+/// The device tree the guest booted with, as bytes (for a check that
+/// reads more of it than [`machine`] keeps).
+pub fn device_tree_blob() -> &'static [u8] {
+    let dtb = machine().dtb;
+    // SAFETY: `primary_start` parsed exactly these bytes as the tree, whose
+    // contract is that they stay readable and unchanged for the guest's
+    // life (in RAM, or mapped read-only by `mmu::build`).
+    unsafe { core::slice::from_raw_parts(dtb.start as *const u8, dtb.size as usize) }
+}
+
 /// The guest's command line (`/chosen/bootargs`).
 pub fn bootargs() -> crate::bootargs::BootArgs<'static> {
     crate::bootargs::BootArgs::new(machine().bootargs)

@@ -66,7 +66,7 @@
 //!   read-modify-write against other CPUs; the accessors use one anyway
 //!   (an interrupt on the same CPU may take a lock in between).
 //! - Hypervisors that honour the hint advertise the directed-yield call
-//!   ([`crate::directed_yield`], KVM_FEATURES bit 34).
+//!   ([`crate::directed_yield`], KVM_FEATURES bit 112).
 
 use core::fmt;
 use core::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};

@@ -10,6 +10,7 @@
 use core::fmt;
 
 pub mod pl011;
+pub mod virtio_mmio;
 
 /// An access a device model refuses. The caller injects a synchronous
 /// external abort into the guest and does not advance its PC, as a real

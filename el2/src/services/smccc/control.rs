@@ -1,5 +1,5 @@
 //! The control-VM call PVLOCK_SET_WFX_POLICY (this project's vendor call
-//! `0xC6000023`; `pvlock_abi::control`, seed 002's per-vCPU exit control).
+//! `0xC6000071`; `pvlock_abi::control`, seed 002's per-vCPU exit control).
 
 use platform::TrapPolicy;
 use pvlock_abi::control::{ALL_VCPUS, IDS, INVALID, KVM_FEATURES_BIT, PVLOCK_SET_WFX_POLICY, SET};
@@ -18,13 +18,13 @@ use crate::vcpu::VmId;
 ///
 /// | call | answer |
 /// |---|---|
-/// | `0xC6000023`(X1 = VM, X2 = vCPU or [`ALL_VCPUS`], X3 = policy code) | X0 = 0 ([`SET`]) and [`Next::SetWfxPolicy`] |
+/// | `0xC6000071`(X1 = VM, X2 = vCPU or [`ALL_VCPUS`], X3 = policy code) | X0 = 0 ([`SET`]) and [`Next::SetWfxPolicy`] |
 /// | ... X1 names no VM ([`super::VmView::vm_vcpu_count`] is `None`; all 64 bits count) | -3 ([`INVALID`]), no action |
 /// | ... X2 neither [`ALL_VCPUS`] nor below that VM's vCPU count | -3, no action |
 /// | ... X3 not a policy code ([`TrapPolicy::from_abi`]) | -3, no action |
 ///
-/// X1..X3 are zeroed. SMCCC_ARCH_FEATURES(`0xC6000023`) answers 0 and the
-/// service sets KVM_FEATURES bit 35 ([`KVM_FEATURES_BIT`]). The target may
+/// X1..X3 are zeroed. SMCCC_ARCH_FEATURES(`0xC6000071`) answers 0 and the
+/// service sets KVM_FEATURES bit 113 ([`KVM_FEATURES_BIT`]). The target may
 /// be the caller's own VM, or the calling vCPU itself.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ControlService;
@@ -93,7 +93,9 @@ mod tests {
     use pvlock_abi::pvlock::Variant;
 
     /// ABI literals: the id, SMCCC_ARCH_FEATURES, KVM_FEATURES.
-    const SET_WFX_POLICY: u64 = 0xC600_0023;
+    const SET_WFX_POLICY: u64 = 0xC600_0071;
+    /// Its number before it left pKVM's reserved range: retired.
+    const RETIRED_SET_WFX_POLICY: u64 = 0xC600_0023;
     const ARCH_FEATURES: u64 = 0x8000_0001;
     const KVM_FEATURES: u64 = 0x8600_0000;
     const NOT_SUPPORTED: u64 = u64::MAX;
@@ -219,7 +221,11 @@ mod tests {
             u64::from(control::PVLOCK_SET_WFX_POLICY.raw()),
             SET_WFX_POLICY
         );
-        assert_eq!(func::PVLOCK_SET_WFX_POLICY, 35);
+        assert_eq!(func::PVLOCK_SET_WFX_POLICY, 113);
+        assert_eq!(
+            u64::from(control::RETIRED_PVLOCK_SET_WFX_POLICY.raw()),
+            RETIRED_SET_WFX_POLICY
+        );
         assert_eq!(control::ALL_VCPUS, u64::MAX);
         assert_eq!(
             [control::WFE_AUTO, control::WFE_TRAP, control::WFE_NOTRAP],
@@ -228,10 +234,10 @@ mod tests {
     }
 
     /// Not a control VM: the call is indistinguishable from an id nobody
-    /// implements (0xC6000024), on every PV configuration.
+    /// implements (0xC6000072), on every PV configuration.
     #[test]
     fn only_control_vms_have_the_call() {
-        let unknown = 0xC600_0024;
+        let unknown = 0xC600_0072;
         let view = machine();
         for pv in PvConfig::every_valid() {
             let plain = table(pv, false);
@@ -265,8 +271,20 @@ mod tests {
             );
             let words = call(&ctl, &view, KVM_FEATURES, &[]).0;
             let plain_words = call(&plain, &view, KVM_FEATURES, &[]).0;
-            assert_eq!(words[1], plain_words[1] | 1 << 3, "bit 35");
-            assert_eq!((words[0], words[2], words[3]), (plain_words[0], 0, 0));
+            assert_eq!(words[3], plain_words[3] | 1 << (113 - 96), "bit 113");
+            assert_eq!(words[..3], plain_words[..3]);
+            // The retired number is nobody's, on a control VM too.
+            for args in [[0, control::ALL_VCPUS, 1], [9, 9, 9]] {
+                assert_eq!(
+                    call(&ctl, &view, RETIRED_SET_WFX_POLICY, &args),
+                    call(&ctl, &view, unknown, &args)
+                );
+            }
+            assert_eq!(
+                call(&ctl, &view, ARCH_FEATURES, &[RETIRED_SET_WFX_POLICY]).0[0],
+                NOT_SUPPORTED
+            );
+            assert!(!ctl.kvm_features().contains(35));
         }
     }
 

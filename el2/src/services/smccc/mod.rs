@@ -72,13 +72,15 @@
 //! | `pv-lock` seed-v3 | `0x86000001` (PV_LOCK) | 1 | — |
 //! | `pv-lock` openEuler | `0xC5000090..=0xC5000093` | — | `0xC5000090` |
 //! | `pv-lock` Anolis | `0xC60000B0..=0xC60000B2`, `0xC50000B3` | — | `0xC60000B0`, `0xC60000B2` |
-//! | `pv-lock` (any variant) | `0xC6000022` (PV_SCHED_YIELD_TO) | 34 | `0xC6000022` |
+//! | `pv-lock` (any variant) | `0xC6000070` (PV_SCHED_YIELD_TO) | 112 | `0xC6000070` |
 //! | `pv-time` | `0xC5000020`, `0xC5000021` | — | `0xC5000020` |
-//! | `control = "on"` | `0xC6000023` (PVLOCK_SET_WFX_POLICY) | 35 | `0xC6000023` |
+//! | `control = "on"` | `0xC6000071` (PVLOCK_SET_WFX_POLICY) | 113 | `0xC6000071` |
 //!
 //! Everything else a VM did not enable answers NOT_SUPPORTED — on a VM
 //! that is not a control VM, PVLOCK_SET_WFX_POLICY looks exactly like an
-//! id nobody implements.
+//! id nobody implements. So do the two calls' retired numbers,
+//! `0xC6000022` and `0xC6000023` (bits 34 and 35, inside pKVM's reserved
+//! range), on every VM.
 
 pub mod arch;
 pub mod constants;

@@ -44,7 +44,11 @@ mod abi {
     pub const PV_TIME_FEATURES: u32 = 0xC5000020;
     pub const PV_TIME_ST: u32 = 0xC5000021;
     /// The project's directed-yield call (pvlock_abi::directed_yield).
-    pub const YIELD_TO: u32 = 0xC6000022;
+    pub const YIELD_TO: u32 = 0xC6000070;
+    /// Its number until it left pKVM's reserved range: retired.
+    pub const RETIRED_YIELD_TO: u32 = 0xC6000022;
+    /// The control call's retired number (its new one is control.rs's).
+    pub const RETIRED_SET_WFX_POLICY: u32 = 0xC6000023;
     pub const ARCH_FEATURES: u32 = 0x80000001;
     pub const UID_WORDS: [u64; 4] = [0xb66fb428, 0xe911c52e, 0x564bcaa9, 0x743a004d];
 
@@ -85,6 +89,14 @@ fn abi_literals_are_the_constants_used() {
     assert_eq!(pvtime::PV_TIME_FEATURES.raw(), abi::PV_TIME_FEATURES);
     assert_eq!(pvtime::PV_TIME_ST.raw(), abi::PV_TIME_ST);
     assert_eq!(directed_yield::PV_SCHED_YIELD_TO.raw(), abi::YIELD_TO);
+    assert_eq!(
+        directed_yield::RETIRED_PV_SCHED_YIELD_TO.raw(),
+        abi::RETIRED_YIELD_TO
+    );
+    assert_eq!(
+        pvlock_abi::control::RETIRED_PVLOCK_SET_WFX_POLICY.raw(),
+        abi::RETIRED_SET_WFX_POLICY
+    );
     assert_eq!(abi_arch::SMCCC_ARCH_FEATURES.raw(), abi::ARCH_FEATURES);
     assert_eq!(kvm::UID_REGS, abi::UID_WORDS);
     // docs/abi.md §2 bit numbers: 0 FEATURES, 1 PTP (= seed-v3); the project's
@@ -92,7 +104,7 @@ fn abi_literals_are_the_constants_used() {
     assert_eq!((func::FEATURES, func::PTP), (0, 1));
     assert_eq!(seed_v3::KVM_FEATURES_BIT, 1);
     assert_eq!((func::PV_LOCK_FEATURES, func::PV_LOCK_PREEMPTED), (32, 33));
-    assert_eq!(func::PV_SCHED_YIELD_TO, 34);
+    assert_eq!(func::PV_SCHED_YIELD_TO, 112);
     let mut every: Vec<u32> = Variant::ALL
         .iter()
         .flat_map(|v| v.function_ids())
@@ -257,24 +269,28 @@ fn call_uid_is_kvm_s_on_every_vm() {
 fn kvm_features_bitmap_per_vm() {
     let words = |vm: &Vm, view: &FakeVm| call_from(&vm.table, view, 0, abi::KVM_FEATURES, &[]).0;
     // docs/abi.md §2 / project bits: nothing -> bit 0; seed-v2 -> 0, 32, 33;
-    // seed-v3 -> 0, 1; PTP -> 0, 1; every PV-lock variant -> 34 (the
-    // directed-yield call).
+    // seed-v3 -> 0, 1; PTP -> 0, 1; every PV-lock variant -> 112 (the
+    // directed-yield call, bit 16 of W3); never the retired 34 or 35.
+    const YIELD: u64 = 1 << (112 - 96);
     assert_eq!(words(&vm_with(None, false, false), &CLOCK), [0b1, 0, 0, 0]);
-    assert_eq!(words(&lock_vm(Variant::SeedV2), &CLOCK), [0b1, 0b111, 0, 0]);
+    assert_eq!(
+        words(&lock_vm(Variant::SeedV2), &CLOCK),
+        [0b1, 0b11, 0, YIELD]
+    );
     assert_eq!(
         words(&lock_vm(Variant::SeedV3), &CLOCK),
-        [0b11, 0b100, 0, 0]
+        [0b11, 0, 0, YIELD]
     );
     assert_eq!(words(&vm_with(None, false, true), &CLOCK), [0b11, 0, 0, 0]);
     assert_eq!(
         words(&lock_vm(Variant::OpenEuler), &CLOCK),
-        [0b1, 0b100, 0, 0]
+        [0b1, 0, 0, YIELD]
     );
-    assert_eq!(words(&lock_vm(Variant::Anolis), &CLOCK), [0b1, 0b100, 0, 0]);
+    assert_eq!(words(&lock_vm(Variant::Anolis), &CLOCK), [0b1, 0, 0, YIELD]);
     assert_eq!(words(&vm_with(None, true, false), &CLOCK), [0b1, 0, 0, 0]);
     assert_eq!(
         words(&vm_with(Some(Variant::SeedV2), true, true), &CLOCK),
-        [0b11, 0b111, 0, 0]
+        [0b11, 0b11, 0, YIELD]
     );
     // The answer is the table's, which agrees with the constants.
     let seed_v2 = lock_vm(Variant::SeedV2);
@@ -289,7 +305,7 @@ fn kvm_features_bitmap_per_vm() {
     assert_eq!(words(&vm_with(None, true, true), &no_clock), [0b1, 0, 0, 0]);
     assert_eq!(
         words(&lock_vm(Variant::SeedV3), &no_clock),
-        [0b11, 0b100, 0, 0]
+        [0b11, 0, 0, YIELD]
     );
 }
 
@@ -867,6 +883,36 @@ fn pv_sched_yield_to() {
         );
         assert_eq!(arch_features(&vm, abi::YIELD_TO), NOT_SUPPORTED);
         assert!(!vm.table.kvm_features().contains(func::PV_SCHED_YIELD_TO));
+    }
+}
+
+/// The project's calls' old numbers, inside pKVM's reserved range (0x22
+/// and 0x23, bits 34 and 35), are retired: on every VM configuration, the
+/// one that has the directed-yield call included, each answers -1 like an
+/// id nobody implements, SMCCC_ARCH_FEATURES says -1, and KVM_FEATURES
+/// has neither bit.
+#[test]
+fn the_retired_numbers_answer_not_supported() {
+    let unknown = 0xC600_0024;
+    for config in PvConfig::every_valid() {
+        let vm = vm_with(config.lock, config.steal_time, config.ptp);
+        for retired in [abi::RETIRED_YIELD_TO, abi::RETIRED_SET_WFX_POLICY] {
+            for args in [[1, 0, 0], [0, u64::MAX, 1]] {
+                let answer = call_from(&vm.table, &CLOCK, 0, retired, &args);
+                assert_eq!(
+                    answer,
+                    ([NOT_SUPPORTED, 0, 0, 0], Next::Resume),
+                    "{config:?} {retired:#x}"
+                );
+                assert_eq!(answer, call_from(&vm.table, &CLOCK, 0, unknown, &args));
+            }
+            assert_eq!(arch_features(&vm, retired), NOT_SUPPORTED, "{config:?}");
+        }
+        let features = vm.table.kvm_features();
+        assert!(
+            !features.contains(34) && !features.contains(35),
+            "{config:?}"
+        );
     }
 }
 

@@ -1,5 +1,5 @@
 //! The directed-yield hypercall PV_SCHED_YIELD_TO (this project's vendor
-//! call `0xC6000022`; `pvlock_abi::directed_yield`, docs/abi.md §6).
+//! call `0xC6000070`; `pvlock_abi::directed_yield`, docs/abi.md §6).
 
 use pvlock_abi::directed_yield::{
     IDS, KVM_FEATURES_BIT, NOT_YIELDED, PV_SCHED_YIELD_TO, TO_SELF, UNKNOWN_VCPU,
@@ -17,12 +17,12 @@ use crate::vcpu::VcpuId;
 ///
 /// | call | answer |
 /// |---|---|
-/// | `0xC6000022` PV_SCHED_YIELD_TO(X1 = target vCPU index) | X0 = 1 ([`NOT_YIELDED`]) and [`Next::YieldTo`]; the runner (`el2::run`) rewrites X0 to 0 ([`pvlock_abi::directed_yield::YIELDED`]) if the yield happens |
+/// | `0xC6000070` PV_SCHED_YIELD_TO(X1 = target vCPU index) | X0 = 1 ([`NOT_YIELDED`]) and [`Next::YieldTo`]; the runner (`el2::run`) rewrites X0 to 0 ([`pvlock_abi::directed_yield::YIELDED`]) if the yield happens |
 /// | ... X1 = the caller's own index | -3 ([`TO_SELF`], INVALID_PARAMETER), no action |
 /// | ... X1 not a vCPU of the VM (all 64 bits count: SMC64) | -1 ([`UNKNOWN_VCPU`], NOT_SUPPORTED), no action |
 ///
-/// X1..X3 are zeroed. SMCCC_ARCH_FEATURES(`0xC6000022`) answers 0 and the
-/// service sets KVM_FEATURES bit 34 ([`KVM_FEATURES_BIT`]).
+/// X1..X3 are zeroed. SMCCC_ARCH_FEATURES(`0xC6000070`) answers 0 and the
+/// service sets KVM_FEATURES bit 112 ([`KVM_FEATURES_BIT`]).
 ///
 /// X0 is "not yielded" until the yield has really happened, so whatever
 /// the runner (`el2::run`) does not get to do, the guest is never told it yielded

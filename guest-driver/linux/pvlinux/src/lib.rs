@@ -2,7 +2,7 @@
 //! hypervisor's Linux guests, and what `cargo xtask` needs to read their
 //! results.
 //!
-//! The program (`src/main.rs`) has four subcommands:
+//! The program (`src/main.rs`) has these subcommands:
 //!
 //! | subcommand | checks |
 //! |---|---|
@@ -10,6 +10,8 @@
 //! | `stress` | the guest kernel's PV qspinlock slow path (halt and kick) loses no wake-up under contention |
 //! | `hotplug` | a CPU taken offline unregisters its PV-lock record and registers it again when back |
 //! | `bench` | UnixBench-like throughput under overcommit ([`suite`]) |
+//! | `kexec` | reboots into another kernel without the hypervisor, for the release checks |
+//! | `ptp` | reads a PTP clock (`ptp_kvm`) between two reads of the virtual counter |
 //!
 //! Every line it prints starts with [`lines::PREFIX`]; the result lines
 //! are typed in [`lines`]. It exits with [`EXIT_PASS`], [`EXIT_FAIL`]

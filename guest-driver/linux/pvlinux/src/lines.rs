@@ -22,6 +22,7 @@
 //! | `pvlinux: bench test=spawn copies=2 ops=1000 seconds=0.100000 ops_per_sec=10000.0` | [`BenchResult`] |
 //! | `pvlinux: bench failed test=spawn error=fork: Resource temporarily unavailable` | [`BenchFailed`] |
 //! | `pvlinux: bench done` | [`BenchDone`] |
+//! | `pvlinux: ptp read=1 counter_before=1000 counter_after=1100 clock_ns=1795996800000016000` | [`PtpRead`] |
 
 use std::fmt;
 use std::str::FromStr;
@@ -619,6 +620,44 @@ impl BenchDone {
     }
 }
 
+/// One reading of a PTP clock by `ptp`, between two reads of the virtual
+/// counter (CNTVCT_EL0): the clock's time belongs to a counter value in
+/// `counter_before..=counter_after`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PtpRead {
+    /// The reading's number, from 1.
+    pub read: u32,
+    /// The virtual counter just before the clock was read.
+    pub counter_before: u64,
+    /// The virtual counter just after.
+    pub counter_after: u64,
+    /// The clock's time, in nanoseconds since the Unix epoch.
+    pub clock_ns: u64,
+}
+
+impl fmt::Display for PtpRead {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{PREFIX}ptp read={} counter_before={} counter_after={} clock_ns={}",
+            self.read, self.counter_before, self.counter_after, self.clock_ns
+        )
+    }
+}
+
+impl PtpRead {
+    /// Reads a line this type wrote.
+    pub fn parse(line: &str) -> Option<Self> {
+        let fields = Fields::of(line, "ptp")?;
+        Some(Self {
+            read: fields.get("read")?,
+            counter_before: fields.get("counter_before")?,
+            counter_after: fields.get("counter_after")?,
+            clock_ns: fields.get("clock_ns")?,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -650,6 +689,7 @@ mod tests {
             BenchResult::parse(line).is_some(),
             BenchFailed::parse(line).is_some(),
             BenchDone::parse(line).is_some(),
+            PtpRead::parse(line).is_some(),
         ]
         .into_iter()
         .filter(|parsed| *parsed)
@@ -922,5 +962,20 @@ mod tests {
             assert_eq!(BenchDone::parse(line), None, "{line}");
             assert_eq!(StressSummary::parse(line), None, "{line}");
         }
+    }
+
+    #[test]
+    fn ptp_lines() {
+        round_trip(
+            PtpRead {
+                read: 3,
+                counter_before: 123_456_789,
+                counter_after: 123_457_000,
+                clock_ns: 1_795_996_800_000_016_000,
+            },
+            "pvlinux: ptp read=3 counter_before=123456789 counter_after=123457000 \
+             clock_ns=1795996800000016000",
+            PtpRead::parse,
+        );
     }
 }

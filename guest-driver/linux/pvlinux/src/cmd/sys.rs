@@ -277,3 +277,52 @@ pub fn reboot_into_loaded_kernel() -> io::Error {
     }
     io::Error::last_os_error()
 }
+
+/// The dynamic clock id of the POSIX clock behind the open character
+/// device `device` (a PTP clock's `/dev/ptpN`): Linux's `FD_TO_CLOCKID`,
+/// `(~fd << 3) | CLOCKFD` with `CLOCKFD` = 3 (include/linux/posix-timers.h).
+fn clock_id_of(device: &File) -> libc::clockid_t {
+    use std::os::fd::AsRawFd;
+    const CLOCKFD: libc::clockid_t = 3;
+    ((!device.as_raw_fd()) << 3) | CLOCKFD
+}
+
+/// The time of the POSIX clock behind `device` in nanoseconds since the
+/// epoch (clock_gettime(2) on its dynamic clock id).
+pub fn device_clock_ns(device: &File) -> io::Result<u64> {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a live timespec for clock_gettime to fill; the
+    // clock id names `device`, which the caller keeps open for the call.
+    check(unsafe { libc::clock_gettime(clock_id_of(device), &mut now) })?;
+    let secs = u64::try_from(now.tv_sec)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "a time before the epoch"))?;
+    Ok(secs * 1_000_000_000 + now.tv_nsec as u64)
+}
+
+/// The virtual counter, CNTVCT_EL0 (Linux lets user space read it:
+/// CNTKCTL_EL1.EL0VCTEN), after an ISB so that the read is not taken early
+/// (Arm ARM D12.1.2, "reads of CNTVCT_EL0 can occur speculatively").
+#[cfg(target_arch = "aarch64")]
+pub fn virtual_counter() -> Option<u64> {
+    let counter: u64;
+    // SAFETY: an ISB and an MRS of a register EL0 may read: no memory
+    // access, no other register written.
+    unsafe {
+        core::arch::asm!(
+            "isb",
+            "mrs {counter}, cntvct_el0",
+            counter = out(reg) counter,
+            options(nomem, nostack, preserves_flags)
+        );
+    }
+    Some(counter)
+}
+
+/// No architected counter to read off arm64.
+#[cfg(not(target_arch = "aarch64"))]
+pub fn virtual_counter() -> Option<u64> {
+    None
+}
