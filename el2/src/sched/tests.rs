@@ -1322,6 +1322,36 @@ fn a_sibling_preempts_later_unless_the_running_vcpu_is_cpu_bound() {
 }
 
 #[test]
+fn a_woken_vcpu_preempts_where_it_waits_least() {
+    // Two pCPUs, one VM: `s` computes on pCPU 1 from the start; `b` ran
+    // briefly on pCPU 0 and blocked; `a` ran half a slice there, blocked,
+    // and is back running on pCPU 0 when it wakes `b`, whose home is
+    // pCPU 0.
+    let (b, s_, a) = (vcpu(0, 0), vcpu(0, 1), vcpu(0, 2));
+    let mut s = scheduler(2, &[3]);
+    assert_eq!(s.pick_next(0, 0), Some(b));
+    assert_eq!(s.pick_next(1, 0), Some(s_));
+    let _ = s.put(b, 0, 10, PutReason::Wfi { deadline: None });
+    assert_eq!(s.pick_next(0, 10), Some(a));
+    let blocked = 10 + SLICE / 2;
+    let _ = s.put(a, 0, blocked, PutReason::Wfi { deadline: None });
+    let back = blocked + 100;
+    let _ = s.wake(a, back);
+    assert_eq!(s.pick_next(0, back), Some(a));
+    // On pCPU 0 `b` would wait out its sibling's longer minimum run; `s`
+    // has run past any minimum: `b` preempts `s`, at once.
+    let now = back + 1;
+    assert_eq!(s.wake(b, now), Ok(Wakeup::Preempting { pcpu: 1 }));
+    assert_eq!(s.slice_end(s_), Some(now));
+    assert_eq!(s.slice_end(a), Some(back + SLICE));
+    assert_eq!(
+        s.put(s_, 1, now, PutReason::SliceExpired),
+        Ok(PutOutcome::Requeued)
+    );
+    assert_eq!(s.pick_next(1, now), Some(b));
+}
+
+#[test]
 fn a_woken_vcpu_runs_on_the_first_pcpu_that_switches() {
     // Two pCPUs, one VM of four vCPUs: `w` runs briefly and blocks; the
     // other three compute. `w` is woken on pCPU 1 while both pCPUs run
