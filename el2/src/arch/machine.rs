@@ -71,6 +71,10 @@ impl Machine for Hardware {
     }
 
     fn load_pmu(&mut self, registers: &PmuRegisters, features: PmuFeatures) {
+        // Enabled whatever happened to it meanwhile (a stale overflow of
+        // the vCPU put last, taken while this pCPU idled, disabled it):
+        // an overflow of this vCPU must reach it.
+        irq::enable_pmu_interrupt();
         pmu::load(registers, features);
     }
 

@@ -204,7 +204,8 @@ pub trait Machine {
     /// first `features.counters` event counters and types, the cycle
     /// counter and its filter, the enables, interrupt enables and
     /// overflow flags, PMSELR_EL0, PMUSERENR_EL0 and, last, PMCR_EL0; then
-    /// stops trapping the guest's PMU accesses (MDCR_EL2.TPM, TPMCR).
+    /// stops trapping the guest's PMU accesses (MDCR_EL2.TPM, TPMCR). The
+    /// PMU interrupt is enabled.
     fn load_pmu(&mut self, registers: &PmuRegisters, features: PmuFeatures);
     /// Stops the running vCPU's counters, saves its PMU registers into
     /// `registers`, leaves the PMU disabled (no counter enabled, no
