@@ -100,7 +100,7 @@ struct Built {
 fn build(config: &VmConfig) -> Result<Built, String> {
     let text = |e: VmError| e.to_string();
     let layout = plan(config, &[]).map_err(text)?;
-    let dtb = dt::build(config, &layout, 0).map_err(text)?;
+    let dtb = dt::build(config, &layout, 0, true).map_err(text)?;
     let services = VmServices::from_config(config);
     let vcpus = u16::try_from(layout.vcpus).map_err(|e| e.to_string())?;
     let pv =
@@ -113,7 +113,7 @@ fn build(config: &VmConfig) -> Result<Built, String> {
     spin.set_boost(config.boost);
     let wfx = WfxPolicies::from_config(config);
     // What a reset rebuilds.
-    let reset_dtb = dt::build(config, &layout, 1).map_err(text)?;
+    let reset_dtb = dt::build(config, &layout, 1, true).map_err(text)?;
     Ok(Built {
         config: config.clone(),
         layout,

@@ -170,6 +170,10 @@ pub struct GuestMachine<'dt> {
     pub virtual_timer_irq: Option<IntId>,
     /// The console UART's interrupt, if the GICv3 is its interrupt parent.
     pub uart_irq: Option<IntId>,
+    /// The PMU's overflow interrupt: the `arm,armv8-pmuv3` node's first
+    /// `interrupts` entry (perf/arm,pmu.yaml), if the GICv3 is its
+    /// interrupt parent.
+    pub pmu_irq: Option<IntId>,
 }
 
 impl<'dt> GuestMachine<'dt> {
@@ -201,6 +205,7 @@ impl<'dt> GuestMachine<'dt> {
             gic: None,
             virtual_timer_irq: None,
             uart_irq: None,
+            pmu_irq: None,
         };
         machine.read_memory(&fdt)?;
         machine.read_reserved(&fdt)?;
@@ -504,6 +509,9 @@ impl<'dt> GuestMachine<'dt> {
             .find_compatible(&["arm,armv8-timer", "arm,armv7-timer"])
             .and_then(|timer| interrupt(&timer, TIMER_VIRTUAL_INDEX));
         self.uart_irq = console_node(fdt).and_then(|uart| interrupt(&uart, 0));
+        self.pmu_irq = fdt
+            .find_compatible(&["arm,armv8-pmuv3"])
+            .and_then(|pmu| interrupt(&pmu, 0));
         Ok(())
     }
 }
@@ -687,7 +695,10 @@ mod tests {
         );
         assert_eq!(qemu.virtual_timer_irq, Some(IntId::from_raw(27)));
         assert_eq!(qemu.uart_irq, Some(IntId::from_raw(33)));
+        assert_eq!(qemu.pmu_irq, Some(IntId::from_raw(23)));
         let vm = GuestMachine::parse(VM, 0, Mpidr::from_raw(0)).unwrap();
+        // A tree el2 wrote before it offered the PMU.
+        assert_eq!(vm.pmu_irq, None);
         assert_eq!(
             vm.gic.unwrap().redistributor_regions(),
             [MemRange::new(0x080a_0000, 8 * 0x2_0000)]

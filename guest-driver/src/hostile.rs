@@ -50,6 +50,10 @@ pub const PREFIX: &str = "hostile:";
 
 // ---- Addresses ---------------------------------------------------------------
 
+/// What the guest enables in its PMU and reads back: PMCR_EL0.E (bit 0)
+/// and PMCNTENSET_EL0.C (bit 31, the cycle counter).
+pub const PMU_ENABLES_WRITTEN: u64 = 1 | 1 << 31;
+
 /// The breakpoint the guest writes (DBGBVR0_EL1, an address in its RAM)
 /// and its control (DBGBCR0_EL1: enabled at EL1, PMC 0b01, BAS 0b1111).
 /// MDSCR_EL1.MDE stays clear, so it cannot fire.
@@ -414,7 +418,7 @@ impl Label {
             }
             Label::GicdReadOnlyWrite => write!(f, "write to the read-only GICD_TYPER ignored"),
             Label::GicdLoadPair => write!(f, "load pair from GICD_CTLR (no syndrome)"),
-            Label::PmuRegisters => write!(f, "PMU registers read as zero after writes"),
+            Label::PmuRegisters => write!(f, "PMU registers are the vCPU's own"),
             Label::BreakpointRegisters => {
                 write!(f, "breakpoint registers read back what was written")
             }
@@ -913,7 +917,10 @@ impl Label {
                 write: true,
             },
             Label::PhysicalTimer(_) | Label::El2Register => Expected::Undefined,
-            Label::GicdReserved | Label::PmuRegisters => Expected::Reads(0),
+            Label::GicdReserved => Expected::Reads(0),
+            // PMCR_EL0.E and PMCNTENSET_EL0.C as written (the guest reads
+            // back only those bits).
+            Label::PmuRegisters => Expected::Reads(PMU_ENABLES_WRITTEN),
             // The vCPU's own breakpoint 0 (DBGBVR0_EL1 | DBGBCR0_EL1).
             Label::BreakpointRegisters => Expected::Reads(BREAKPOINT_ADDRESS | BREAKPOINT_CONTROL),
             _ => return None,
@@ -1080,10 +1087,11 @@ pub fn judge_os_lock(caught: Option<Caught>, at_reset: u64, unlocked: u64, locke
     }
 }
 
-/// Judges the ID registers a VM reads: the PMU, SPE, the trace units, SVE,
-/// the activity monitors, MPAM, SME and MTE hidden (docs/vms.md: "read as
-/// the hardware's with the features a VM does not get hidden").
-pub fn judge_id_registers(dfr0: u64, pfr0: u64, pfr1: u64) -> Outcome {
+/// Judges the ID registers a VM reads: SPE, the trace units, SVE, the
+/// activity monitors, MPAM, SME and MTE hidden (docs/vms.md: "read as the
+/// hardware's with the features a VM does not get hidden"), and a PMUv3
+/// shown exactly when the VM's device tree has a PMU node (`pmu_in_dt`).
+pub fn judge_id_registers(dfr0: u64, pfr0: u64, pfr1: u64, pmu_in_dt: bool) -> Outcome {
     let dfr0: LocalRegisterCopy<u64, ID_AA64DFR0_EL1::Register> = LocalRegisterCopy::new(dfr0);
     let pfr0_named: LocalRegisterCopy<u64, ID_AA64PFR0_EL1::Register> =
         LocalRegisterCopy::new(pfr0);
@@ -1093,8 +1101,17 @@ pub fn judge_id_registers(dfr0: u64, pfr0: u64, pfr1: u64) -> Outcome {
         LocalRegisterCopy::new(pfr1);
     let pfr1_more: LocalRegisterCopy<u64, ID_AA64PFR1_MORE::Register> =
         LocalRegisterCopy::new(pfr1);
+    let pmu_version = dfr0.read(ID_AA64DFR0_EL1::PMUVer);
+    // PMUv3 (1), or v3p1 (4) to v3p9 (9); 0xf is an IMPLEMENTATION
+    // DEFINED PMU.
+    let pmuv3 = pmu_version == 1 || (4..=9).contains(&pmu_version);
+    if pmuv3 != pmu_in_dt || (pmu_version != 0 && !pmuv3) {
+        return Outcome::failed(note!(
+            "ID_AA64DFR0_EL1.PMUVer is {pmu_version}, but the device tree has {} PMU node",
+            if pmu_in_dt { "a" } else { "no" }
+        ));
+    }
     let fields = [
-        ("ID_AA64DFR0_EL1.PMUVer", dfr0.read(ID_AA64DFR0_EL1::PMUVer)),
         ("ID_AA64DFR0_EL1.PMSVer", dfr0.read(ID_AA64DFR0_EL1::PMSVer)),
         (
             "ID_AA64DFR0_EL1.TraceFilt",

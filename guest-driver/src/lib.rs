@@ -8,7 +8,7 @@
 //! ([`lock`]); a polling GICv3 driver ([`gicv3`]); and the test guests,
 //! `src/bin/smp-demo.rs`, `src/bin/pv-check.rs`, `src/bin/lockbench.rs`,
 //! `src/bin/irq-check.rs`, `src/bin/level-check.rs`,
-//! `src/bin/debug-check.rs` and `src/bin/hostile.rs`.
+//! `src/bin/debug-check.rs`, `src/bin/pmu-check.rs` and `src/bin/hostile.rs`.
 //!
 //! | module | what | where it runs |
 //! |---|---|---|
@@ -25,6 +25,7 @@
 //! | [`pvcheck`] | pv-check's expectations, documented answers and console lines (xtask judges by them) | guests, host (xtask) |
 //! | [`lockbench`] | lockbench's settings, workload and console lines (xtask judges by them) | guests, host (xtask) |
 //! | [`debugcheck`] | debug-check's breakpoint, watchpoint and step register values, syndrome judges and console lines (xtask judges by them) | guests, host (xtask) |
+//! | [`pmucheck`] | pmu-check's counters, event types, cycle judge and console lines (xtask judges by them) | guests, host (xtask) |
 //! | [`irqcheck`] | irq-check's settings, burst priorities and order, console lines (xtask judges by them) | guests, host (xtask) |
 //! | [`levelcheck`] | level-check's settings, checks and console lines (xtask judges by them) | guests, host (xtask) |
 //! | [`hostile`] | the hostile guest's attempts, their documented answers, its console lines and their judge | guests, host (xtask) |
@@ -45,6 +46,7 @@ pub mod lock;
 pub mod lockbench;
 pub mod mpidr;
 pub mod pagetable;
+pub mod pmucheck;
 pub mod pv;
 pub mod pvcheck;
 #[cfg(all(feature = "runtime", target_os = "none"))]

@@ -152,10 +152,70 @@ pub enum Check {
         vcpus: usize,
         features: guest_driver::debugcheck::Features,
     },
+    /// pmu-check passed every check on each of its first `vcpus` vCPUs,
+    /// which found `expect`'s PMU ([`crate::pmutest::check`]).
+    Pmu {
+        vcpus: usize,
+        expect: crate::pmutest::PmuExpect,
+    },
     /// The hostile guest in VM `vm` got every documented answer, and el2's
     /// summary of that VM counted its storms
     /// ([`crate::hostiletest::check`]).
     Hostile { vm: usize },
+}
+
+/// A test of one VM running the built guest `guest` (a `rt::pair` guest:
+/// debug-check, pmu-check) with `vcpus` vCPUs and `timeout=S` on
+/// `machine`, judged by `check`. Its vCPUs wait for each other by
+/// spinning, so each is preempted at its slices' ends: el2's summary must
+/// show them time-sliced.
+pub fn paired_guest_test(
+    guest: &str,
+    vcpus: u32,
+    machine: Machine,
+    guest_timeout_secs: u64,
+    timeout: Duration,
+    check: Check,
+) -> BootTest {
+    let vm = VmConfig {
+        guest: guest.into(),
+        ..VmConfig::smp_demo(vcpus, &format!("timeout={guest_timeout_secs}"), 1)
+    };
+    BootTest {
+        name: format!("vm {guest} vcpus={vcpus} {}", machine.describe()),
+        timeout,
+        outcome: Outcome::CleanExit,
+        checks: vec![
+            Check::Banner,
+            Check::SmpOnline(machine.smp),
+            check,
+            Check::HypervisorSummary {
+                vcpus_per_vm: vec![vcpus as usize],
+                time_sliced: true,
+            },
+        ],
+        dt_edit: None,
+        kernel: Kernel::El2,
+        vms: vec![vm],
+        machine,
+    }
+}
+
+/// What a check guest's console says overall: its `FAILED` lines (with
+/// `prefix`), and how many `all_passed` lines it printed (one is right),
+/// as problems added to `problems`.
+pub fn guest_verdicts(lines: &[&str], prefix: &str, all_passed: &str, problems: &mut Vec<String>) {
+    let failed: Vec<&&str> = lines
+        .iter()
+        .filter(|l| l.contains(prefix) && l.contains(": FAILED"))
+        .collect();
+    if let Some(first) = failed.first() {
+        problems.push(format!("{} failed check(s), first {first:?}", failed.len()));
+    }
+    let passed = lines.iter().filter(|l| l.contains(all_passed)).count();
+    if passed != 1 {
+        problems.push(format!("{passed} {all_passed:?} lines, expected 1"));
+    }
 }
 
 /// How close a CPU's tick count must be to what its period promises.
@@ -1285,6 +1345,7 @@ impl Check {
             Check::Level { vcpu0 } => crate::leveltest::check(lines, *vcpu0),
             Check::Hostile { vm } => crate::hostiletest::check(lines, *vm),
             Check::Debug { vcpus, features } => crate::debugtest::check(lines, *vcpus, *features),
+            Check::Pmu { vcpus, expect } => crate::pmutest::check(lines, *vcpus, *expect),
             Check::Shares {
                 tricky_vm,
                 owed_percent,

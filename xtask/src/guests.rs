@@ -30,6 +30,7 @@ pub const GUESTS: &[&str] = &[
     "irq-check",
     "level-check",
     "debug-check",
+    "pmu-check",
     "hostile",
     RAW_GUEST,
 ];

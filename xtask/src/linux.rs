@@ -7,9 +7,10 @@
 //!   `apt-cache` lists for arm64 (Debian 12's own 6.1 series), downloaded
 //!   with `apt-get download` and unpacked with `dpkg-deb -x`; its
 //!   `/boot/vmlinuz-*` is already an uncompressed arm64 Image;
-//! - the userland: `busybox-static:arm64`, put into a `newc` cpio archive
-//!   written here (no external `cpio`), whose `/init` prints what the boot
-//!   tests check and powers off.
+//! - the userland: `busybox-static:arm64` and the project's `pvlinux`
+//!   (guest-driver/linux/pvlinux, built for `aarch64-unknown-linux-musl`),
+//!   put into a `newc` cpio archive written here (no external `cpio`),
+//!   whose `/init` prints what the boot tests check and powers off.
 //!
 //! Fetching needs root (to add the arm64 architecture to dpkg and run
 //! `apt-get update` once) and the network; without them, and without a
@@ -70,7 +71,10 @@ pub fn obtain(ws: &Workspace) -> Result<LinuxGuest> {
     let initrd = dir.join(INITRD_FILE);
     let busybox_bytes =
         fs::read(&busybox).with_context(|| format!("cannot read {}", busybox.display()))?;
-    fs::write(&initrd, initramfs(&busybox_bytes))
+    let pvlinux = crate::linuxpv::build_pvlinux(ws)?;
+    let pvlinux_bytes =
+        fs::read(&pvlinux).with_context(|| format!("cannot read {}", pvlinux.display()))?;
+    fs::write(&initrd, initramfs(&busybox_bytes, &pvlinux_bytes))
         .with_context(|| format!("cannot write {}", initrd.display()))?;
     Ok(LinuxGuest {
         image,
@@ -233,7 +237,8 @@ pub const KERNEL_TROUBLE: [&str; 10] = [
 /// `lgtest=forkexec` runs `${lgforks:-200}` fork+execs of `/bin/true` on
 /// every CPU at once and prints [`FORKEXEC_PREFIX`] with the time they
 /// took (issue 17's fork+exec loop: its throughput at k-times overcommit
-/// over that at 1x is the stock kernel's retention).
+/// over that at 1x is the stock kernel's retention). Every boot
+/// runs `pvlinux perf` (its `pvlinux: perf ...` line).
 pub fn init_script() -> String {
     let mut s = String::from("#!/bin/sh\n");
     write_init_prologue(&mut s);
@@ -273,9 +278,14 @@ pub fn init_script() -> String {
          ( while :; do :; done ) &\n  pids=\"$pids $!\"\n  i=$((i + 1))\ndone"
     );
     let _ = writeln!(s, "sleep $busy\nkill $pids");
+    // The PMU from user space: a perf_event_open cycle counter advances.
+    let _ = writeln!(s, "{} perf --ms {PERF_MS}", crate::linuxpv::PVLINUX_PATH);
     write_init_epilogue(&mut s);
     s
 }
+
+/// How long `/init`'s `pvlinux perf` computes between its two reads.
+pub const PERF_MS: u64 = 100;
 
 /// The first lines of every guest `/init`: /proc and /sys mounted, the
 /// banner, the CPUs online.
@@ -314,9 +324,14 @@ const INIT_APPLETS: [&str; 18] = [
 
 /// A `newc` cpio archive (the format Linux unpacks as an initramfs;
 /// Documentation/driver-api/early-userspace/buffer-format.rst): the
-/// directories, `/dev/console`, busybox with its applet links, `/init`.
-pub fn initramfs(busybox: &[u8]) -> Vec<u8> {
-    initramfs_with(busybox, &INIT_APPLETS, &init_script(), &[])
+/// directories, `/dev/console`, busybox with its applet links, pvlinux,
+/// `/init`.
+pub fn initramfs(busybox: &[u8], pvlinux: &[u8]) -> Vec<u8> {
+    let program = (
+        crate::linuxpv::PVLINUX_PATH.trim_start_matches('/'),
+        pvlinux,
+    );
+    initramfs_with(busybox, &INIT_APPLETS, &init_script(), &[program])
 }
 
 /// An initramfs like [`initramfs`]'s with `applets` linked to busybox,
@@ -452,7 +467,7 @@ mod tests {
 
     #[test]
     fn the_initramfs_has_init_busybox_and_a_console() {
-        let cpio = initramfs(b"\x7fELF fake busybox");
+        let cpio = initramfs(b"\x7fELF fake busybox", b"\x7fELF fake pvlinux");
         let all = entries(&cpio);
         let find = |n: &str| all.iter().find(|e| e.0 == n).unwrap();
         assert_eq!(find("init").1, 0o100_755);
@@ -461,6 +476,9 @@ mod tests {
         assert!(init.contains(INIT_BANNER) && init.contains(INIT_DONE));
         assert!(init.trim_end().ends_with("poweroff -f"));
         assert_eq!(find("bin/busybox").3, b"\x7fELF fake busybox");
+        assert_eq!(find("bin/pvlinux").3, b"\x7fELF fake pvlinux");
+        assert_eq!(find("bin/pvlinux").1, 0o100_755);
+        assert!(init.contains("/bin/pvlinux perf --ms 100\n"));
         assert_eq!(find("bin/sh").1, 0o120_777);
         assert_eq!(find("bin/sh").3, b"busybox");
         assert_eq!(

@@ -5,6 +5,8 @@
 use std::path::Path;
 use std::time::Duration;
 
+use pvlinux::lines::PerfResult;
+
 use crate::boottest::{BootTest, Check, Kernel, Outcome};
 use crate::linux::{self, INIT_BANNER, INIT_DONE, INIT_PROMPT, INIT_REBOOTING, KERNEL_TROUBLE};
 use crate::qemu::{Machine, Script, Step};
@@ -19,6 +21,11 @@ pub const KERNEL_LINES: [&str; 4] = [
     "smccc: KVM: hypervisor services detected",
     "arm-pv: using stolen time PV",
 ];
+
+/// What the kernel prints once per boot when it finds the PMU the VM's
+/// device tree describes (el2::trap::pmu): the PMUv3 driver, its name
+/// `armv8_pmuv3` followed by `_0` on newer kernels.
+pub const PMU_LINE: &str = "hw perfevents: enabled with armv8_pmuv3";
 
 /// Time for one Linux boot test. A guest reaches init in 3-10 s on the
 /// 2-core CI machine kind (MTTCG; slower overcommitted and with two VMs);
@@ -163,6 +170,7 @@ pub fn check(lines: &[&str], expect: &LinuxExpect) -> Result<(), String> {
     for text in KERNEL_LINES {
         exactly(text, boots)?;
     }
+    exactly(PMU_LINE, boots)?;
     exactly(INIT_BANNER, boots)?;
     let online = match expect.vcpus {
         1 => "0".to_string(),
@@ -210,6 +218,14 @@ pub fn check(lines: &[&str], expect: &LinuxExpect) -> Result<(), String> {
             "overcommitted, yet a guest's /proc/stat shows no stolen time: {steals:?}"
         ));
     }
+    // The PMU from user space (`pvlinux perf`): once per VM, advancing.
+    let perf: Vec<PerfResult> = lines.iter().filter_map(|l| PerfResult::parse(l)).collect();
+    if perf.len() != expect.vms || !perf.iter().all(PerfResult::passed) {
+        return Err(format!(
+            "`pvlinux: perf` lines {perf:?}, expected {} with the cycle counter advancing",
+            expect.vms
+        ));
+    }
     exactly(INIT_DONE, expect.vms)?;
     exactly("el2: all VMs powered off", 1)?;
     let off = lines
@@ -235,6 +251,8 @@ mod tests {
             "[    0.000000] smccc: KVM: hypervisor services detected (0x00010000 0x00000000 \
              0x00000003 0x00000001)",
             "[    0.005348] arm-pv: using stolen time PV",
+            "[    0.869763] hw perfevents: enabled with armv8_pmuv3 PMU driver, 7 counters \
+             available",
             "[    3.230993] Run /init as init process",
             INIT_BANNER,
         ]
@@ -252,6 +270,7 @@ mod tests {
             lines.push(INIT_REBOOTING.into());
             return lines.into_iter().map(|l| format!("{prefix}{l}")).collect();
         }
+        lines.push("pvlinux: perf event=cycles first=2000 second=100002000 ms=100".into());
         lines.push(format!("linux-guest: steal {steal}"));
         lines.push("linux-guest: kernel warnings 0".into());
         lines.push(INIT_DONE.into());
@@ -300,12 +319,13 @@ mod tests {
         let mut good = boot("", 1, 0, 0, true);
         good.push("el2: vm vm0 powered off".into());
         good.push("el2: all VMs powered off".into());
-        for required in
-            KERNEL_LINES
-                .iter()
-                .copied()
-                .chain([INIT_BANNER, INIT_DONE, "el2: all VMs powered off"])
-        {
+        for required in KERNEL_LINES.iter().copied().chain([
+            PMU_LINE,
+            "pvlinux: perf",
+            INIT_BANNER,
+            INIT_DONE,
+            "el2: all VMs powered off",
+        ]) {
             let without: Vec<String> = good
                 .iter()
                 .filter(|l| !l.contains(required))
@@ -316,6 +336,16 @@ mod tests {
                 "{required}"
             );
         }
+        // A cycle counter that did not advance fails too.
+        let stuck: Vec<String> = good
+            .iter()
+            .map(|l| l.replace("second=100002000", "second=2000"))
+            .collect();
+        assert!(
+            judge(&stuck, &expect(1, 1, false, false))
+                .unwrap_err()
+                .contains("pvlinux: perf")
+        );
     }
 
     #[test]

@@ -22,6 +22,7 @@ mod linuxpv;
 mod linuxpvtest;
 mod linuxtest;
 mod measure;
+mod pmutest;
 mod profile;
 mod ptptest;
 mod qemu;

@@ -18,7 +18,7 @@ use crate::qemu::{self, Console, Echo, RunSpec};
 use crate::setup::{self, Tool};
 use crate::{
     FATAL_GRACE, Workspace, debugtest, display_command, dtedit, hostiletest, image, irqtest,
-    kernel, leveltest, linux, linuxpv, linuxpvtest, linuxtest, ptptest, uefi, vm,
+    kernel, leveltest, linux, linuxpv, linuxpvtest, linuxtest, pmutest, ptptest, uefi, vm,
 };
 
 /// The host checks: (name, cargo arguments).
@@ -125,6 +125,7 @@ pub fn test(ws: &Workspace, o: &TestOpts) -> Result<ExitCode> {
     all.extend(irqtest::tests());
     all.extend(leveltest::tests());
     all.extend(debugtest::tests());
+    all.extend(pmutest::tests());
     all.extend(crate::sharetest::tests());
     all.extend(hostiletest::tests());
     all.extend(uefi::tests());

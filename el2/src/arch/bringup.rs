@@ -7,11 +7,14 @@ use super::{
 };
 use super::{cpu, exceptions, gic, head, irq, psci, timer, vm};
 use crate::println;
+use aarch64_cpu::registers::ID_AA64DFR0_EL1;
 use core::sync::atomic::{AtomicBool, Ordering};
 use el2::bringup::bootargs::{BootArgs, SelfTest};
 use el2::bringup::percpu::PerCpu;
 use el2::bringup::smp::CpuStarter;
+use el2::trap::pmu::PmuFeatures;
 use platform::{Cpu, Platform};
+use tock_registers::interfaces::Readable;
 
 /// How long a secondary CPU has to report in after CPU_ON.
 const CPU_ON_TIMEOUT_MS: u32 = 2000;
@@ -90,10 +93,21 @@ pub(super) fn init_cpu_interrupts(platform: &Platform, this: &PerCpu) -> Result<
     // maintenance interrupt both exit the guest to EL2 (HCR_EL2.IMO).
     interface.enable_ppi_level(platform.timer.virt.intid());
     interface.enable_ppi_level(maintenance_intid(platform));
+    // The PMU's overflow interrupt, when guests get the PMU: the running
+    // vCPU's.
+    if PmuFeatures::from_cpu(ID_AA64DFR0_EL1.get(), 0).is_some() {
+        interface.enable_ppi_level(PMU_INTID);
+    }
     interface.enable_sgi(u32::from(irq::RESCHEDULE_SGI));
     interface.enable_sgi(u32::from(irq::STOP_SGI));
+    gic::remember(this.index, &interface);
     Ok(())
 }
+
+/// The PMU's overflow interrupt: PPI 7 (INTID 23), the Server Base System
+/// Architecture's assignment, which QEMU `virt` follows (its DT's `/pmu`
+/// node says so; el2 does not read that node).
+pub(super) const PMU_INTID: u32 = 23;
 
 /// Sends the stop SGI to every other online CPU (the fatal-error path).
 /// A CPU running a guest exits to EL2 and parks in the IRQ handler; an

@@ -13,7 +13,7 @@ use tock_registers::interfaces::{Readable, Writeable};
 /// interrupts are routed to EL2 (HCR_EL2.IMO/FMO/AMO — also what lets the
 /// hypervisor take its own IRQs, Arm ARM D1.3.6 "Asynchronous exception
 /// routing"), guest SMCs would trap (TSC), and FP/SIMD, SVE, trace,
-/// activity monitors and debug registers are trapped.
+/// activity monitors, the PMU and debug registers are trapped.
 pub fn init_el2_registers(vectors: u64) {
     HCR_EL2.write(
         HCR_EL2::RW::EL1IsAarch64
@@ -34,20 +34,19 @@ pub fn init_el2_registers(vectors: u64) {
             + CPTR_EL2_NVHE::RES1_9::SET
             + CPTR_EL2_NVHE::RES1_7_0.val(0xff),
     );
-    // Keep the firmware's HPMN (it resets to PMCR_EL0.N, the counter count);
-    // trap PMU control, debug and OS-lock registers from lower ELs. TDE
-    // stays clear: guests take their own debug exceptions at EL1, and
-    // none is ever generated at EL2 (el2::trap::debug). A vCPU that uses
-    // its debug registers clears TDA while it runs (debug::load).
-    let hpmn = MDCR_EL2.read(MDCR_EL2::HPMN);
+    // The PMU is the guests' (every counter, none counting at EL2) and
+    // trapped until a vCPU loads its own (pmu::mdcr_fields); debug and
+    // OS-lock registers are trapped from lower ELs. TDE stays clear:
+    // guests take their own debug exceptions at EL1, and none is ever
+    // generated at EL2 (el2::trap::debug). A vCPU that uses its debug
+    // registers clears TDA while it runs (debug::load).
     MDCR_EL2.write(
-        MDCR_EL2::HPMN.val(hpmn)
-            + MDCR_EL2::TPMCR::SET
-            + MDCR_EL2::TPM::SET
+        super::pmu::mdcr_fields(ID_AA64DFR0_EL1.get())
             + MDCR_EL2::TDA::SET
             + MDCR_EL2::TDOSA::SET
             + MDCR_EL2::TDRA::SET,
     );
+    super::pmu::init_cpu();
     // EL1 may read the physical counter and use its physical timer.
     CNTHCTL_EL2.write(CNTHCTL_EL2::EL1PCTEN::SET + CNTHCTL_EL2::EL1PCEN::SET);
     CNTVOFF_EL2.set(0);

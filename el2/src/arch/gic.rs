@@ -10,6 +10,8 @@
 
 use super::regs::{ICC_BPR1_EL1, ICC_CTLR_EL1, ICC_IGRPEN1_EL1, ICC_PMR_EL1, ICC_SGI1R_EL1};
 use aarch64_cpu::asm::barrier;
+use core::sync::atomic::{AtomicPtr, Ordering};
+use el2::bringup::smp::MAX_CPUS;
 use gic_regs::{
     DistributorFrame, GICD_CTLR, GICD_TYPER, GICR_WAKER, PRIVATE_COUNT, RedistributorFrames,
     SGI_COUNT, SgiFrame,
@@ -136,6 +138,45 @@ pub unsafe fn init_cpu(gic: &GicV3, mpidr: Mpidr) -> Result<CpuInterface, &'stat
 /// One CPU's private interrupts.
 pub struct CpuInterface {
     sgi: &'static SgiFrame,
+}
+
+/// Each CPU's SGI/PPI frame by logical CPU number, once [`remember`] ran
+/// on it: for turning a private interrupt off and on while guests run.
+static SGI_FRAMES: [AtomicPtr<SgiFrame>; MAX_CPUS] =
+    [const { AtomicPtr::new(core::ptr::null_mut()) }; MAX_CPUS];
+
+/// Records `interface` as logical CPU `index`'s.
+pub fn remember(index: usize, interface: &CpuInterface) {
+    if let Some(slot) = SGI_FRAMES.get(index) {
+        slot.store(
+            core::ptr::from_ref(interface.sgi).cast_mut(),
+            Ordering::Release,
+        );
+    }
+}
+
+/// Enables or disables private interrupt `intid` (16..32) on this CPU
+/// (logical number `index`), if [`remember`] ran for it. A disable takes
+/// effect shortly (GICR_CTLR.RWP); an interrupt signalled meanwhile is
+/// taken once more, which its handler tolerates.
+pub fn set_ppi_enabled(index: usize, intid: u32, enabled: bool) {
+    if !(SGI_COUNT..PRIVATE_COUNT).contains(&intid) {
+        return;
+    }
+    let Some(frame) = SGI_FRAMES.get(index).map(|f| f.load(Ordering::Acquire)) else {
+        return;
+    };
+    // SAFETY: a non-null entry is the `&'static SgiFrame` `remember` stored
+    // for this CPU, mapped as device memory for good; only this CPU
+    // touches its own frame's enables after boot.
+    let Some(sgi) = (unsafe { frame.as_ref() }) else {
+        return;
+    };
+    if enabled {
+        sgi.isenabler0.set(1 << intid);
+    } else {
+        sgi.icenabler0.set(1 << intid);
+    }
 }
 
 /// Sends SGI `intid` (0..16; anything else sends nothing) to the CPU with

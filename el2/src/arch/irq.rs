@@ -29,6 +29,8 @@ static TICK_INTID: AtomicU32 = AtomicU32::new(u32::MAX);
 static VTIMER_INTID: AtomicU32 = AtomicU32::new(u32::MAX);
 /// The INTID of the GIC's virtual CPU interface maintenance interrupt.
 static MAINTENANCE_INTID: AtomicU32 = AtomicU32::new(u32::MAX);
+/// The INTID of the PMU's overflow interrupt, when guests get the PMU.
+static PMU_INTID: AtomicU32 = AtomicU32::new(u32::MAX);
 
 pub fn set_tick_intid(intid: u32) {
     TICK_INTID.store(intid, Ordering::Relaxed);
@@ -40,6 +42,17 @@ pub fn set_vtimer_intid(intid: u32) {
 
 pub fn set_maintenance_intid(intid: u32) {
     MAINTENANCE_INTID.store(intid, Ordering::Relaxed);
+}
+
+pub fn set_pmu_intid(intid: u32) {
+    PMU_INTID.store(intid, Ordering::Relaxed);
+}
+
+/// Enables the PMU's overflow interrupt on this CPU again.
+pub fn enable_pmu_interrupt() {
+    if let Some(cpu) = super::cpu::current() {
+        super::gic::set_ppi_enabled(cpu.index, PMU_INTID.load(Ordering::Relaxed), true);
+    }
 }
 
 pub use el2::run::Taken;
@@ -101,6 +114,14 @@ pub fn handle() -> Taken {
             cpu.count_other_irq();
         }
         Taken::Hypervisor
+    } else if intid == PMU_INTID.load(Ordering::Relaxed) {
+        // Level-sensitive, and high until the guest clears its overflow:
+        // disabled before the end of the interrupt, enabled again once
+        // the line dropped (the runner samples it).
+        if let Some(cpu) = cpu {
+            super::gic::set_ppi_enabled(cpu.index, intid, false);
+        }
+        Taken::PmuOverflow
     } else if intid == MAINTENANCE_INTID.load(Ordering::Relaxed) {
         // The line stays high until the list registers are rewritten, which
         // the run loop does before the next guest entry (IRQs stay masked

@@ -1,13 +1,13 @@
 //! The hardware under the runner: [`Hardware`] implements
 //! `el2::run::Machine` with this CPU's registers — guest entry and the
 //! syndrome registers, the EL1 context, lazy FP/SIMD, a vCPU's debug
-//! registers, the GIC virtual interface, the
+//! and PMU registers, the GIC virtual interface, the
 //! EL2 timer, SGIs, and the stores into guest memory. It decides nothing.
 
 use super::regs;
 use super::stage2::Stage2Tables;
 use super::vcpu::{self, SavedRegisters, VcpuContext};
-use super::{cache, cpu, debug, gic, gicv, heap, irq, mmu, timer};
+use super::{cache, cpu, debug, gic, gicv, heap, irq, mmu, pmu, timer};
 use crate::println;
 use aarch64_cpu::registers::*;
 use alloc::string::String;
@@ -17,6 +17,7 @@ use el2::run::machine::Refusal;
 use el2::run::{FastExit, Machine, Taken, VmRegisters};
 use el2::trap::debug::{DebugFeatures, DebugRegisters};
 use el2::trap::fault::Injection;
+use el2::trap::pmu::{PmuFeatures, PmuRegisters};
 use platform::{MemRange, Mpidr};
 use spin::Once;
 use tock_registers::interfaces::{Readable, Writeable};
@@ -63,6 +64,32 @@ impl Machine for Hardware {
 
     fn save_debug(&mut self, registers: &mut DebugRegisters, features: DebugFeatures) {
         debug::save(registers, features);
+    }
+
+    fn pmu_counters(&self) -> usize {
+        pmu::counters()
+    }
+
+    fn load_pmu(&mut self, registers: &PmuRegisters, features: PmuFeatures) {
+        // Enabled whatever happened to it meanwhile (a stale overflow of
+        // the vCPU put last, taken while this pCPU idled, disabled it):
+        // an overflow of this vCPU must reach it.
+        irq::enable_pmu_interrupt();
+        pmu::load(registers, features);
+    }
+
+    fn save_pmu(&mut self, registers: &mut PmuRegisters, features: PmuFeatures) {
+        pmu::save(registers, features);
+        // The counters are stopped and their interrupt off: the line is low.
+        irq::enable_pmu_interrupt();
+    }
+
+    fn pmu_overflow_registers(&self) -> (u64, u64, u64) {
+        pmu::overflow_registers()
+    }
+
+    fn enable_pmu_interrupt(&mut self) {
+        irq::enable_pmu_interrupt();
     }
 
     fn set_traps(&mut self, hcr: u64) {

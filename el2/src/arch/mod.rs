@@ -18,6 +18,7 @@ pub mod heap;
 pub mod irq;
 pub mod machine;
 pub mod mmu;
+pub mod pmu;
 pub mod psci;
 pub mod regs;
 pub mod rtc;
@@ -251,6 +252,7 @@ fn start_cpus(
     irq::set_tick_intid(tick_intid);
     irq::set_vtimer_intid(platform.timer.virt.intid());
     irq::set_maintenance_intid(maintenance_intid(platform));
+    irq::set_pmu_intid(bringup::PMU_INTID);
     timer::set_period(cpu::counter_frequency() * u64::from(args.tick_ms) / 1000);
     if let Err(error) = init_cpu_interrupts(platform, &cpus[0]) {
         stop(format_args!("GIC on the boot CPU: {error}"));

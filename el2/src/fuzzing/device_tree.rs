@@ -199,7 +199,7 @@ fn build(config: &VmConfig, kernel_header: &[u8]) {
     if let Some(area) = layout.pv_area {
         assert_eq!(area.end(), layout.dtb_ipa, "{layout:?}");
     }
-    match dt::build(config, &layout, 0) {
+    match dt::build(config, &layout, 0, true) {
         Ok(blob) => {
             assert!(
                 blob.len() as u64 <= DTB_MAX_SIZE,

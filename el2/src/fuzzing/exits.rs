@@ -56,6 +56,7 @@ use crate::trap::exit::{EXIT_CLASSES, Exit, Syndrome, is_hvc_call};
 use crate::trap::mmio::{
     MmioAccess, MmioDecodeError, MmioMap, complete_read, skip_instruction, write_value,
 };
+use crate::trap::pmu::PmuFeatures;
 use crate::trap::sysreg::{
     Emulated, SysregAccess, emulate, encoding, is_id_read, sanitize_id, sgi_register,
 };
@@ -476,7 +477,9 @@ fn sysreg(input: &mut Input<'_>, debug: &mut DebugState) {
         Some(Emulated::Written) => assert!(access.write, "{access} answered as a write"),
     }
 
-    let sanitized = sanitize_id(crm, op2, hardware);
+    // The PMU as a CPU with this value as its ID_AA64DFR0_EL1 offers it.
+    let pmu = PmuFeatures::from_cpu(hardware, usize::from(crm));
+    let sanitized = sanitize_id(crm, op2, hardware, pmu);
     for shift in (0..64).step_by(4) {
         let field = |v: u64| (v >> shift) & 0xf;
         assert!(
@@ -484,7 +487,7 @@ fn sysreg(input: &mut Input<'_>, debug: &mut DebugState) {
             "ID register ({crm}, {op2}) field {shift} raised: {hardware:#x} -> {sanitized:#x}"
         );
     }
-    assert_eq!(sanitize_id(crm, op2, sanitized), sanitized);
+    assert_eq!(sanitize_id(crm, op2, sanitized, pmu), sanitized);
     if matches!((crm, op2), (4, 4) | (4, 5)) {
         assert_eq!(sanitized, 0, "SVE/SME features shown");
     }

@@ -332,7 +332,7 @@ fn guest_tree(vcpus: u32, lock: Option<Variant>, initrd: bool) -> Vec<u8> {
         config.initrd = Some(MemRange::new(KERNELS + (4 << 20), 1 << 20));
     }
     let layout = plan(&config, &[]).expect("a seed VM fits");
-    crate::guest::dt::build(&config, &layout, 1).expect("a seed VM's tree")
+    crate::guest::dt::build(&config, &layout, 1, true).expect("a seed VM's tree")
 }
 
 fn device_tree_seeds() -> Vec<Seed> {

@@ -1,5 +1,5 @@
 //! The device tree a VM boots with: its RAM, vCPUs, PSCI through HVC, the
-//! GICv3, the architected timer, the PL011 console and `/chosen`, shaped
+//! GICv3, the architected timer, the PMU, the PL011 console and `/chosen`, shaped
 //! like QEMU `virt`'s own tree (hw/arm/virt.c) so that a Linux guest
 //! configured for `virt` finds everything, plus the hypervisor's PV area
 //! as reserved memory. Written with the `vm-fdt` crate; every address and
@@ -22,6 +22,8 @@
 //!     psci { compatible = "arm,psci-1.0", "arm,psci-0.2"; method = "hvc"; };
 //!     gic: intc@8000000 { compatible = "arm,gic-v3"; reg = <GICD>, <GICR>; ... };
 //!     timer { compatible = "arm,armv8-timer"; interrupts = <4 PPIs>; always-on; };
+//!     pmu { compatible = "arm,armv8-pmuv3"; interrupts = <PPI 7 level-high>; };
+//!                                          /* only when the CPU's PMU is offered */
 //!     clk: apb-pclk { compatible = "fixed-clock"; clock-frequency = <24000000>; };
 //!     pl011@9000000 { compatible = "arm,pl011", "arm,primecell";
 //!                     interrupts = <SPI 1 level-high>; clocks = <&clk>, <&clk>; };
@@ -44,7 +46,7 @@ use vm_fdt::FdtWriter;
 
 use super::VmError;
 use super::layout::{
-    DTB_MAX_SIZE, GICD, GuestLayout, TIMER, UART, UART_CLOCK_HZ, UART_IRQ, vcpu_mpidr,
+    DTB_MAX_SIZE, GICD, GuestLayout, PMU_IRQ, TIMER, UART, UART_CLOCK_HZ, UART_IRQ, vcpu_mpidr,
 };
 
 /// The GIC's phandle (the root's `interrupt-parent`).
@@ -71,9 +73,16 @@ pub fn pv_area_node_name(area: MemRange) -> String {
 /// Writes the device tree for the VM `config` laid out as `layout` (from
 /// [`super::layout::plan`] for the same config), after `resets` restarts
 /// (`/chosen/pvlock,reset-count`, [`pvlock_abi::dt::RESET_COUNT`]). The result is at most
-/// [`DTB_MAX_SIZE`] bytes, to be copied to `layout.dtb_ipa`.
-pub fn build(config: &VmConfig, layout: &GuestLayout, resets: u32) -> Result<Vec<u8>, VmError> {
-    let blob = write(config, layout, resets).map_err(|why| VmError {
+/// [`DTB_MAX_SIZE`] bytes, to be copied to `layout.dtb_ipa`. With `pmu`
+/// the VM has the CPU's PMU (`el2::trap::pmu`), and the tree a PMU node:
+/// Linux finds a PMU only through it.
+pub fn build(
+    config: &VmConfig,
+    layout: &GuestLayout,
+    resets: u32,
+    pmu: bool,
+) -> Result<Vec<u8>, VmError> {
+    let blob = write(config, layout, resets, pmu).map_err(|why| VmError {
         node: config.node.clone(),
         property: None,
         reason: format!("cannot write the VM's device tree: {why}"),
@@ -92,7 +101,12 @@ pub fn build(config: &VmConfig, layout: &GuestLayout, resets: u32) -> Result<Vec
 }
 
 /// The tree: the root's properties, then its nodes in `virt`'s order.
-fn write(config: &VmConfig, layout: &GuestLayout, resets: u32) -> Result<Vec<u8>, vm_fdt::Error> {
+fn write(
+    config: &VmConfig,
+    layout: &GuestLayout,
+    resets: u32,
+    pmu: bool,
+) -> Result<Vec<u8>, vm_fdt::Error> {
     let mut fdt = FdtWriter::new()?;
     let root = fdt.begin_node("")?;
     fdt.property_u32("#address-cells", 2)?;
@@ -109,6 +123,9 @@ fn write(config: &VmConfig, layout: &GuestLayout, resets: u32) -> Result<Vec<u8>
     write_psci(&mut fdt)?;
     write_gic(&mut fdt, layout.redistributors)?;
     write_timer(&mut fdt)?;
+    if pmu {
+        write_pmu(&mut fdt)?;
+    }
     write_uart_clock(&mut fdt)?;
     write_uart(&mut fdt)?;
     write_virtio_mmio(&mut fdt)?;
@@ -224,6 +241,15 @@ fn write_timer(fdt: &mut FdtWriter) -> Result<(), vm_fdt::Error> {
     fdt.end_node(timer)
 }
 
+/// perf/arm,pmu.yaml: the PMUv3, its overflow interrupt a PPI (no
+/// `interrupt-affinity`: every CPU has it).
+fn write_pmu(fdt: &mut FdtWriter) -> Result<(), vm_fdt::Error> {
+    let pmu = fdt.begin_node("pmu")?;
+    fdt.property_string("compatible", "arm,armv8-pmuv3")?;
+    fdt.property_array_u32("interrupts", &gic_specifier(PMU_IRQ))?;
+    fdt.end_node(pmu)
+}
+
 /// clock/fixed-clock.yaml: the PL011's reference and bus clock.
 fn write_uart_clock(fdt: &mut FdtWriter) -> Result<(), vm_fdt::Error> {
     let clock = fdt.begin_node("apb-pclk")?;
@@ -330,7 +356,7 @@ mod tests {
     #[test]
     fn the_vm_tree_parses_as_a_platform() {
         let (config, layout) = vm(4, None, "console=ttyAMA0 earlycon");
-        let blob = build(&config, &layout, 0).unwrap();
+        let blob = build(&config, &layout, 0, true).unwrap();
         assert_eq!(platform::blob_size(&blob).unwrap(), blob.len());
         let p = Platform::parse(&blob).unwrap_or_else(|e| panic!("{e}"));
 
@@ -374,7 +400,7 @@ mod tests {
     fn what_the_platform_parser_does_not_read() {
         let initrd = Some(MemRange::new(0x4c00_0000, 0x12_3456));
         let (config, layout) = vm(1, initrd, "");
-        let blob = build(&config, &layout, 0).unwrap();
+        let blob = build(&config, &layout, 0, true).unwrap();
         let tree = fdt::Fdt::new(&blob).unwrap();
 
         let placed = layout.initrd.unwrap();
@@ -413,6 +439,10 @@ mod tests {
         );
         assert!(node(&tree, "/timer").property("always-on").is_some());
 
+        // The PMU: PPI 7 (INTID 23), level-high, as on QEMU virt.
+        assert_eq!(string(&tree, "/pmu", "compatible"), "arm,armv8-pmuv3\0");
+        assert_eq!(u32s(&tree, "/pmu", "interrupts"), [1, 7, 4]);
+
         let clock = u32s(&tree, "/apb-pclk", "phandle");
         assert_eq!(u32s(&tree, "/apb-pclk", "clock-frequency"), [24_000_000]);
         assert_eq!(u32s(&tree, "/apb-pclk", "#clock-cells"), [0]);
@@ -435,7 +465,7 @@ mod tests {
     #[test]
     fn the_virtio_mmio_transports_are_qemu_virts() {
         let (config, layout) = vm(2, None, "");
-        let blob = build(&config, &layout, 0).unwrap();
+        let blob = build(&config, &layout, 0, true).unwrap();
         let tree = fdt::Fdt::new(&blob).unwrap();
         let transports: Vec<_> = tree
             .all_nodes()
@@ -460,9 +490,18 @@ mod tests {
     }
 
     #[test]
+    fn no_pmu_node_without_a_pmu() {
+        let (config, layout) = vm(2, None, "");
+        let blob = build(&config, &layout, 0, false).unwrap();
+        let tree = fdt::Fdt::new(&blob).unwrap();
+        assert!(tree.find_node("/pmu").is_none());
+        assert!(tree.find_node("/timer").is_some());
+    }
+
+    #[test]
     fn no_initrd_properties_without_an_initrd() {
         let (config, layout) = vm(1, None, "quiet");
-        let blob = build(&config, &layout, 0).unwrap();
+        let blob = build(&config, &layout, 0, true).unwrap();
         let tree = fdt::Fdt::new(&blob).unwrap();
         let chosen = node(&tree, "/chosen");
         assert!(chosen.property("linux,initrd-start").is_none());
@@ -472,7 +511,7 @@ mod tests {
     #[test]
     fn sixty_four_vcpus() {
         let (config, layout) = vm(64, None, "");
-        let blob = build(&config, &layout, 0).unwrap();
+        let blob = build(&config, &layout, 0, true).unwrap();
         assert!(blob.len() < 16 * 1024, "{} bytes", blob.len());
         assert!((blob.len() as u64) <= DTB_MAX_SIZE);
         let p = Platform::parse(&blob).unwrap();
@@ -491,7 +530,7 @@ mod tests {
     #[test]
     fn the_tree_fits_its_slot_at_the_top_of_ram() {
         let (config, layout) = vm(8, None, "");
-        let blob = build(&config, &layout, 0).unwrap();
+        let blob = build(&config, &layout, 0, true).unwrap();
         assert_eq!(layout.dtb_ipa % (2 * MIB), 0);
         assert_eq!(layout.dtb_ipa + DTB_MAX_SIZE, layout.ram.end());
         assert_eq!(&blob[..4], &[0xd0, 0x0d, 0xfe, 0xed], "FDT magic");
@@ -501,7 +540,7 @@ mod tests {
     fn a_tree_larger_than_its_slot_is_an_error() {
         let (mut config, layout) = vm(1, None, "");
         config.bootargs = "x".repeat(DTB_MAX_SIZE as usize);
-        let err = build(&config, &layout, 0).unwrap_err();
+        let err = build(&config, &layout, 0, true).unwrap_err();
         assert_eq!(err.node, "/chosen/vm@0");
         assert!(err.reason.contains("more than its 2 MiB slot"), "{err}");
     }
@@ -511,7 +550,7 @@ mod tests {
         let (config, layout) = vm(4, Some(MemRange::new(0x4c00_0000, 0x1000)), "");
         let area = layout.pv_area.unwrap();
         assert_eq!(area, MemRange::new(RAM_BASE + 510 * MIB - 0x1000, 0x1000));
-        let blob = build(&config, &layout, 0).unwrap();
+        let blob = build(&config, &layout, 0, true).unwrap();
         let tree = fdt::Fdt::new(&blob).unwrap();
 
         let parent = "/reserved-memory";
@@ -557,7 +596,7 @@ mod tests {
         config.pv_time = false;
         let layout = plan(&config, &[]).unwrap();
         assert_eq!(layout.pv_area, None);
-        let blob = build(&config, &layout, 0).unwrap();
+        let blob = build(&config, &layout, 0, true).unwrap();
         let tree = fdt::Fdt::new(&blob).unwrap();
         assert!(tree.find_node("/reserved-memory").is_none());
         assert!(Platform::parse(&blob).unwrap().reserved.is_empty());
@@ -570,7 +609,7 @@ mod tests {
         let layout = plan(&config, &[]).unwrap();
         let area = layout.pv_area.unwrap();
         assert_eq!(area.size, 0x2000, "64 vCPUs, two 64-byte records each");
-        let p = Platform::parse(&build(&config, &layout, 0).unwrap()).unwrap();
+        let p = Platform::parse(&build(&config, &layout, 0, true).unwrap()).unwrap();
         assert_eq!(p.reserved.len(), 1);
         assert_eq!(p.reserved[0].range, area);
     }

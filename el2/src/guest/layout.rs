@@ -114,6 +114,10 @@ pub const TIMER: ArchTimer = ArchTimer {
 /// The fixed clock QEMU `virt` feeds the PL011 (`apb-pclk`), in Hz.
 pub const UART_CLOCK_HZ: u32 = 24_000_000;
 
+/// The PMU's overflow interrupt: PPI 7 (INTID 23), level-high, as `virt`
+/// and the Server Base System Architecture give it.
+pub const PMU_IRQ: Interrupt = ppi(7);
+
 /// The device tree's slot: the top 2 MiB of RAM, 2 MiB aligned; the tree
 /// may not be larger (booting.rst: "must not exceed 2 megabytes").
 pub const DTB_MAX_SIZE: u64 = 2 << 20;

@@ -297,9 +297,10 @@ fn build_vm<M: Machine>(
         config.kernel.size.min(ImageHeader::SIZE as u64),
     ));
     let layout = layout::plan(config, header)?;
-    // Written now only to report errors before the VM exists; `load`
-    // writes it again with the reset count.
-    dt::build(config, &layout, 0)?;
+    // Written now only to report errors before the VM exists (with the
+    // PMU node, the larger tree); `load` writes it again with the reset
+    // count.
+    dt::build(config, &layout, 0, true)?;
     checkpoint("its device tree")?;
     // VMID 0 is left for "no VM".
     let vmid = u8::try_from(id.0 + 1).map_err(|_| fail("name", "too many VMs".into()))?;

@@ -15,6 +15,7 @@ use crate::trap::decision::Next;
 use crate::trap::exit::{Exit, WfxKind};
 use crate::trap::fault::GuestFault;
 use crate::trap::mmio::{A64_INSTRUCTION_BYTES, complete_instruction};
+use crate::trap::pmu::{self, PmuFeatures, PmuTrap};
 use crate::trap::sysreg::{self, Emulated, SysregAccess};
 use crate::vcpu::VcpuId;
 
@@ -122,8 +123,13 @@ impl<'h, M: Machine> Runner<'h, M> {
             Taken::Maintenance => {
                 // The list registers need a refill: the vCPU's own mark.
                 VgicCounters::count(&vm.vgic_stats.maintenance);
-                Decision::delivering(VcpuMask::single(vcpu.index))
+                // An EOI of the PMU's level-sensitive interrupt among
+                // them: its line follows the counters again.
+                let mut targets = self.pmu_line_follow(vm, vcpu, ctx);
+                targets.insert(vcpu.index);
+                Decision::delivering(targets)
             }
+            Taken::PmuOverflow => self.pmu_overflow(vm, vcpu, ctx),
             Taken::Hypervisor => {
                 // The slice tick or an IPI: also when the boot CPU looks
                 // for console input while it runs a vCPU.
@@ -151,10 +157,15 @@ impl<'h, M: Machine> Runner<'h, M> {
         }
         if sysreg::is_id_read(&access) {
             let hw = self.machine.read_id_register(access.crm, access.op2);
-            let value = sysreg::sanitize_id(access.crm, access.op2, hw);
+            let value = sysreg::sanitize_id(access.crm, access.op2, hw, vm.pmu);
             ctx.regs.set_reg(access.rt, value);
             complete_instruction(&mut ctx.regs, A64_INSTRUCTION_BYTES);
             return Decision::RESUME;
+        }
+        if pmu::is_pmu_register(access.encoding())
+            && let Some(features) = vm.pmu
+        {
+            return self.pmu_trap(vm, vcpu, ctx, features, access);
         }
         let value = ctx.regs.reg(access.rt);
         let from_el0 = !pstate_in_kernel(ctx.regs.pstate);
@@ -194,6 +205,101 @@ impl<'h, M: Machine> Runner<'h, M> {
             }
         }
         Decision::RESUME
+    }
+
+    /// A trapped access to the PMU of a VM that has one: its first since
+    /// the vCPU's load loads the vCPU's PMU registers and runs the
+    /// instruction again, untrapped (`el2::trap::pmu`).
+    fn pmu_trap(
+        &mut self,
+        vm: &'h Vm<M>,
+        vcpu: VcpuId,
+        ctx: &mut VcpuContext<M::Saved>,
+        features: PmuFeatures,
+        access: SysregAccess,
+    ) -> Decision {
+        match ctx.pmu.trapped() {
+            // ELR still points at the access: it runs again.
+            PmuTrap::LoadAndRetry => self.machine.load_pmu(&ctx.pmu.registers, features),
+            PmuTrap::Undefined => {
+                log::debug!(
+                    "{vcpu} ({}): {access} at {:#x} trapped with the PMU loaded; undefined \
+                     instruction injected",
+                    vm.name,
+                    ctx.regs.pc
+                );
+                self.inject(ctx, GuestFault::Undefined);
+            }
+        }
+        Decision::RESUME
+    }
+
+    /// The PMU overflow interrupt fired while `vcpu` ran: its virtual
+    /// line goes high (the physical interrupt stays disabled until the
+    /// line drops, [`Self::pmu_line_follow`]). With its PMU not loaded
+    /// the interrupt is a stale one of a vCPU since put, whose counters
+    /// are stopped: enabled again, nothing injected.
+    fn pmu_overflow(
+        &mut self,
+        vm: &'h Vm<M>,
+        vcpu: VcpuId,
+        ctx: &mut VcpuContext<M::Saved>,
+    ) -> Decision {
+        if !ctx.pmu.in_cpu() {
+            self.machine.enable_pmu_interrupt();
+            return Decision::RESUME;
+        }
+        ctx.pmu.line = true;
+        let woken = vm
+            .vgic
+            .lock()
+            .set_level(layout::PMU_IRQ.intid(), vcpu.index, true);
+        Decision::delivering(woken.unwrap_or_default())
+    }
+
+    /// Samples the loaded PMU's overflow line while the vGIC has it high:
+    /// once it dropped (the guest cleared the overflow or the interrupt
+    /// enable), the virtual line drops and the physical interrupt is
+    /// enabled again. Returns the vCPUs to wake.
+    pub(super) fn pmu_line_follow(
+        &mut self,
+        vm: &'h Vm<M>,
+        vcpu: VcpuId,
+        ctx: &mut VcpuContext<M::Saved>,
+    ) -> VcpuMask {
+        if !(ctx.pmu.in_cpu() && ctx.pmu.line) {
+            return VcpuMask::EMPTY;
+        }
+        let (pmcr, interrupts, overflows) = self.machine.pmu_overflow_registers();
+        if pmu::overflow_line(pmcr, interrupts, overflows) {
+            return VcpuMask::EMPTY;
+        }
+        ctx.pmu.line = false;
+        self.machine.enable_pmu_interrupt();
+        vm.vgic
+            .lock()
+            .set_level(layout::PMU_IRQ.intid(), vcpu.index, false)
+            .unwrap_or_default()
+    }
+
+    /// At put, after the PMU registers were saved: the virtual overflow
+    /// line follows the saved counters (the physical interrupt is enabled
+    /// again by the save). Returns the vCPUs to wake.
+    pub(super) fn pmu_line_saved(
+        &mut self,
+        vm: &'h Vm<M>,
+        vcpu: VcpuId,
+        ctx: &mut VcpuContext<M::Saved>,
+    ) -> VcpuMask {
+        let level = ctx.pmu.saved_line();
+        if level == ctx.pmu.line {
+            return VcpuMask::EMPTY;
+        }
+        ctx.pmu.line = level;
+        vm.vgic
+            .lock()
+            .set_level(layout::PMU_IRQ.intid(), vcpu.index, level)
+            .unwrap_or_default()
     }
 
     /// The virtual timer's part of a waiting vCPU's deadline, from the

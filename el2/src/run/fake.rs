@@ -8,7 +8,9 @@
 //! their timer and acknowledge and complete what their list registers
 //! hold, as a seeded generator chooses. vCPU 1 of every VM also uses its
 //! debug registers ([`DEBUGGER`]) and checks, at every exit, that they
-//! hold what it last wrote wherever it runs.
+//! hold what it last wrote wherever it runs; vCPU 2 ([`PMU_USER`]) counts
+//! with its PMU, raises its overflow interrupt now and then, and checks
+//! that its cycle count follows it.
 
 use super::machine::{Allocations, FastExit, Machine, Refusal, Taken, VcpuContext, VmRegisters};
 use crate::devices::vgic::{Lr, LrState, MAX_LIST_REGISTERS};
@@ -19,6 +21,7 @@ use crate::memory::layout::MapKind;
 use crate::trap::debug::{DebugFeatures, DebugRegisters};
 use crate::trap::exit::Syndrome;
 use crate::trap::fault::Injection;
+use crate::trap::pmu::{CYCLE_COUNTER_BIT, PmuFeatures, PmuRegisters};
 use aarch64_cpu::registers::{CNTV_CTL_EL0, ESR_EL2};
 use alloc::collections::BTreeMap;
 use alloc::string::String;
@@ -66,6 +69,14 @@ const SYSREG_OSLAR_WRITE: u64 = (2 << 20) | (4 << 17) | (1 << 10);
 pub const DFR0: u64 = 0x1030_5609;
 /// The vCPU of each VM that uses its debug registers.
 pub const DEBUGGER: u16 = 1;
+/// The vCPU of each VM that uses its PMU.
+pub const PMU_USER: u16 = 2;
+/// The fake CPU's event counters.
+pub const PMU_COUNTERS: usize = 6;
+/// MRS PMCCNTR_EL0 (op0 3, op1 3, CRn 9, CRm 13, op2 0), Direction 1.
+const SYSREG_PMCCNTR_READ: u64 = (3 << 20) | (3 << 14) | (9 << 10) | (13 << 1) | 1;
+/// PMCR_EL0.E.
+const PMCR_E: u64 = 1;
 /// MDSCR_EL1.MDE and TDCC.
 const MDSCR_MDE: u64 = 1 << 15;
 const MDSCR_TDCC: u64 = 1 << 12;
@@ -106,6 +117,12 @@ pub struct World {
     pub debug_loads: Mutex<BTreeMap<(usize, u16), u64>>,
     /// Times a [`DEBUGGER`] found its debug registers as it left them.
     pub debug_checks: AtomicU64,
+    /// PMU loads ([`Machine::load_pmu`]) per (VM, vCPU).
+    pub pmu_loads: Mutex<BTreeMap<(usize, u16), u64>>,
+    /// Times a [`PMU_USER`] found its cycle count as it left it.
+    pub pmu_checks: AtomicU64,
+    /// PMU interrupts enabled again after an overflow.
+    pub pmu_interrupts_enabled: AtomicU64,
 }
 
 impl World {
@@ -128,6 +145,9 @@ impl World {
             timer_ppi_ended_by_guest: AtomicU64::new(0),
             debug_loads: Mutex::new(BTreeMap::new()),
             debug_checks: AtomicU64::new(0),
+            pmu_loads: Mutex::new(BTreeMap::new()),
+            pmu_checks: AtomicU64::new(0),
+            pmu_interrupts_enabled: AtomicU64::new(0),
         })
     }
 
@@ -167,6 +187,8 @@ pub struct FakeSaved {
     pub debug_written: DebugRegisters,
     /// The vCPU unlocked its OS lock.
     pub os_unlocked: bool,
+    /// A [`PMU_USER`]'s cycle count as it last saw it.
+    pub cycles: u64,
 }
 
 /// One fake pCPU.
@@ -191,6 +213,9 @@ pub struct Fake {
     /// The debug registers in this pCPU while a vCPU's are loaded (its
     /// debug accesses do not trap); `None`: trapped, MDSCR_EL1 = 0.
     debug_cpu: Option<DebugRegisters>,
+    /// The PMU registers in this pCPU while a vCPU's are loaded; `None`:
+    /// trapped, nothing counting.
+    pmu_cpu: Option<PmuRegisters>,
 }
 
 impl Fake {
@@ -206,6 +231,7 @@ impl Fake {
             timer_ppi_active: false,
             loaded_index: 0,
             debug_cpu: None,
+            pmu_cpu: None,
         }
     }
 
@@ -416,6 +442,10 @@ impl Fake {
             if let Some(exit) = self.debug(ctx) {
                 return exit;
             }
+        } else if index == PMU_USER {
+            if let Some(exit) = self.pmu(ctx) {
+                return exit;
+            }
         } else if world.below(100) == 0 {
             ctx.regs.x[11] = MDSCR_TDCC;
             return Self::msr(SYSREG_MDSCR_WRITE, 11);
@@ -575,6 +605,55 @@ impl Fake {
         Some(Self::msr(syndrome, 10))
     }
 
+    /// What a [`PMU_USER`] does before its other work: checks that its
+    /// cycle count is what it last saw (it counts only while loaded); with
+    /// its PMU trapped, now and then reads PMCCNTR_EL0 (el2 loads the PMU
+    /// and the read runs again); with it loaded, counts, turns counting
+    /// on and off, and overflows with its interrupt enabled (an IRQ exit)
+    /// or clears that overflow again (the maintenance exit of its EOI).
+    fn pmu(&mut self, ctx: &mut VcpuContext<FakeSaved>) -> Option<Syndrome> {
+        let now = self
+            .pmu_cpu
+            .as_ref()
+            .map_or(ctx.pmu.registers.cycles, |r| r.cycles);
+        assert_eq!(
+            now, ctx.saved.cycles,
+            "pCPU {}: the cycle counter did not follow its vCPU",
+            self.pcpu
+        );
+        self.world.pmu_checks.fetch_add(1, Ordering::Relaxed);
+        let choice = self.world.below(40);
+        let Some(cpu) = &mut self.pmu_cpu else {
+            return (choice < 2).then(|| Self::msr(SYSREG_PMCCNTR_READ, 12));
+        };
+        if cpu.counting() {
+            cpu.cycles += 1 + self.world.below(1000);
+        }
+        ctx.saved.cycles = cpu.cycles;
+        match choice {
+            // Mostly counting once it uses the PMU, as perf does.
+            0..=19 if !cpu.counting() => {
+                cpu.pmcr |= PMCR_E;
+                cpu.enabled = CYCLE_COUNTER_BIT;
+            }
+            20 => cpu.pmcr &= !PMCR_E,
+            21..=24 if cpu.counting() && cpu.overflows == 0 => {
+                cpu.interrupts = CYCLE_COUNTER_BIT;
+                cpu.overflows = CYCLE_COUNTER_BIT;
+                self.pending_irq = Some(Taken::PmuOverflow);
+                return Some(Syndrome::asynchronous(VECTOR_IRQ));
+            }
+            25..=28 if cpu.overflows != 0 => {
+                cpu.overflows = 0;
+                self.pending_irq = Some(Taken::Maintenance);
+                return Some(Syndrome::asynchronous(VECTOR_IRQ));
+            }
+            29 => cpu.pmuserenr ^= 1,
+            _ => {}
+        }
+        None
+    }
+
     /// A trapped MSR with ISS `iss` (Rt filled in from `rt`).
     fn msr(iss: u64, rt: u64) -> Syndrome {
         Syndrome::synchronous(IL | ESR_EL2::EC::TrappedMsrMrs.value | iss | (rt << SYSREG_RT_SHIFT))
@@ -618,8 +697,8 @@ impl Machine for Fake {
             self.pcpu
         );
         assert!(
-            self.debug_cpu.is_none(),
-            "pCPU {}: a vCPU's debug registers left loaded",
+            self.debug_cpu.is_none() && self.pmu_cpu.is_none(),
+            "pCPU {}: a vCPU's debug or PMU registers left loaded",
             self.pcpu
         );
         self.loaded_vm = Some(vm.vttbr as usize - 1);
@@ -644,8 +723,8 @@ impl Machine for Fake {
             self.pcpu
         );
         assert!(
-            self.debug_cpu.is_none(),
-            "pCPU {}: the vCPU's debug registers were not saved",
+            self.debug_cpu.is_none() && self.pmu_cpu.is_none(),
+            "pCPU {}: the vCPU's debug or PMU registers were not saved",
             self.pcpu
         );
         assert!(
@@ -682,6 +761,44 @@ impl Machine for Fake {
             .debug_cpu
             .take()
             .expect("debug registers saved that were not loaded");
+    }
+
+    fn pmu_counters(&self) -> usize {
+        PMU_COUNTERS
+    }
+
+    fn load_pmu(&mut self, registers: &PmuRegisters, features: PmuFeatures) {
+        assert_eq!(features, PmuFeatures::from_cpu(DFR0, PMU_COUNTERS).unwrap());
+        assert!(
+            self.pmu_cpu.replace(registers.clone()).is_none(),
+            "pCPU {}: PMU loaded twice",
+            self.pcpu
+        );
+        let vm = self.loaded_vm.expect("a vCPU is loaded");
+        *self
+            .world
+            .pmu_loads
+            .lock()
+            .entry((vm, self.loaded_index))
+            .or_insert(0) += 1;
+    }
+
+    fn save_pmu(&mut self, registers: &mut PmuRegisters, _features: PmuFeatures) {
+        *registers = self
+            .pmu_cpu
+            .take()
+            .expect("PMU registers saved that were not loaded");
+    }
+
+    fn pmu_overflow_registers(&self) -> (u64, u64, u64) {
+        let r = self.pmu_cpu.as_ref().expect("only a loaded PMU is sampled");
+        (r.pmcr, r.interrupts, r.overflows)
+    }
+
+    fn enable_pmu_interrupt(&mut self) {
+        self.world
+            .pmu_interrupts_enabled
+            .fetch_add(1, Ordering::Relaxed);
     }
 
     fn set_traps(&mut self, _hcr: u64) {}

@@ -15,6 +15,7 @@ use crate::memory::layout::MapKind;
 use crate::services::smccc::{ConstantReplies, VcpuCallCounts};
 use crate::trap::debug::{DebugFeatures, DebugRegisters, DebugState};
 use crate::trap::fault::Injection;
+use crate::trap::pmu::{PmuFeatures, PmuRegisters, PmuState};
 use crate::vcpu::GuestRegs;
 use alloc::string::String;
 use core::fmt;
@@ -70,6 +71,11 @@ pub enum Taken {
     /// The virtual CPU interface wants its list registers looked at (an
     /// EOI of a level-sensitive interrupt, or an underflow).
     Maintenance,
+    /// The PMU's overflow interrupt: the running vCPU's, if its PMU is
+    /// loaded. The physical interrupt is disabled in the GIC (its line
+    /// stays high until the guest clears the overflow), until
+    /// [`Machine::enable_pmu_interrupt`].
+    PmuOverflow,
 }
 
 /// The per-VM registers a vCPU load switches (Arm ARM D8 "The AArch64
@@ -116,8 +122,8 @@ pub struct ListRegisterUse {
 ///
 /// In this order (`repr(C)`): what every vCPU switch reads and writes
 /// first, near the context's base, where the load and store pairs reach;
-/// the debug registers (half a KiB that only a vCPU using them switches)
-/// last.
+/// the debug and PMU registers (a KiB that only a vCPU using them
+/// switches) last.
 #[repr(C)]
 #[derive(Clone, Debug, Default)]
 pub struct VcpuContext<S> {
@@ -130,6 +136,9 @@ pub struct VcpuContext<S> {
     /// The guest's self-hosted debug state, and where it is
     /// (`el2::trap::debug`).
     pub debug: DebugState,
+    /// The guest's PMU, where it is, and its overflow line
+    /// (`el2::trap::pmu`).
+    pub pmu: PmuState,
 }
 
 /// How an allocation transaction refuses allocations (`el2.fail-alloc=`).
@@ -188,6 +197,28 @@ pub trait Machine {
     /// and traps the debug registers again (MDCR_EL2.TDA set): the state
     /// every pCPU has while no vCPU's debug registers are loaded.
     fn save_debug(&mut self, registers: &mut DebugRegisters, features: DebugFeatures);
+    /// How many event counters the guests' PMU partition has
+    /// (MDCR_EL2.HPMN); 0 without a PMU.
+    fn pmu_counters(&self) -> usize;
+    /// Loads the running vCPU's PMU registers (`el2::trap::pmu`): the
+    /// first `features.counters` event counters and types, the cycle
+    /// counter and its filter, the enables, interrupt enables and
+    /// overflow flags, PMSELR_EL0, PMUSERENR_EL0 and, last, PMCR_EL0; then
+    /// stops trapping the guest's PMU accesses (MDCR_EL2.TPM, TPMCR). The
+    /// PMU interrupt is enabled.
+    fn load_pmu(&mut self, registers: &PmuRegisters, features: PmuFeatures);
+    /// Stops the running vCPU's counters, saves its PMU registers into
+    /// `registers`, leaves the PMU disabled (no counter enabled, no
+    /// interrupt enabled, no overflow, EL0 access off), traps its
+    /// registers again and enables the PMU interrupt: the state of every
+    /// pCPU while no vCPU's PMU is loaded.
+    fn save_pmu(&mut self, registers: &mut PmuRegisters, features: PmuFeatures);
+    /// The loaded PMU's PMCR_EL0, PMINTENSET_EL1 and PMOVSSET_EL0, which
+    /// decide its overflow line (`el2::trap::pmu::overflow_line`).
+    fn pmu_overflow_registers(&self) -> (u64, u64, u64);
+    /// Enables the PMU interrupt in the GIC again (after
+    /// [`Taken::PmuOverflow`] disabled it), its line having dropped.
+    fn enable_pmu_interrupt(&mut self);
     /// Sets HCR_EL2 for the next entry (the WFx trap policy changes it).
     fn set_traps(&mut self, hcr: u64);
     /// Runs the loaded vCPU until an exit `fast` does not answer

@@ -627,6 +627,12 @@ impl<'h, M: Machine> Runner<'h, M> {
         if ctx.debug.load() {
             self.machine.load_debug(&ctx.debug.registers, vm.debug);
         }
+        // Likewise the PMU (`el2::trap::pmu`).
+        if ctx.pmu.load()
+            && let Some(pmu) = vm.pmu
+        {
+            self.machine.load_pmu(&ctx.pmu.registers, pmu);
+        }
         // The list registers are empty now; whatever waits for this vCPU
         // has its `irq_attention` bit set (see `vcpu_put`), so the first
         // entry's check fills them.
@@ -670,10 +676,19 @@ impl<'h, M: Machine> Runner<'h, M> {
             }
             ctx.lrs = machine::ListRegisterUse::default();
         }
+        // A vCPU whose debug or PMU registers are not in the CPU costs a
+        // byte test each here.
         if ctx.debug.in_cpu() {
             self.machine.save_debug(&mut ctx.debug.registers, vm.debug);
+            ctx.debug.put();
         }
-        ctx.debug.put();
+        if ctx.pmu.in_cpu()
+            && let Some(pmu) = vm.pmu
+        {
+            self.machine.save_pmu(&mut ctx.pmu.registers, pmu);
+            ctx.pmu.put();
+            woken = woken.union(self.pmu_line_saved(vm, vcpu, &mut ctx));
+        }
         self.machine.save_vcpu(&mut ctx);
         // The timer is off in hardware now: its PPI is ended for the next
         // vCPU, and the line the vGIC keeps while this one is away is the

@@ -339,6 +339,11 @@ fn run(seed: u64, pcpus: usize, specs: &[Spec]) -> Vec<alloc::string::String> {
         *DEBUG_LOADS.lock().entry(vcpu.1).or_insert(0) += loads;
     }
     *DEBUG_CHECKS.lock() += world.debug_checks.load(relaxed);
+    for (&vcpu, &loads) in world.pmu_loads.lock().iter() {
+        *PMU_LOADS.lock().entry(vcpu.1).or_insert(0) += loads;
+    }
+    *PMU_CHECKS.lock() += world.pmu_checks.load(relaxed);
+    *PMU_ENABLES.lock() += world.pmu_interrupts_enabled.load(relaxed);
     world.console.lock().clone()
 }
 
@@ -357,6 +362,12 @@ static TIMER_PPI: boot::sync::SpinMutex<[u64; 3]> = boot::sync::SpinMutex::new([
 static DEBUG_LOADS: boot::sync::SpinMutex<alloc::collections::BTreeMap<u16, u64>> =
     boot::sync::SpinMutex::new(alloc::collections::BTreeMap::new());
 static DEBUG_CHECKS: boot::sync::SpinMutex<u64> = boot::sync::SpinMutex::new(0);
+/// Likewise for the PMU (`fake::PMU_USER`), and how often the PMU
+/// interrupt was enabled again after an overflow.
+static PMU_LOADS: boot::sync::SpinMutex<alloc::collections::BTreeMap<u16, u64>> =
+    boot::sync::SpinMutex::new(alloc::collections::BTreeMap::new());
+static PMU_CHECKS: boot::sync::SpinMutex<u64> = boot::sync::SpinMutex::new(0);
+static PMU_ENABLES: boot::sync::SpinMutex<u64> = boot::sync::SpinMutex::new(0);
 
 #[test]
 fn several_vms_on_several_pcpus_keep_the_runner_invariants() {
@@ -433,6 +444,18 @@ fn several_vms_on_several_pcpus_keep_the_runner_invariants() {
     );
     assert!(loads[&super::fake::DEBUGGER] > 100, "{loads:?}");
     assert!(*DEBUG_CHECKS.lock() > 1000, "{}", *DEBUG_CHECKS.lock());
+    // The same for the PMU: only its user loads it, its cycle count
+    // follows it, and its overflow interrupt was raised and, once the
+    // guest cleared the overflow, enabled again.
+    let loads = PMU_LOADS.lock().clone();
+    assert_eq!(
+        loads.keys().copied().collect::<Vec<_>>(),
+        [super::fake::PMU_USER],
+        "PMU loaded per vCPU index: {loads:?}"
+    );
+    assert!(loads[&super::fake::PMU_USER] > 100, "{loads:?}");
+    assert!(*PMU_CHECKS.lock() > 1000, "{}", *PMU_CHECKS.lock());
+    assert!(*PMU_ENABLES.lock() > 10, "{}", *PMU_ENABLES.lock());
 }
 
 #[test]

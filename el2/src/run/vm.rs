@@ -19,6 +19,7 @@ use crate::trap::debug::{DebugFeatures, ID_AA64DFR0_CRM_OP2};
 use crate::trap::exit::{EXIT_CLASSES, Exit};
 use crate::trap::fault;
 use crate::trap::mmio::MmioMap;
+use crate::trap::pmu::PmuFeatures;
 use crate::vcpu::VmId;
 use aarch64_cpu::registers::HCR_EL2;
 use alloc::boxed::Box;
@@ -177,6 +178,8 @@ pub struct Vm<M: Machine> {
     pub(super) resets: AtomicU32,
     /// The breakpoints and watchpoints each vCPU has: the CPU's.
     pub(super) debug: DebugFeatures,
+    /// The PMU each vCPU has, if the CPU has one to offer.
+    pub(super) pmu: Option<PmuFeatures>,
 }
 
 /// What the hardware layer built for a VM before its services exist.
@@ -240,6 +243,8 @@ impl<M: Machine> Vm<M> {
             .map_err(|e| fail("vcpus", alloc::format!("virtual GIC: {e}")))?;
         checkpoint("its virtual GIC")?;
         let name = config.name.clone();
+        let dfr0 = machine.read_id_register(ID_AA64DFR0_CRM_OP2.0, ID_AA64DFR0_CRM_OP2.1);
+        let pmu = PmuFeatures::from_cpu(dfr0, machine.pmu_counters());
         let vm = Vm {
             id,
             devices: layout::device_map(layout.vcpus),
@@ -272,9 +277,8 @@ impl<M: Machine> Vm<M> {
             faults: AtomicU64::new(0),
             state: AtomicU8::new(VmState::Running as u8),
             resets: AtomicU32::new(0),
-            debug: DebugFeatures::from_dfr0(
-                machine.read_id_register(ID_AA64DFR0_CRM_OP2.0, ID_AA64DFR0_CRM_OP2.1),
-            ),
+            debug: DebugFeatures::from_dfr0(dfr0),
+            pmu,
         };
         checkpoint("its vCPUs")?;
         vm.load(machine)?;
@@ -323,6 +327,7 @@ impl<M: Machine> Vm<M> {
             &self.config,
             &self.layout,
             self.resets.load(Ordering::Relaxed),
+            self.pmu.is_some(),
         )?;
         txn.check()
             .map_err(|_| VmError::out_of_memory(&self.config.node, "its device tree"))?;

@@ -6,25 +6,27 @@
 //! The debug registers (MDCR_EL2.TDA, TDOSA, TDRA) are a vCPU's own,
 //! switched lazily: `el2::trap::debug`.
 //!
-//! The PMU is trapped (MDCR_EL2.TPM, TPMCR) so that a guest cannot reach
-//! the physical performance monitors. Its EL0/EL1 registers (PMCR_EL0 ...
-//! `PMEVTYPER<n>_EL0`, PMUSERENR_EL0, PMINTEN*_EL1) read as zero and
-//! ignore writes: no PMU is offered (the guest's DT has no PMU node).
+//! The PMU is the vCPU's own, switched lazily (`el2::trap::pmu`); on a
+//! CPU without a PMUv3p1 none is offered, and its EL0/EL1 registers read
+//! as zero and ignore writes ([`emulate`]; the guest's DT has no PMU node).
 //!
 //! The ID registers (op0 3, op1 0, CRn 0, CRm 1-7; HCR_EL2.TID3) are
 //! trapped too, and read as the hardware's values with the features a VM
 //! does not get taken out ([`sanitize_id`]): SVE and SME (their register
-//! state is not switched), the PMU and the statistical profiling and trace
-//! units (not offered), MTE, MPAM and the activity monitors. Linux sizes
+//! state is not switched), the statistical profiling and trace units (not
+//! offered), MTE, MPAM and the activity monitors; the PMU's version is the
+//! one offered, if any (`el2::trap::pmu::PmuFeatures`). Linux sizes
 //! its SVE support from ID_AA64PFR0_EL1 and would otherwise write ZCR_EL1,
 //! which traps. ID_AA64DFR0_EL1 tells the truth about debug: the debug
 //! version, breakpoints, watchpoints, context comparators and double lock
-//! the CPU has (`el2::trap::debug::DebugFeatures::guest_dfr0`).
+//! the CPU has (`el2::trap::debug::DebugFeatures::guest_dfr0`), and the
+//! PMU version offered.
 //!
 //! Anything else trapped as a system-register access (EC 0x18) still gets
 //! an undefined instruction.
 
 use super::debug::DebugFeatures;
+use super::pmu::{self, PmuFeatures};
 use aarch64_cpu::registers::{ID_AA64PFR0_EL1, ID_AA64PFR1_EL1};
 use core::fmt;
 use tock_registers::fields::Field;
@@ -58,11 +60,6 @@ register_bitfields! {u64,
         SME OFFSET(24) NUMBITS(4) [],
         /// MPAM minor version.
         MPAM_FRAC OFFSET(16) NUMBITS(4) [],
-    ],
-    /// ID_DFR0_EL1, the AArch32 debug features.
-    ID_DFR0 [
-        /// The PMU's version.
-        PERFMON OFFSET(24) NUMBITS(4) [],
     ],
 }
 
@@ -161,8 +158,6 @@ pub mod encoding {
     pub const DBGCLAIMSET_EL1: Encoding = (2, 0, 7, 8, 6);
     pub const DBGCLAIMCLR_EL1: Encoding = (2, 0, 7, 9, 6);
     pub const DBGAUTHSTATUS_EL1: Encoding = (2, 0, 7, 14, 6);
-    pub const PMINTENSET_EL1: Encoding = (3, 0, 9, 14, 1);
-    pub const PMINTENCLR_EL1: Encoding = (3, 0, 9, 14, 2);
     pub const ICC_SGI1R_EL1: Encoding = (3, 0, 12, 11, 5);
     pub const ICC_ASGI1R_EL1: Encoding = (3, 0, 12, 11, 6);
     pub const ICC_SGI0R_EL1: Encoding = (3, 0, 12, 11, 7);
@@ -213,9 +208,10 @@ fn hide<R: RegisterLongName>(hw: u64, hidden: &[Field<u64, R>]) -> u64 {
 }
 
 /// The value a VM reads from the ID register (op0 3, op1 0, CRn 0, `crm`,
-/// `op2`) whose hardware value is `hw`: the hardware's, with the fields of
-/// features the VM does not get set to "not implemented" (0).
-pub fn sanitize_id(crm: u8, op2: u8, hw: u64) -> u64 {
+/// `op2`) whose hardware value is `hw`, with `pmu` the PMU it is offered:
+/// the hardware's, with the fields of features the VM does not get set to
+/// "not implemented" (0) and versions capped at what el2 switches.
+pub fn sanitize_id(crm: u8, op2: u8, hw: u64, pmu: Option<PmuFeatures>) -> u64 {
     match (crm, op2) {
         (4, 0) => hide(
             hide(hw, &[ID_AA64PFR0_EL1::SVE, ID_AA64PFR0_EL1::AMU]),
@@ -231,14 +227,14 @@ pub fn sanitize_id(crm: u8, op2: u8, hw: u64) -> u64 {
         ),
         // ID_AA64ZFR0_EL1 (SVE features), ID_AA64SMFR0_EL1 (SME features).
         (4, 4) | (4, 5) => 0,
-        // ID_AA64DFR0_EL1: the debug fields as the CPU has them, nothing
-        // else (no PMU, SPE, trace, BRBE).
-        (5, 0) => DebugFeatures::guest_dfr0(hw),
+        // ID_AA64DFR0_EL1: the debug fields as the CPU has them, the PMU
+        // version offered, nothing else (no SPE, trace, BRBE).
+        (5, 0) => DebugFeatures::guest_dfr0(hw) | PmuFeatures::guest_dfr0_field(pmu),
         // ID_AA64DFR1_EL1: none of its features (more breakpoints behind
         // MDSELR_EL1, PMU extensions) is offered.
         (5, 1) => 0,
         // ID_DFR0_EL1, the AArch32 view of the PMU.
-        (1, 2) => hide(hw, &[ID_DFR0::PERFMON]),
+        (1, 2) => PmuFeatures::guest_id_dfr0(pmu, hw),
         _ => hw,
     }
 }
@@ -252,27 +248,14 @@ pub enum Emulated {
     Written,
 }
 
-/// Emulates `access` to the PMU, or returns `None` for a register this
-/// module does not emulate.
+/// Emulates `access` to the PMU of a VM that is offered none: reads as
+/// zero, writes ignored; `None` for a register that is not the PMU's.
 pub fn emulate(access: &SysregAccess) -> Option<Emulated> {
-    is_pmu_register(access).then_some(if access.write {
+    pmu::is_pmu_register(access.encoding()).then_some(if access.write {
         Emulated::Written
     } else {
         Emulated::Read(0)
     })
-}
-
-/// The PMU's EL0 and EL1 registers.
-fn is_pmu_register(access: &SysregAccess) -> bool {
-    use encoding::*;
-    match access.encoding() {
-        // PMU, EL0 registers: PMCR_EL0 ... PMUSERENR_EL0, PMOVSSET_EL0
-        // (op1 3, CRn 9, CRm 12-14), PMEVCNTR<n>_EL0 / PMEVTYPER<n>_EL0
-        // (CRn 14, CRm 8-15).
-        (3, 3, 9, 12..=14, _) | (3, 3, 14, 8..=15, _) => true,
-        PMINTENSET_EL1 | PMINTENCLR_EL1 => true,
-        _ => false,
-    }
 }
 
 #[cfg(test)]
@@ -338,30 +321,37 @@ mod tests {
         // QEMU 7.2 -cpu max: ID_AA64PFR0_EL1 with SVE (1 at 35:32), GIC
         // sysregs (1 at 27:24), EL2/EL3 AArch64.
         let pfr0 = 0x0000_0001_0100_2222u64;
-        let vm = sanitize_id(4, 0, pfr0);
+        let vm = sanitize_id(4, 0, pfr0, None);
         assert_eq!((vm >> 32) & 0xf, 0, "no SVE");
         assert_eq!((vm >> 24) & 0xf, 1, "GIC system registers kept");
         assert_eq!(vm & 0xffff, pfr0 & 0xffff, "EL0-EL3 fields kept");
         // ID_AA64PFR1_EL1 with MTE and SME.
         let pfr1 = 0x0000_0001_0100_0320u64;
-        let vm1 = sanitize_id(4, 1, pfr1);
+        let vm1 = sanitize_id(4, 1, pfr1, None);
         assert_eq!(((vm1 >> 8) & 0xf, (vm1 >> 24) & 0xf), (0, 0));
         assert_eq!(vm1 & 0xf0, 0x20, "SSBS kept");
         // SVE and SME feature registers vanish.
-        assert_eq!(sanitize_id(4, 4, u64::MAX), 0);
-        assert_eq!(sanitize_id(4, 5, u64::MAX), 0);
+        assert_eq!(sanitize_id(4, 4, u64::MAX, None), 0);
+        assert_eq!(sanitize_id(4, 5, u64::MAX, None), 0);
         // ID_AA64DFR0_EL1: no PMU, SPE, trace buffer; debug version and
         // breakpoint counts kept.
         let dfr0 = 0x0000_0001_f010_5f09u64;
-        let d = sanitize_id(5, 0, dfr0);
-        assert_eq!((d >> 8) & 0xf, 0, "PMUVer");
+        let d = sanitize_id(5, 0, dfr0, None);
+        assert_eq!((d >> 8) & 0xf, 0, "PMUVer: no PMU offered");
         assert_eq!((d >> 32) & 0xf, 0, "PMSVer");
         assert_eq!(d & 0xf, 9, "DebugVer");
         assert_eq!((d >> 12) & 0xf, 5, "BRPs");
         assert_eq!((d >> 20) & 0xf, 1, "WRPs");
-        assert_eq!(sanitize_id(5, 1, u64::MAX), 0, "ID_AA64DFR1_EL1");
+        assert_eq!(sanitize_id(5, 1, u64::MAX, None), 0, "ID_AA64DFR1_EL1");
+        // With QEMU max's PMU (PMUv3p5) offered, PMUVer is the CPU's; the
+        // AArch32 view too.
+        let qemu_max = 0x1030_5609;
+        let pmu = PmuFeatures::from_cpu(qemu_max, 6);
+        assert_eq!((sanitize_id(5, 0, qemu_max, pmu) >> 8) & 0xf, 6);
+        assert_eq!(sanitize_id(1, 2, 0x3603_0066, pmu), 0x3603_0066);
+        assert_eq!(sanitize_id(1, 2, 0x3603_0066, None), 0x3003_0066);
         // The instruction-set registers pass through.
-        assert_eq!(sanitize_id(6, 0, 0x1234_5678), 0x1234_5678);
+        assert_eq!(sanitize_id(6, 0, 0x1234_5678, None), 0x1234_5678);
         // Reads of CRm 1-7 are ID reads; writes and other spaces are not.
         let id = SysregAccess::from_iss(iss(3, 0, 0, 4, 0, 1, false));
         assert!(is_id_read(&id));

@@ -48,12 +48,10 @@
 mod guest {
     use core::arch::{asm, global_asm};
     use core::fmt;
-    use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-    use core::time::Duration;
+    use core::sync::atomic::AtomicU64;
 
     use aarch64_cpu::registers::{DAIF, ID_AA64DFR0_EL1, MDSCR_EL1, OSLAR_EL1};
     use boot::debug::{self, Comparator::*};
-    use spin::Once;
     use tock_registers::interfaces::{Readable, Writeable};
 
     use guest_driver::debugcheck::{
@@ -62,20 +60,11 @@ mod guest {
         watchpoint_control,
     };
     use guest_driver::devicetree::Conduit;
-    use guest_driver::lock::cpu_relax;
     use guest_driver::println;
-    use guest_driver::rt::{self, fault, gic, smp, time};
+    use guest_driver::rt::{self, fault, gic, pair};
 
     guest_driver::entry!(main, secondary_main);
 
-    /// Seconds each wait for the other vCPU may take.
-    static TIMEOUT: Once<Duration> = Once::new();
-    /// Checks that failed so far.
-    static FAILURES: AtomicUsize = AtomicUsize::new(0);
-    /// Per vCPU: bumped while it waits for the other to run.
-    static HEARTBEAT: [AtomicU64; MAX_VCPUS] = [const { AtomicU64::new(0) }; MAX_VCPUS];
-    /// Per vCPU: its checks are over.
-    static DONE: [AtomicBool; MAX_VCPUS] = [const { AtomicBool::new(false) }; MAX_VCPUS];
     /// Per vCPU, the doublewords its watchpoints watch.
     static WORDS: [[AtomicU64; MAX_COMPARATORS]; MAX_VCPUS] =
         [const { [const { AtomicU64::new(0) }; MAX_COMPARATORS] }; MAX_VCPUS];
@@ -215,80 +204,28 @@ mod guest {
 
     fn fail(vcpu: usize, label: Label, why: fmt::Arguments) {
         println!("{PREFIX} vcpu {vcpu}: {label}: FAILED: {why}");
-        FAILURES.fetch_add(1, Ordering::Relaxed);
+        pair::failed();
     }
 
-    /// Waits until the other vCPU has run since this call (its heartbeat
-    /// moved or it finished), beating meanwhile. On one pCPU that means
-    /// this vCPU was descheduled and loaded again. False on a timeout.
     fn wait_for_other(me: usize, vcpus: usize) -> bool {
-        if vcpus < 2 {
-            return true;
-        }
-        let other = 1 - me;
-        let seen = HEARTBEAT[other].load(Ordering::Acquire);
-        time::wait_until(*TIMEOUT.get().expect("set by main"), || {
-            HEARTBEAT[me].fetch_add(1, Ordering::AcqRel);
-            cpu_relax();
-            HEARTBEAT[other].load(Ordering::Acquire) != seen || DONE[other].load(Ordering::Acquire)
-        })
+        pair::wait_for_other(me, vcpus)
     }
 
     // ---- main ------------------------------------------------------------
 
     fn main() {
-        let args = rt::bootargs();
-        let timeout = match args.number("timeout", 30, 1, 3600) {
-            Ok(s) => Duration::from_secs(s),
-            Err(e) => rt::fatal(format_args!(
-                "{PREFIX} bad bootargs \"{}\": {e}",
-                args.as_str()
-            )),
-        };
-        TIMEOUT.call_once(|| timeout);
-        let vcpus = smp::count().min(MAX_VCPUS);
         // The step check loads from the distributor: map it.
         if let Err(e) = gic::init() {
             rt::fatal(format_args!("{PREFIX} cannot map the GIC: {e}"));
         }
-        println!(
-            "{PREFIX} checks on {vcpus} vCPU(s), timeout={}",
-            timeout.as_secs()
-        );
-        if vcpus > 1 {
-            match smp::start(1) {
-                Ok(started) if started.wait_entered(timeout) => {}
-                Ok(_) => rt::fatal(format_args!("{PREFIX} vcpu 1 did not start")),
-                Err(e) => rt::fatal(format_args!("{PREFIX} CPU_ON of vcpu 1: {e}")),
-            }
-        }
-        checks(0, vcpus);
-        if !time::wait_until(timeout, || {
-            (0..vcpus).all(|v| DONE[v].load(Ordering::Acquire))
-        }) {
-            println!(
-                "{PREFIX} vcpu 1 did not finish within {} s",
-                timeout.as_secs()
-            );
-            FAILURES.fetch_add(1, Ordering::Relaxed);
-        }
-        let failures = FAILURES.load(Ordering::Relaxed);
-        if failures > 0 {
-            rt::fatal(format_args!(
-                "{PREFIX} {failures} check(s) failed, see above"
-            ));
-        }
-        println!("{ALL_PASSED}");
+        pair::main(PREFIX, ALL_PASSED, checks);
     }
 
     fn secondary_main(cpu: usize) {
-        if cpu < MAX_VCPUS {
-            checks(cpu, smp::count().min(MAX_VCPUS));
-        }
+        pair::secondary(cpu, checks);
     }
 
-    /// Every check of vCPU `me`; then it keeps its heartbeat going until
-    /// the other vCPU is done too (whose last waits need it).
+    /// Every check of vCPU `me` (`rt::pair` runs it on both vCPUs).
     fn checks(me: usize, vcpus: usize) {
         let features = Features::from_dfr0(ID_AA64DFR0_EL1.get());
         println!("{}", FeaturesLine { vcpu: me, features });
@@ -308,15 +245,6 @@ mod guest {
         report(me, Label::OsLock, os_lock(me));
         mask_debug();
         MDSCR_EL1.set(0);
-        DONE[me].store(true, Ordering::Release);
-        let other = 1 - me;
-        if vcpus > 1 {
-            time::wait_until(*TIMEOUT.get().expect("set by main"), || {
-                HEARTBEAT[me].fetch_add(1, Ordering::AcqRel);
-                cpu_relax();
-                DONE[other].load(Ordering::Acquire)
-            });
-        }
     }
 
     /// Why a check failed.

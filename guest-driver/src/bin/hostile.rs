@@ -59,6 +59,7 @@ mod guest {
     use aarch64_cpu::registers::{
         ID_AA64DFR0_EL1, ID_AA64PFR0_EL1, ID_AA64PFR1_EL1, MDSCR_EL1, MPIDR_EL1, OSLAR_EL1,
     };
+    use boot::pmu::{self, Register::*};
     use guest_driver::bootargs::{ArgError, BootArgs};
     use guest_driver::devicetree::{MAX_CPUS, MemRange};
     use guest_driver::fault::Caught;
@@ -66,8 +67,8 @@ mod guest {
     use guest_driver::hostile::{
         self, Access, AllAnswered, BREAKPOINT_ADDRESS, BREAKPOINT_CONTROL, BadCpuOn, BadIpa, Env,
         FETCH_TARGET, GICD_CTLR, GICD_RESERVED, GICD_TYPER, HostDevice, LOST_WAKE_UP, Label, Note,
-        Outcome, PL011_FR, PREFIX, Place, RecordCheck, ResultLine, SCRIBBLE_PATTERNS,
-        STORM_LOST_WAKE_UPS_MAX, SmcCall, Storm, Target, Unowned, Via,
+        Outcome, PL011_FR, PMU_ENABLES_WRITTEN, PREFIX, Place, RecordCheck, ResultLine,
+        SCRIBBLE_PATTERNS, STORM_LOST_WAKE_UPS_MAX, SmcCall, Storm, Target, Unowned, Via,
     };
     use guest_driver::mpidr::Mpidr;
     use guest_driver::note;
@@ -353,8 +354,6 @@ mod guest {
         };
     }
 
-    system_register!(read_pmcr, write_pmcr, "pmcr_el0");
-    system_register!(read_pmcntenset, write_pmcntenset, "pmcntenset_el0");
     system_register!(read_dbgbvr0, write_dbgbvr0, "dbgbvr0_el1");
     system_register!(read_dbgbcr0, write_dbgbcr0, "dbgbcr0_el1");
 
@@ -714,9 +713,13 @@ mod guest {
     fn system_registers() {
         let env = env();
         let mut probes = Probes::default();
-        probes.run(|| write_pmcr(PMCR_ENABLE_AND_RESET_CYCLES));
-        probes.run(|| write_pmcntenset(PMCNTENSET_CYCLES));
-        let read = probes.run(read_pmcr) | probes.run(read_pmcntenset);
+        probes.run(|| pmu::write(Pmcr, PMCR_ENABLE_AND_RESET_CYCLES));
+        probes.run(|| pmu::write(Pmcntenset, PMCNTENSET_CYCLES));
+        let read = (probes.run(|| pmu::read(Pmcr)) | probes.run(|| pmu::read(Pmcntenset)))
+            & PMU_ENABLES_WRITTEN;
+        // Off again: nothing counts for this vCPU once it is put.
+        probes.run(|| pmu::write(Pmcr, 0));
+        probes.run(|| pmu::write(Pmcntenclr, PMCNTENSET_CYCLES));
         report(
             Label::PmuRegisters,
             judged(Label::PmuRegisters, &env, probes.first, 0, read),
@@ -778,7 +781,7 @@ mod guest {
                 c.fault(),
                 c.esr
             )),
-            None => hostile::judge_id_registers(dfr0, pfr0, pfr1),
+            None => hostile::judge_id_registers(dfr0, pfr0, pfr1, rt::machine().pmu_irq.is_some()),
         };
         report(Label::IdRegisters, outcome);
     }

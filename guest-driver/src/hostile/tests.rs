@@ -560,18 +560,24 @@ fn registers_are_judged() {
         "ignored OSLAR"
     );
     assert!(!judge_os_lock(undef, 0xa, 0x8, 0xa).answered);
-    // QEMU max's PMU, SVE and MTE fields, and hidden ones.
-    assert!(judge_id_registers(0x1030_5009, 0x0001_0000_1011_1112, 0x20).answered);
-    let pmu = judge_id_registers(0x1030_5609, 0x1011_1112, 0);
+    // QEMU max's PMU (PMUv3p5) with its DT node, SVE and MTE hidden.
+    assert!(judge_id_registers(0x1030_5609, 0x0001_0000_1011_1112, 0x20, true).answered);
+    assert!(judge_id_registers(0x1030_5009, 0x1011_1112, 0, false).answered);
+    let pmu = judge_id_registers(0x1030_5609, 0x1011_1112, 0, false);
     assert!(!pmu.answered);
     assert_eq!(
         pmu.note.as_str(),
-        "ID_AA64DFR0_EL1.PMUVer is 6, not 0 (hidden)"
+        "ID_AA64DFR0_EL1.PMUVer is 6, but the device tree has no PMU node"
     );
-    assert!(!judge_id_registers(0, 1 << 32, 0).answered, "SVE");
-    assert!(!judge_id_registers(0, 0, 1 << 24).answered, "SME");
-    assert!(!judge_id_registers(0, 0, 2 << 8).answered, "MTE");
-    assert!(!judge_id_registers(0, 1 << 40, 0).answered, "MPAM");
+    assert!(
+        !judge_id_registers(0x1030_5009, 0, 0, true).answered,
+        "no PMU"
+    );
+    assert!(!judge_id_registers(0xf00, 0, 0, true).answered, "IMPDEF");
+    assert!(!judge_id_registers(0, 1 << 32, 0, false).answered, "SVE");
+    assert!(!judge_id_registers(0, 0, 1 << 24, false).answered, "SME");
+    assert!(!judge_id_registers(0, 0, 2 << 8, false).answered, "MTE");
+    assert!(!judge_id_registers(0, 1 << 40, 0, false).answered, "MPAM");
     assert!(judge_ignored_write(None, 0x37_8000, 0x37_8000).answered);
     assert!(!judge_ignored_write(None, 0x37_8000, 0).answered);
     assert!(!judge_ignored_write(undef, 1, 1).answered);

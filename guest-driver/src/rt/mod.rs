@@ -44,6 +44,7 @@ pub mod gic;
 mod head;
 pub mod image;
 pub mod mmu;
+pub mod pair;
 mod percpu;
 pub mod psci;
 pub mod pv;

@@ -3,7 +3,8 @@
 
 use super::psci::{self, PsciError};
 use super::{head, machine, percpu, time};
-use core::sync::atomic::Ordering;
+use crate::devicetree::MAX_CPUS;
+use core::sync::atomic::{AtomicU64, Ordering};
 use core::time::Duration;
 
 /// The physical address CPU_ON starts secondaries at (the runtime's
@@ -83,4 +84,42 @@ pub(super) fn mark_entered() {
 /// Records that the running CPU is about to call CPU_OFF.
 pub(super) fn mark_leaving() {
     percpu::this_cpu().running.store(false, Ordering::Release);
+}
+
+/// Per CPU: bumped by [`wait_until_ran`] and [`beat_until`] while it
+/// waits, so that another CPU can tell that it ran.
+static HEARTBEATS: [AtomicU64; MAX_CPUS] = [const { AtomicU64::new(0) }; MAX_CPUS];
+
+/// Waits up to `timeout` until CPU `other` has run since this call (its
+/// heartbeat moved) or `other_done()`, beating meanwhile so that `other`
+/// can wait for this CPU the same way. With both on one physical CPU,
+/// `true` means this CPU was descheduled and loaded again in between.
+/// `false` on a timeout.
+pub fn wait_until_ran(other: usize, timeout: Duration, other_done: impl Fn() -> bool) -> bool {
+    let me = current();
+    let Some(theirs) = HEARTBEATS.get(other) else {
+        return false;
+    };
+    let seen = theirs.load(Ordering::Acquire);
+    time::wait_until(timeout, || {
+        beat(me);
+        theirs.load(Ordering::Acquire) != seen || other_done()
+    })
+}
+
+/// Keeps this CPU's heartbeat going until `until()` or `timeout`, so that
+/// another CPU's [`wait_until_ran`] ends. `false` on a timeout.
+pub fn beat_until(timeout: Duration, until: impl Fn() -> bool) -> bool {
+    let me = current();
+    time::wait_until(timeout, || {
+        beat(me);
+        until()
+    })
+}
+
+fn beat(cpu: usize) {
+    if let Some(heartbeat) = HEARTBEATS.get(cpu) {
+        heartbeat.fetch_add(1, Ordering::AcqRel);
+    }
+    crate::lock::cpu_relax();
 }

@@ -12,6 +12,7 @@
 //! | `bench` | UnixBench-like throughput under overcommit ([`suite`]) |
 //! | `kexec` | reboots into another kernel without the hypervisor, for the release checks |
 //! | `ptp` | reads a PTP clock (`ptp_kvm`) between two reads of the virtual counter |
+//! | `perf` | a perf_event_open(2) cycle counter advances: the PMU reaches user space (the stock Linux guest's `/init` runs it) |
 //!
 //! Every line it prints starts with [`lines::PREFIX`]; the result lines
 //! are typed in [`lines`]. It exits with [`EXIT_PASS`], [`EXIT_FAIL`]

@@ -18,6 +18,7 @@
 //! | `pvlinux: stress stuck thread=3` | [`StressStuck`] |
 //! | `pvlinux: stress threads=8 seconds=10 ops=123 min_thread_ops=10 max_thread_ops=20 pv_waits=5 pv_kicks=5 stuck=0` | [`StressSummary`] |
 //! | `pvlinux: hotplug cpu=1 before=1 offline=0/0 after=1/1` | [`HotplugResult`] |
+//! | `pvlinux: perf event=cycles first=1234 second=100001234 ms=100` | [`PerfResult`] |
 //! | `pvlinux: bench start tests=execl,spawn copies=2 scale=0.5 seed=none` | [`BenchStart`] |
 //! | `pvlinux: bench test=spawn copies=2 ops=1000 seconds=0.100000 ops_per_sec=10000.0` | [`BenchResult`] |
 //! | `pvlinux: bench failed test=spawn error=fork: Resource temporarily unavailable` | [`BenchFailed`] |
@@ -428,6 +429,48 @@ impl fmt::Display for HotplugResult {
     }
 }
 
+/// `perf`'s result: a perf_event_open(2) counter read before and after
+/// `ms` milliseconds of computing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PerfResult {
+    /// The generic event counted (`cycles`).
+    pub event: String,
+    /// The counter's value first read.
+    pub first: u64,
+    /// Its value after computing.
+    pub second: u64,
+    /// How long it computed in between.
+    pub ms: u64,
+}
+
+impl PerfResult {
+    /// The counter advanced.
+    pub fn passed(&self) -> bool {
+        self.second > self.first
+    }
+
+    /// Reads a line this type wrote.
+    pub fn parse(line: &str) -> Option<Self> {
+        let fields = Fields::of(line, "perf")?;
+        Some(Self {
+            event: fields.text("event")?.to_string(),
+            first: fields.get("first")?,
+            second: fields.get("second")?,
+            ms: fields.get("ms")?,
+        })
+    }
+}
+
+impl fmt::Display for PerfResult {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{PREFIX}perf event={} first={} second={} ms={}",
+            self.event, self.first, self.second, self.ms
+        )
+    }
+}
+
 /// `kexec`'s line just before it reboots into the loaded kernel.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KexecLoaded {
@@ -690,11 +733,12 @@ mod tests {
             BenchFailed::parse(line).is_some(),
             BenchDone::parse(line).is_some(),
             PtpRead::parse(line).is_some(),
+            PerfResult::parse(line).is_some(),
         ]
         .into_iter()
         .filter(|parsed| *parsed)
         .count();
-        assert_eq!(others, 1, "{line} parses as more than one line type");
+        assert_eq!(others, 1, "{line} parses as exactly one line type");
     }
 
     #[test]
@@ -851,6 +895,31 @@ mod tests {
         );
         assert_eq!(
             HotplugResult::parse("pvlinux: hotplug cpu=1 before=2 offline=0/0 after=1/1"),
+            None
+        );
+    }
+
+    #[test]
+    fn perf_lines() {
+        let advanced = PerfResult {
+            event: "cycles".into(),
+            first: 1234,
+            second: 100_001_234,
+            ms: 100,
+        };
+        assert!(advanced.passed());
+        round_trip(
+            advanced.clone(),
+            "pvlinux: perf event=cycles first=1234 second=100001234 ms=100",
+            PerfResult::parse,
+        );
+        let stuck = PerfResult {
+            second: 1234,
+            ..advanced
+        };
+        assert!(!stuck.passed());
+        assert_eq!(
+            PerfResult::parse("pvlinux: perf event=cycles first=1"),
             None
         );
     }

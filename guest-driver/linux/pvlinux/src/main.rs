@@ -1,4 +1,4 @@
-//! The pvlinux program: `pvlinux truth|stress|hotplug|kexec|bench|ptp ...` (see the
+//! The pvlinux program: `pvlinux truth|stress|hotplug|kexec|bench|ptp|perf ...` (see the
 //! library's documentation and each subcommand's module in `cmd/`).
 //!
 //! Exit status: 0 the check passed, 1 it failed, 2 bad arguments or an
@@ -10,17 +10,18 @@ mod cmd;
 use std::process::ExitCode;
 
 use cmd::args::Options;
-use cmd::{Failure, Verdict, bench, bench_copy, hotplug, kexec, ptp, stress, truth};
+use cmd::{Failure, Verdict, bench, bench_copy, hotplug, kexec, perf, ptp, stress, truth};
 use pvlinux::{EXIT_FAIL, EXIT_PASS, EXIT_USAGE};
 
 /// Every subcommand's usage line.
-const USAGES: [&str; 6] = [
+const USAGES: [&str; 7] = [
     truth::USAGE,
     stress::USAGE,
     hotplug::USAGE,
     kexec::USAGE,
     bench::USAGE,
     ptp::USAGE,
+    perf::USAGE,
 ];
 
 fn print_usage(usages: &[&str]) {
@@ -70,6 +71,7 @@ fn main() -> ExitCode {
         "kexec" => finish(kexec::run(options()), kexec::USAGE),
         "bench" => finish(bench::run(options()), bench::USAGE),
         "ptp" => finish(ptp::run(options()), ptp::USAGE),
+        "perf" => finish(perf::run(options()), perf::USAGE),
         bench_copy::COPY_COMMAND => bench_copy::copy_main(rest),
         bench_copy::EXECL_COMMAND => bench_copy::execl_main(rest),
         "help" | "--help" | "-h" => {

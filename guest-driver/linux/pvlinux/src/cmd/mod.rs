@@ -6,6 +6,7 @@ pub mod bench;
 pub mod bench_copy;
 pub mod hotplug;
 pub mod kexec;
+pub mod perf;
 pub mod ptp;
 pub mod stress;
 pub mod sys;

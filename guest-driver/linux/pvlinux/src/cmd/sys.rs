@@ -326,3 +326,68 @@ pub fn virtual_counter() -> Option<u64> {
 pub fn virtual_counter() -> Option<u64> {
     None
 }
+
+/// `struct perf_event_attr` up to `config1` (PERF_ATTR_SIZE_VER0, 64
+/// bytes; include/uapi/linux/perf_event.h): the kernel takes this first
+/// version of the layout from every caller.
+#[repr(C)]
+struct PerfEventAttr {
+    kind: u32,
+    size: u32,
+    config: u64,
+    sample_period: u64,
+    sample_type: u64,
+    read_format: u64,
+    /// The bit fields: `disabled` (bit 0), `inherit`, `pinned`,
+    /// `exclusive`, `exclude_user`, `exclude_kernel` (bit 5), ...
+    flags: u64,
+    wakeup_events: u32,
+    bp_type: u32,
+    config1: u64,
+}
+
+const _: () = assert!(size_of::<PerfEventAttr>() == 64);
+
+/// PERF_TYPE_HARDWARE.
+const PERF_TYPE_HARDWARE: u32 = 0;
+
+/// A generic hardware event (`enum perf_hw_id`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HardwareEvent {
+    /// PERF_COUNT_HW_CPU_CYCLES.
+    CpuCycles = 0,
+}
+
+/// Opens a counter of `event` for the calling thread on any CPU, counting
+/// from now (perf_event_open(2) with pid 0, cpu -1, no group, no flags).
+pub fn perf_event_open(event: HardwareEvent) -> io::Result<File> {
+    let attr = PerfEventAttr {
+        kind: PERF_TYPE_HARDWARE,
+        size: size_of::<PerfEventAttr>() as u32,
+        config: event as u64,
+        sample_period: 0,
+        sample_type: 0,
+        read_format: 0,
+        flags: 0,
+        wakeup_events: 0,
+        bp_type: 0,
+        config1: 0,
+    };
+    // SAFETY: `attr` is a live, fully initialised perf_event_attr of the
+    // size it declares; the other arguments are plain integers.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_perf_event_open,
+            &attr as *const PerfEventAttr,
+            0 as libc::pid_t,
+            -1 as libc::c_int,
+            -1 as libc::c_int,
+            0 as libc::c_ulong,
+        )
+    };
+    let fd = libc::c_int::try_from(fd).map_err(|_| io::Error::other("bad descriptor"))?;
+    check(fd)?;
+    // SAFETY: `fd` was just returned by perf_event_open and nothing else
+    // owns it.
+    Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
+}
