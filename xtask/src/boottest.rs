@@ -84,8 +84,11 @@ pub enum Check {
     /// el2's end-of-run summary: `el2: all VMs powered off`, then one
     /// `summary:   vmV/vcpuC: run R ms steal S ms ... preempted P ...` line
     /// per vCPU of each of `vcpus_per_vm`; every vCPU ran (R > 0) and, when
-    /// `time_sliced`, every vCPU was preempted at least once and waited
-    /// for a pCPU (S > 0): proof that the pCPUs were shared by time slices.
+    /// `time_sliced`, every vCPU waited for a pCPU (S > 0) and each VM had
+    /// a vCPU preempted at least once: proof that the pCPUs were shared by
+    /// time slices. (Not every vCPU: in a short run one that blocks before
+    /// each slice ends is never preempted, about one run in fifteen of the
+    /// 8-vCPU smp-demo test.)
     HypervisorSummary {
         vcpus_per_vm: Vec<usize>,
         time_sliced: bool,
@@ -1660,13 +1663,23 @@ fn check_summary(lines: &[&str], vcpus_per_vm: &[usize], time_sliced: bool) -> R
             if s.run_ms <= 0.0 {
                 problems.push(format!("vm{vm}/vcpu{vcpu} never ran"));
             }
-            if time_sliced && (s.preempted == 0 || s.steal_ms <= 0.0) {
+            if time_sliced && s.steal_ms <= 0.0 {
                 problems.push(format!(
-                    "vm{vm}/vcpu{vcpu} was never preempted or never waited (preempted {}, \
-                     steal {} ms): the pCPUs were not time-sliced",
-                    s.preempted, s.steal_ms
+                    "vm{vm}/vcpu{vcpu} never waited for a pCPU (steal {} ms): the pCPUs \
+                     were not shared",
+                    s.steal_ms
                 ));
             }
+        }
+        let preempted: u64 = found
+            .iter()
+            .filter(|s| s.vm == vm)
+            .map(|s| s.preempted)
+            .sum();
+        if time_sliced && preempted == 0 {
+            problems.push(format!(
+                "no vCPU of vm{vm} was ever preempted: the pCPUs were not time-sliced"
+            ));
         }
     }
     let expected: usize = vcpus_per_vm.iter().sum();
@@ -1922,7 +1935,7 @@ mod tests {
         assert!(
             judge(&t, &run(&unsliced, 0))
                 .unwrap_err()
-                .contains("never preempted")
+                .contains("no vCPU of vm0 was ever preempted")
         );
         let one = format!(
             "{el2}{}{}",
@@ -2133,7 +2146,21 @@ mod tests {
         ];
         assert_eq!(check_summary(&lines, &[2], false), Ok(()));
         let err = check_summary(&lines, &[2], true).unwrap_err();
-        assert!(err.contains("vm0/vcpu1 was never preempted"), "{err}");
+        assert!(err.contains("vm0/vcpu1 never waited"), "{err}");
+        // One vCPU never preempted is a schedule, not a failure; none is.
+        let waited: Vec<String> = lines
+            .iter()
+            .map(|l| l.replace("steal 0.0", "steal 2.0"))
+            .collect();
+        let waited: Vec<&str> = waited.iter().map(String::as_str).collect();
+        assert_eq!(check_summary(&waited, &[2], true), Ok(()));
+        let none: Vec<String> = waited
+            .iter()
+            .map(|l| l.replace("preempted 1", "preempted 0"))
+            .collect();
+        let none: Vec<&str> = none.iter().map(String::as_str).collect();
+        let err = check_summary(&none, &[2], true).unwrap_err();
+        assert!(err.contains("no vCPU of vm0 was ever preempted"), "{err}");
         assert!(
             check_summary(&lines, &[3], false)
                 .unwrap_err()
