@@ -90,7 +90,9 @@ impl<'h> Rig<'h> {
         let now = self.now();
         let picked = self.host.sched.lock().pick_next(0, now);
         assert_eq!(picked, Some(Self::vcpu(index)));
-        assert!(self.runner.load_picked(Self::vcpu(index), 0));
+        let loaded = self.runner.load_picked(Self::vcpu(index), 0);
+        assert!(loaded.is_some(), "its context is in its slot");
+        self.runner.loaded = loaded;
     }
 
     /// The loaded vCPU is put (it yields).

@@ -330,7 +330,8 @@ impl<'h, M: Machine> Runner<'h, M> {
             self.forward_console_input(None);
             return Step::Idle;
         };
-        if self.load_picked(vcpu, steal_ticks) {
+        if let Some(loaded) = self.load_picked(vcpu, steal_ticks) {
+            self.loaded = Some(loaded);
             self.vm(vcpu).spin.lock().resumed(vcpu.index);
         }
         Step::Ran
@@ -341,17 +342,16 @@ impl<'h, M: Machine> Runner<'h, M> {
     /// lock of the switch, where `Runner::yielded` also read what its
     /// first pass needs (`pick`) and marked it resumed in the spin state,
     /// so no `pick_next` and no second lock.
-    fn load_handover(&mut self) {
-        if let Some((vcpu, steal_ticks)) = self.handover.take() {
-            self.pick_fresh = true;
-            self.load_picked(vcpu, steal_ticks);
-        }
+    fn load_handover(&mut self) -> Option<Loaded<M::Saved>> {
+        let (vcpu, steal_ticks) = self.handover.take()?;
+        self.pick_fresh = true;
+        self.load_picked(vcpu, steal_ticks)
     }
 
     /// Loads `vcpu`, which the scheduler made Running on this pCPU, with
-    /// `steal_ticks` for its stolen-time record. `false` if its context
+    /// `steal_ticks` for its stolen-time record. `None` if its context
     /// never came back ([`Self::take_context`]): then it is put back.
-    fn load_picked(&mut self, vcpu: VcpuId, steal_ticks: u64) -> bool {
+    fn load_picked(&mut self, vcpu: VcpuId, steal_ticks: u64) -> Option<Loaded<M::Saved>> {
         let vm = self.vm(vcpu);
         let Some(mut ctx) = self.take_context(vm, vcpu) else {
             // The scheduler gave this pCPU a vCPU another pCPU holds and
@@ -365,67 +365,79 @@ impl<'h, M: Machine> Runner<'h, M> {
             let now = self.machine.counter();
             let mut s = self.host.sched.lock();
             let _ = s.put(vcpu, self.pcpu, now, PutReason::Yield);
-            return false;
+            return None;
         };
         self.vcpu_load(vm, vcpu, &mut ctx, steal_ticks);
-        self.loaded = Some(Loaded { vcpu, ctx });
-        true
+        Some(Loaded { vcpu, ctx })
     }
 
     /// Runs the loaded vCPU through one full pass: the VM's state, the
     /// slice, the trap configuration and the slice timer; then the guest
     /// until an exit that needs the scheduler; then applies the decision.
+    /// A directed yield's target takes its first pass here at once, in the
+    /// same call: the yielder's frame and the way back round
+    /// [`Self::step`] would be paid on every switch.
     fn run_slice(&mut self, mut loaded: Loaded<M::Saved>) {
         let host = self.host;
-        let vcpu = loaded.vcpu;
-        let vm = self.vm(vcpu);
-        if vm.state() != VmState::Running {
-            self.power_off(vm, loaded);
-            return;
-        }
-        let picked = if core::mem::replace(&mut self.pick_fresh, false) {
-            self.pick
-        } else {
-            // The WFI deadlines of vCPUs blocked on this pCPU fall due while
-            // it runs this one, not only when it passes through the
-            // scheduler: wake them now (they queue for a pCPU), or a vCPU
-            // that never yields would keep them asleep past their timers.
-            let now = self.machine.counter();
-            let mut s = host.sched.lock();
-            s.expire_timers_on(self.pcpu, now, |v, wakeup| self.woken(v, wakeup));
-            Picked::read(&s, vcpu, self.pcpu)
-        };
-        let Some(slice_end) = picked.slice_end else {
-            self.put(vm, loaded, PutReason::Yield);
-            return;
-        };
-        let hcr = vm.wfx.hcr_for(guest_hcr(), vcpu.index, picked.runnable);
-        self.machine.set_traps(hcr);
-        // The slice's end, or the next blocked vCPU's wake-up if earlier:
-        // its interrupt exits the guest to the expiry above.
-        self.machine
-            .arm_timer(picked.next_deadline.map_or(slice_end, |d| d.min(slice_end)));
-        let applied = self.run_guest(vm, vcpu, &mut loaded.ctx);
-        let reason = match applied {
-            Applied::Resume => {
-                if self.machine.counter() < slice_end || self.extend_slice(vm, vcpu, &loaded.ctx) {
-                    self.loaded = Some(loaded);
-                    return;
-                }
-                PutReason::SliceExpired
-            }
-            Applied::Put(PutReason::PowerOff) => {
+        loop {
+            let vcpu = loaded.vcpu;
+            let vm = self.vm(vcpu);
+            if vm.state() != VmState::Running {
                 self.power_off(vm, loaded);
                 return;
             }
-            Applied::Put(reason) => reason,
-            Applied::Yielded => {
-                self.vcpu_put(vm, vcpu, loaded);
-                self.load_handover();
+            let picked = if core::mem::replace(&mut self.pick_fresh, false) {
+                self.pick
+            } else {
+                // The WFI deadlines of vCPUs blocked on this pCPU fall due
+                // while it runs this one, not only when it passes through
+                // the scheduler: wake them now (they queue for a pCPU), or
+                // a vCPU that never yields would keep them asleep past
+                // their timers.
+                let now = self.machine.counter();
+                let mut s = host.sched.lock();
+                s.expire_timers_on(self.pcpu, now, |v, wakeup| self.woken(v, wakeup));
+                Picked::read(&s, vcpu, self.pcpu)
+            };
+            let Some(slice_end) = picked.slice_end else {
+                self.put(vm, loaded, PutReason::Yield);
                 return;
-            }
-        };
-        self.put(vm, loaded, reason);
+            };
+            let hcr = vm.wfx.hcr_for(guest_hcr(), vcpu.index, picked.runnable);
+            self.machine.set_traps(hcr);
+            // The slice's end, or the next blocked vCPU's wake-up if
+            // earlier: its interrupt exits the guest to the expiry above.
+            self.machine
+                .arm_timer(picked.next_deadline.map_or(slice_end, |d| d.min(slice_end)));
+            let reason = match self.run_guest(vm, vcpu, &mut loaded.ctx) {
+                Applied::Resume => {
+                    if self.machine.counter() < slice_end
+                        || self.extend_slice(vm, vcpu, &loaded.ctx)
+                    {
+                        self.loaded = Some(loaded);
+                        return;
+                    }
+                    PutReason::SliceExpired
+                }
+                Applied::Put(PutReason::PowerOff) => {
+                    self.power_off(vm, loaded);
+                    return;
+                }
+                Applied::Put(reason) => reason,
+                Applied::Yielded => {
+                    self.vcpu_put(vm, vcpu, loaded);
+                    match self.load_handover() {
+                        Some(target) => {
+                            loaded = target;
+                            continue;
+                        }
+                        None => return,
+                    }
+                }
+            };
+            self.put(vm, loaded, reason);
+            return;
+        }
     }
 
     /// Enters the guest, handles each exit and applies its decision, until
