@@ -1,7 +1,8 @@
-//! Fixed addresses and interrupts of QEMU `virt`'s machine that every VM
-//! reproduces and that guests written for `virt` hard-code rather than
-//! read from the device tree (QEMU hw/arm/virt.c `base_memmap` and
-//! `a15irqmap`; the PPIs of include/hw/arm/virt.h). The VM's whole map is
+//! Fixed addresses, interrupts and the UART clock of QEMU `virt`'s machine
+//! that every VM reproduces and that guests written for `virt` hard-code
+//! rather than read from the device tree (QEMU hw/arm/virt.c `base_memmap`,
+//! `a15irqmap` and `create_fdt`; the PPIs of include/hw/arm/virt.h). The
+//! VM's whole map is
 //! docs/vm-binding.md, "What the VM sees"; the virtio-mmio window is
 //! [`crate::virtio_mmio`].
 //!
@@ -44,6 +45,12 @@ pub const UART_BASE: u64 = 0x0900_0000;
 
 /// Bytes of the PL011's frame (`VIRT_UART`'s size): 4 KiB.
 pub const UART_SIZE: u64 = 0x1000;
+
+/// The frequency of the PL011's clocks, in Hz: QEMU `virt` describes one
+/// fixed 24 MHz clock, `/apb-pclk` (hw/arm/virt.c `create_fdt`), as both
+/// the UART's reference and bus clock; a guest derives the PL011's baud
+/// rate divisors from it.
+pub const UART_CLOCK_HZ: u32 = 24_000_000;
 
 /// The PL011's interrupt: SPI 1 (`a15irqmap[VIRT_UART]`), INTID
 /// [`UART_INTID`].
@@ -112,6 +119,7 @@ mod tests {
         assert_eq!(GIC_REDIST_SIZE / 0x2_0000, 123);
         assert_eq!(UART_BASE, 0x0900_0000);
         assert_eq!(UART_SIZE, 0x1000);
+        assert_eq!(UART_CLOCK_HZ, 24_000_000);
     }
 
     #[test]

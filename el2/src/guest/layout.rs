@@ -114,7 +114,7 @@ pub const TIMER: ArchTimer = ArchTimer {
 };
 
 /// The fixed clock QEMU `virt` feeds the PL011 (`apb-pclk`), in Hz.
-pub const UART_CLOCK_HZ: u32 = 24_000_000;
+pub const UART_CLOCK_HZ: u32 = pvlock_abi::virt::UART_CLOCK_HZ;
 
 /// The PMU's overflow interrupt: PPI 7 (INTID 23), level-high, as `virt`
 /// and the Server Base System Architecture give it.
