@@ -17,7 +17,7 @@
 //! | [`control`] | the project's control-VM call PVLOCK_SET_WFX_POLICY (per-vCPU WFE trap policy) | docs/abi.md §6 (`wfe_trap_policy`); x86 per-vCPU KVM_CAP_X86_DISABLE_EXITS |
 //! | [`pvtime`] | PV_TIME_FEATURES, PV_TIME_ST, [`StolenTime`](pvtime::StolenTime) | Arm DEN0057A |
 //! | [`psci`] | PSCI function IDs, errors, answers | Arm DEN0022 |
-//! | [`virt`] | QEMU `virt`'s fixed addresses that guests hard-code (RAM, PL011) | QEMU hw/arm/virt.c |
+//! | [`virt`] | QEMU `virt`'s fixed addresses and interrupts that guests hard-code (RAM, GICv3 distributor and redistributors, PL011 and its clock; the PL011's SPI, the timer and PMU PPIs) | QEMU hw/arm/virt.c; Arm IHI 0069 (INTIDs) |
 //! | [`virtio_mmio`] | QEMU `virt`'s virtio-mmio window every VM has, its register map and what an empty transport reads | OASIS virtio 1.2 §4.2.2 |
 //! | [`catalog`] | [`describe`]: the name of every id above | — |
 //!

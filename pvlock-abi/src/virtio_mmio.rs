@@ -38,7 +38,7 @@ pub const FIRST_SPI: u32 = 16;
 
 /// The INTID of the last transport's interrupt: 32 + 16 + 31 = 79. A
 /// virtual GIC must offer SPIs at least up to it.
-pub const LAST_INTID: u32 = 32 + FIRST_SPI + TRANSPORTS - 1;
+pub const LAST_INTID: u32 = crate::virt::FIRST_SPI_INTID + FIRST_SPI + TRANSPORTS - 1;
 
 /// The interrupt flags cell of each transport's `interrupts`: rising
 /// edge (include/dt-bindings/interrupt-controller/irq.h

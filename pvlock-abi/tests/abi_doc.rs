@@ -4,12 +4,13 @@
 //! without the other: every function id the page names exists (or is one
 //! it says el2 does not answer), every id the crate names is on the page,
 //! and the page's tables of PSCI numbers, PSCI errors, KVM_FEATURES bits,
-//! the vendor UID and the record layouts say what the crate says.
+//! the vendor UID, the record layouts and QEMU `virt`'s addresses and
+//! interrupts say what the crate says.
 
 use std::collections::BTreeSet;
 
 use pvlock_abi::smccc::FunctionId;
-use pvlock_abi::{catalog, control, directed_yield, kvm, psci, pvlock, pvtime};
+use pvlock_abi::{catalog, control, directed_yield, kvm, psci, pvlock, pvtime, virt};
 
 const DOC: &str = include_str!("../../docs/abi.md");
 
@@ -226,4 +227,85 @@ fn the_record_layouts_are_the_crates() {
     let bytes: [u8; 64] = unsafe { std::mem::transmute_copy(&record) };
     assert_eq!(bytes[8..16], 0x0102_0304_0506_0708u64.to_le_bytes());
     assert_eq!(bytes[..8], [0; 8]);
+}
+
+/// `value` in hex as the page writes addresses: an even number of digits,
+/// grouped in fours from the right (`0x0800_0000`, `0xf6_0000`).
+fn grouped_hex(value: u64) -> String {
+    let mut digits = format!("{value:x}");
+    if digits.len() % 2 == 1 {
+        digits.insert(0, '0');
+    }
+    let mut groups = Vec::new();
+    while digits.len() > 4 {
+        groups.insert(0, digits.split_off(digits.len() - 4));
+    }
+    groups.insert(0, digits);
+    format!("0x{}", groups.join("_"))
+}
+
+#[test]
+fn the_virt_table_is_the_crates() {
+    let text = section(8);
+    // The table's row that names `constant`.
+    let row = |constant: &str| {
+        text.lines()
+            .find(|line| line.starts_with('|') && line.contains(&format!("`{constant}`")))
+            .unwrap_or_else(|| panic!("no row names `{constant}`"))
+    };
+    for (constant, value) in [
+        ("RAM_BASE", virt::RAM_BASE),
+        ("GIC_DIST_BASE", virt::GIC_DIST_BASE),
+        ("GIC_REDIST_BASE", virt::GIC_REDIST_BASE),
+        ("GIC_REDIST_SIZE", virt::GIC_REDIST_SIZE),
+        ("UART_BASE", virt::UART_BASE),
+    ] {
+        let written = format!("`{}`", grouped_hex(value));
+        assert!(row(constant).contains(&written), "{constant}: {written}");
+    }
+    let uart = format!(
+        "{} KiB, {} MHz clock",
+        virt::UART_SIZE / 1024,
+        virt::UART_CLOCK_HZ / 1_000_000
+    );
+    assert!(row("UART_CLOCK_HZ").contains(&uart), "{uart}");
+    // "| <kind> <number> | <INTID> | `<NAME>_<kind>`, `<NAME>_INTID` |"
+    for (name, kind, number, intid) in [
+        ("UART", "SPI", virt::UART_SPI, virt::UART_INTID),
+        (
+            "TIMER_SECURE_PHYS",
+            "PPI",
+            virt::TIMER_SECURE_PHYS_PPI,
+            virt::TIMER_SECURE_PHYS_INTID,
+        ),
+        (
+            "TIMER_PHYS",
+            "PPI",
+            virt::TIMER_PHYS_PPI,
+            virt::TIMER_PHYS_INTID,
+        ),
+        (
+            "TIMER_VIRT",
+            "PPI",
+            virt::TIMER_VIRT_PPI,
+            virt::TIMER_VIRT_INTID,
+        ),
+        (
+            "TIMER_HYP_PHYS",
+            "PPI",
+            virt::TIMER_HYP_PHYS_PPI,
+            virt::TIMER_HYP_PHYS_INTID,
+        ),
+        ("PMU", "PPI", virt::PMU_PPI, virt::PMU_INTID),
+    ] {
+        let written = format!("| {kind} {number} | {intid} | `{name}_{kind}`, `{name}_INTID` |");
+        let line = row(&format!("{name}_{kind}"));
+        assert!(line.ends_with(&written), "{line}: {written}");
+    }
+    let flags = format!(
+        "cell {}, `IRQ_FLAGS_LEVEL_HIGH`",
+        virt::IRQ_FLAGS_LEVEL_HIGH
+    );
+    assert!(text.replace('\n', " ").contains(&flags), "{flags}");
+    assert_eq!(grouped_hex(0xf6_0000), "0xf6_0000");
 }

@@ -18,11 +18,12 @@ use crate::qemu::{self, Machine};
 pub const GUEST: &str = "pmu-check";
 
 /// What QEMU 7.2's `-cpu max` PMU is, seen from a VM: PMUv3p5 (PMUVer 6),
-/// 6 event counters, its interrupt PPI 7 (INTID 23).
+/// 6 event counters, its interrupt `virt`'s PPI 7 (INTID 23), which el2's
+/// VMs have too.
 pub const QEMU_MAX_PMU: PmuExpect = PmuExpect {
     version: 6,
     counters: 6,
-    intid: 23,
+    intid: pvlock_abi::virt::PMU_INTID,
 };
 
 /// What the guest must find.

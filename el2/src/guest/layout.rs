@@ -16,8 +16,9 @@
 //! Everything outside RAM is emulated: an access to one of the device
 //! frames traps to EL2, and an access anywhere else is an abort injected
 //! into the guest. The generated device tree ([`super::dt`]) and the
-//! emulation both read the frames from here; the addresses guests
-//! hard-code (RAM, the PL011, the virtio-mmio window) come from
+//! emulation both read the frames and interrupts from here; the numbers
+//! guests hard-code (RAM, the GIC frames, the PL011, the virtio-mmio
+//! window, the PL011's SPI and the timer and PMU PPIs) come from
 //! `pvlock_abi::virt` and `pvlock_abi::virtio_mmio`.
 //!
 //! Inside RAM, following Linux's Documentation/arch/arm64/booting.rst,
@@ -61,10 +62,11 @@ pub const IPA_BITS: u32 = 39;
 pub const RAM_BASE: u64 = pvlock_abi::virt::RAM_BASE;
 
 /// The GICv3 distributor frame (`VIRT_GIC_DIST`): 64 KiB.
-pub const GICD: MemRange = MemRange::new(0x0800_0000, gic_regs::DISTRIBUTOR_SIZE);
+pub const GICD: MemRange =
+    MemRange::new(pvlock_abi::virt::GIC_DIST_BASE, gic_regs::DISTRIBUTOR_SIZE);
 
 /// The first redistributor (`VIRT_GIC_REDIST`).
-pub const GICR_BASE: u64 = 0x080a_0000;
+pub const GICR_BASE: u64 = pvlock_abi::virt::GIC_REDIST_BASE;
 
 /// One vCPU's redistributor: RD_base and SGI_base, 64 KiB each, without
 /// the VLPI frames (Arm IHI 0069, 12.10 "The GIC Redistributor register
@@ -74,10 +76,10 @@ pub const GICR_FRAME_SIZE: u64 = gic_regs::REDISTRIBUTOR_SIZE;
 
 /// The whole window QEMU `virt` sets aside for redistributors (up to the
 /// UART): 123 frames, enough for [`MAX_VCPUS`].
-pub const GICR_WINDOW: MemRange = MemRange::new(GICR_BASE, 0xf6_0000);
+pub const GICR_WINDOW: MemRange = MemRange::new(GICR_BASE, pvlock_abi::virt::GIC_REDIST_SIZE);
 
 /// The PL011 UART (`VIRT_UART`): 4 KiB.
-pub const UART: MemRange = MemRange::new(pvlock_abi::virt::UART_BASE, 0x1000);
+pub const UART: MemRange = MemRange::new(pvlock_abi::virt::UART_BASE, pvlock_abi::virt::UART_SIZE);
 
 /// QEMU `virt`'s virtio-mmio window (`VIRT_MMIO`): 32 transports of
 /// 0x200 bytes, each read as an empty transport
@@ -89,11 +91,11 @@ pub const VIRTIO_MMIO: MemRange = MemRange::new(
 
 /// GIC binding flag: level-sensitive, active high
 /// (include/dt-bindings/interrupt-controller/irq.h `IRQ_TYPE_LEVEL_HIGH`).
-pub const IRQ_TYPE_LEVEL_HIGH: u32 = 4;
+pub const IRQ_TYPE_LEVEL_HIGH: u32 = pvlock_abi::virt::IRQ_FLAGS_LEVEL_HIGH;
 
 /// The UART's interrupt: SPI 1 (INTID 33), level-high, as `virt` wires it.
 pub const UART_IRQ: Interrupt = Interrupt::Spi {
-    number: 1,
+    number: pvlock_abi::virt::UART_SPI,
     flags: IRQ_TYPE_LEVEL_HIGH,
 };
 
@@ -103,20 +105,20 @@ pub const UART_IRQ: Interrupt = Interrupt::Spi {
 /// hypervisor physical 10 (INTID 26). CNTFRQ_EL0 is the host's, so no
 /// `clock-frequency`.
 pub const TIMER: ArchTimer = ArchTimer {
-    secure_phys: ppi(13),
-    nonsecure_phys: ppi(14),
-    virt: ppi(11),
-    hyp_phys: ppi(10),
+    secure_phys: ppi(pvlock_abi::virt::TIMER_SECURE_PHYS_PPI),
+    nonsecure_phys: ppi(pvlock_abi::virt::TIMER_PHYS_PPI),
+    virt: ppi(pvlock_abi::virt::TIMER_VIRT_PPI),
+    hyp_phys: ppi(pvlock_abi::virt::TIMER_HYP_PHYS_PPI),
     hyp_virt: None,
     clock_frequency: None,
 };
 
 /// The fixed clock QEMU `virt` feeds the PL011 (`apb-pclk`), in Hz.
-pub const UART_CLOCK_HZ: u32 = 24_000_000;
+pub const UART_CLOCK_HZ: u32 = pvlock_abi::virt::UART_CLOCK_HZ;
 
 /// The PMU's overflow interrupt: PPI 7 (INTID 23), level-high, as `virt`
 /// and the Server Base System Architecture give it.
-pub const PMU_IRQ: Interrupt = ppi(7);
+pub const PMU_IRQ: Interrupt = ppi(pvlock_abi::virt::PMU_PPI);
 
 /// The device tree's slot: the top 2 MiB of RAM, 2 MiB aligned; the tree
 /// may not be larger (booting.rst: "must not exceed 2 megabytes").
@@ -148,6 +150,15 @@ const _: () = assert!(MAX_VCPUS as u64 * GICR_FRAME_SIZE <= GICR_WINDOW.size);
 const _: () = assert!(GICR_WINDOW.end() <= UART.base && GICD.end() <= GICR_BASE);
 const _: () = assert!(UART.end() <= VIRTIO_MMIO.base && VIRTIO_MMIO.end() <= RAM_BASE);
 const _: () = assert!(RAM_BASE.is_multiple_of(MEMORY_GRANULE));
+// `platform::Interrupt` counts INTIDs as the ABI does.
+const _: () = assert!(
+    UART_IRQ.intid() == pvlock_abi::virt::UART_INTID
+        && TIMER.secure_phys.intid() == pvlock_abi::virt::TIMER_SECURE_PHYS_INTID
+        && TIMER.nonsecure_phys.intid() == pvlock_abi::virt::TIMER_PHYS_INTID
+        && TIMER.virt.intid() == pvlock_abi::virt::TIMER_VIRT_INTID
+        && TIMER.hyp_phys.intid() == pvlock_abi::virt::TIMER_HYP_PHYS_INTID
+        && PMU_IRQ.intid() == pvlock_abi::virt::PMU_INTID
+);
 
 const fn ppi(number: u32) -> Interrupt {
     Interrupt::Ppi {
