@@ -299,6 +299,7 @@ pub fn parse_cell(plan: &Plan, console: &str, wall_secs: f64) -> Result<Cell, St
         kicks: yields.kicks,
         data_ok,
         wall_secs,
+        host_round_trip_ns: None,
     })
 }
 
@@ -424,7 +425,7 @@ fn host_cores() -> u32 {
 fn run_line(cell: &Cell) -> String {
     format!(
         "{:>12} acq/s  {:>7} contended  fairness {}  worst wait {:>8.3} ms  {} yields  {} kicks  \
-         data {}  ({:.1} s)",
+         data {}  ({:.1} s){}",
         group_thousands(cell.throughput()),
         cell.contended,
         cell.fairness()
@@ -433,12 +434,18 @@ fn run_line(cell: &Cell) -> String {
         cell.yields,
         cell.kicks,
         if cell.data_ok { "ok" } else { "LOST UPDATES" },
-        cell.wall_secs
+        cell.wall_secs,
+        cell.host_round_trip_ns
+            .map_or_else(String::new, |ns| format!("  host round trip {ns:.0} ns"))
     )
 }
 
 /// Makes one run of `plan`.
 fn run_plan(b: &Bench, plan: &Plan, duration_ms: u64) -> Result<Cell, String> {
+    // Multi-threaded figures move with the host's core-to-core latency:
+    // record it beside each run (icount's do not).
+    let host_round_trip_ns =
+        (plan.point.timing == Timing::Mttcg).then(crate::hostprobe::core_round_trip_ns);
     let start = Instant::now();
     let mut vms = vec![bench_vm(plan, duration_ms)];
     if plan.point.hog {
@@ -454,8 +461,13 @@ fn run_plan(b: &Bench, plan: &Plan, duration_ms: u64) -> Result<Cell, String> {
         vms,
         plan.point.timing,
     );
-    b.run(&t)
-        .and_then(|console| parse_cell(plan, &console, start.elapsed().as_secs_f64()))
+    let cell = b
+        .run(&t)
+        .and_then(|console| parse_cell(plan, &console, start.elapsed().as_secs_f64()))?;
+    Ok(Cell {
+        host_round_trip_ns,
+        ..cell
+    })
 }
 
 /// The cost run: null hypercalls and directed yields between two vCPUs
@@ -1061,6 +1073,7 @@ mod tests {
             kicks: 40,
             data_ok: true,
             wall_secs: 1.0,
+            host_round_trip_ns: None,
         };
         let cells = [
             cell(Mode::Vanilla, 0, 10_000),

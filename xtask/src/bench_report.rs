@@ -123,6 +123,10 @@ pub struct Cell {
     pub data_ok: bool,
     /// Wall-clock seconds the run took, boot included.
     pub wall_secs: f64,
+    /// The host's core-to-core round trip measured just before the run, in
+    /// nanoseconds (`crate::hostprobe`): multi-threaded runs only.
+    #[serde(default)]
+    pub host_round_trip_ns: Option<f64>,
 }
 
 impl Cell {
@@ -244,9 +248,10 @@ pub struct Summary {
     pub hog_speedup_2x: Option<f64>,
     /// PV+boost throughput at 4x / at 1x.
     pub retention_4x: Option<f64>,
-    /// `speedup_2x` under multi-threaded TCG.
+    /// `speedup_2x` under multi-threaded TCG: the median of the rounds'
+    /// ratios ([`paired_ratios`]), not the ratio of two medians.
     pub mt_speedup_2x: Option<f64>,
-    /// `retention_2x` under multi-threaded TCG.
+    /// `retention_2x` under multi-threaded TCG, likewise by rounds.
     pub mt_retention_2x: Option<f64>,
 }
 
@@ -296,6 +301,7 @@ pub fn summarize(cells: &[Cell], costs: Option<&Costs>) -> Summary {
             .zip(range(den))
             .and_then(|(n, d)| ratio(n.median, d.median))
     };
+    let paired = |num: Point, den: Point| paired_ratios(cells, num, den).map(|r| r.median);
     let worst = |num: Point, den: Point| {
         range(num)
             .zip(range(den))
@@ -335,9 +341,27 @@ pub fn summarize(cells: &[Cell], costs: Option<&Costs>) -> Summary {
             at(Timing::Icount, 2 * p, Mode::Vanilla, true),
         ),
         retention_4x: medians(icount(4 * p, Mode::PvBoost), boost_1x),
-        mt_speedup_2x: medians(mt(2 * p, Mode::PvBoost), mt(2 * p, Mode::Vanilla)),
-        mt_retention_2x: medians(mt(2 * p, Mode::PvBoost), mt(p, Mode::PvBoost)),
+        mt_speedup_2x: paired(mt(2 * p, Mode::PvBoost), mt(2 * p, Mode::Vanilla)),
+        mt_retention_2x: paired(mt(2 * p, Mode::PvBoost), mt(p, Mode::PvBoost)),
     }
+}
+
+/// `num`'s run over `den`'s run of the same round (the same run number),
+/// for every round that has both, summarised. The multi-threaded runs go
+/// in rounds over the points, so a round's two runs are seconds apart and
+/// see one state of the host, whose speed moves between minutes (the
+/// same cell at 1.3 and at 3.4 million acquisitions/s, with as many
+/// contended hand-offs, in one full run: docs/benchmarks.md, "Reading the
+/// figures"); the ratio of two medians could pair runs from different
+/// states.
+pub fn paired_ratios(cells: &[Cell], num: Point, den: Point) -> Option<Range> {
+    let den_run = |run: u32| cells.iter().find(|c| c.point == den && c.run == run);
+    let ratios: Vec<f64> = cells
+        .iter()
+        .filter(|c| c.point == num)
+        .filter_map(|n| ratio(n.throughput(), den_run(n.run)?.throughput()))
+        .collect();
+    Range::of(&ratios)
 }
 
 /// A target: the figure's key, the bound, and whether the figure must
@@ -843,7 +867,51 @@ pub fn markdown(
     if !untargeted.is_empty() {
         let _ = writeln!(out, "\nWithout a target: {}.", untargeted.join(", "));
     }
+    if let Some(rounds) = mt_rounds(cells) {
+        let _ = writeln!(out, "\n{rounds}");
+    }
     out
+}
+
+/// The multi-threaded figures round by round, and the host's
+/// core-to-core round trip beside the runs; `None` without
+/// multi-threaded runs at [`HEADLINE_PCPUS`].
+fn mt_rounds(cells: &[Cell]) -> Option<String> {
+    let p = HEADLINE_PCPUS;
+    let mt = |vcpus, mode| Point {
+        timing: Timing::Mttcg,
+        pcpus: p,
+        hog: false,
+        vcpus,
+        mode,
+    };
+    let range = |r: Range| format!("{:.2} [{:.2}–{:.2}]", r.median, r.min, r.max);
+    let retention = paired_ratios(cells, mt(2 * p, Mode::PvBoost), mt(p, Mode::PvBoost))?;
+    let mut text = format!(
+        "Multi-threaded, round by round (each ratio from two runs of one round, \
+         seconds apart; the median is the figure above): `mt_retention_2x` {} over \
+         {} rounds",
+        range(retention),
+        retention.n
+    );
+    if let Some(speedup) = paired_ratios(cells, mt(2 * p, Mode::PvBoost), mt(2 * p, Mode::Vanilla))
+    {
+        text.push_str(&format!(", `mt_speedup_2x` {}", range(speedup)));
+    }
+    text.push('.');
+    let probes: Vec<f64> = cells
+        .iter()
+        .filter(|c| c.point.timing == Timing::Mttcg)
+        .filter_map(|c| c.host_round_trip_ns)
+        .collect();
+    if let Some(rt) = Range::of(&probes) {
+        text.push_str(&format!(
+            " The host's core-to-core round trip before each multi-threaded run: \
+             {:.0} ns [{:.0}–{:.0}] over {} runs.",
+            rt.median, rt.min, rt.max, rt.n
+        ));
+    }
+    Some(text)
 }
 
 /// Tick values for an axis from 0 up to at least `max`: 4 to 6 values, evenly
@@ -1205,6 +1273,7 @@ mod tests {
             kicks: 20,
             data_ok: true,
             wall_secs: 1.0,
+            host_round_trip_ns: (timing == Timing::Mttcg).then_some(400.0),
         }
     }
 
@@ -1355,6 +1424,44 @@ mod tests {
         assert!(close(s.mt_retention_2x, 0.9));
         assert!(close(s.null_hypercall_instructions, 127.0));
         assert!(close(s.vcpu_switch_instructions, 1364.3));
+    }
+
+    #[test]
+    fn multi_threaded_ratios_pair_the_runs_of_a_round() {
+        use Mode::PvBoost;
+        use Timing::Mttcg;
+        // The host is 2.5x faster in rounds 1 and 2 of the 1x cell but only
+        // in round 2 of the 2x cell: the medians (1x 250k, 2x 90k) would
+        // say 0.36; each round says 0.9 but for the one that straddles the
+        // change.
+        let mut cells = runs(Mttcg, 2, 2, PvBoost, false, [100_000, 250_000, 250_000]);
+        cells.extend(runs(Mttcg, 2, 4, PvBoost, false, [90_000, 90_000, 225_000]));
+        let r = paired_ratios(&cells, cells[3].point, cells[0].point).unwrap();
+        assert!((r.median - 0.9).abs() < 1e-9, "{r:?}");
+        assert!(
+            (r.min - 0.36).abs() < 1e-9 && (r.max - 0.9).abs() < 1e-9,
+            "{r:?}"
+        );
+        assert_eq!(r.n, 3);
+        assert!(close(summarize(&cells, None).mt_retention_2x, 0.9));
+        // A round without its partner is left out, not paired elsewhere.
+        let partial: Vec<Cell> = cells.iter().filter(|c| c.run != 0).cloned().collect();
+        assert_eq!(
+            paired_ratios(&partial, cells[3].point, cells[0].point).map(|r| r.n),
+            Some(2)
+        );
+        let text = mt_rounds(&cells).unwrap();
+        assert!(
+            text.contains("`mt_retention_2x` 0.90 [0.36–0.90] over 3 rounds"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "round trip before each multi-threaded run: 400 ns [400–400] over 6 runs"
+            ),
+            "{text}"
+        );
+        assert_eq!(mt_rounds(&cells[..3]), None);
     }
 
     #[test]

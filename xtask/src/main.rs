@@ -13,6 +13,7 @@ mod dtedit;
 mod gdb;
 mod guests;
 mod hostiletest;
+mod hostprobe;
 mod image;
 mod irqtest;
 mod kernel;
