@@ -3,13 +3,15 @@
 //!
 //! Under multi-threaded TCG each pCPU is a host thread, and a contended
 //! guest lock is a cache line that the host passes between the cores
-//! running those threads; its throughput follows that latency as much as
-//! anything el2 does. The machines this project benchmarks on are
-//! themselves virtual, and their cores' cache-line round trip moved
-//! between about 0.4 and 5 µs from one second to the next
-//! (docs/benchmarks.md, "Reading the figures"), so each multi-threaded
-//! run records the host's round trip just before it: a figure that moved
-//! with the host shows it.
+//! running those threads. The machines this project benchmarks on are
+//! themselves virtual: their cores' round trip reads anywhere from 0.3 to
+//! 12 µs from one run to the next, and the multi-threaded cells swing by
+//! 2.5x between minutes. Each multi-threaded run records the round trip
+//! just before it, so that results.json keeps what the host's cores did
+//! beside each figure. In the first full run with it (docs/benchmarks.md,
+//! "Reading the figures") it did not tell the fast runs from the slow
+//! ones: the swing comes from something a two-thread ping-pong does not
+//! see.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
