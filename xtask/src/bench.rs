@@ -143,7 +143,20 @@ const MAX_DURATION_FACTOR: u64 = 3;
 /// most [`MAX_DURATION_FACTOR`] times as long), so that no figure rests on
 /// a handful of hand-offs.
 fn settings(mode: Mode, duration_ms: u64, seed: Option<u64>) -> lockbench::Settings {
+    settings_with(mode, duration_ms, seed, None)
+}
+
+/// [`settings`], with lock stealing set by `steal` (`bench --steal`) or
+/// left to the lock's default.
+fn settings_with(
+    mode: Mode,
+    duration_ms: u64,
+    seed: Option<u64>,
+    steal: Option<bool>,
+) -> lockbench::Settings {
+    let default = lockbench::Settings::default();
     lockbench::Settings {
+        steal: steal.unwrap_or(default.steal),
         lock: lock_of(mode),
         duration_ms,
         min_contended: MIN_CONTENDED,
@@ -152,14 +165,14 @@ fn settings(mode: Mode, duration_ms: u64, seed: Option<u64>) -> lockbench::Setti
         private_work: PRIVATE_WORK,
         seed: seed.unwrap_or(0),
         timeout_secs: 600,
-        ..lockbench::Settings::default()
+        ..default
     }
 }
 
 /// The benchmarked VM of a run.
-fn bench_vm(plan: &Plan, duration_ms: u64) -> VmConfig {
+fn bench_vm(plan: &Plan, duration_ms: u64, steal: Option<bool>) -> VmConfig {
     let point = &plan.point;
-    let args = settings(point.mode, duration_ms, plan.seed());
+    let args = settings_with(point.mode, duration_ms, plan.seed(), steal);
     let mut vm = VmConfig {
         guest: GUEST.into(),
         ..VmConfig::smp_demo(point.vcpus, &args.to_string(), 1)
@@ -441,13 +454,13 @@ fn run_line(cell: &Cell) -> String {
 }
 
 /// Makes one run of `plan`.
-fn run_plan(b: &Bench, plan: &Plan, duration_ms: u64) -> Result<Cell, String> {
+fn run_plan(b: &Bench, plan: &Plan, duration_ms: u64, steal: Option<bool>) -> Result<Cell, String> {
     // Multi-threaded figures move with the host's core-to-core latency:
     // record it beside each run (icount's do not).
     let host_round_trip_ns =
         (plan.point.timing == Timing::Mttcg).then(crate::hostprobe::core_round_trip_ns);
     let start = Instant::now();
-    let mut vms = vec![bench_vm(plan, duration_ms)];
+    let mut vms = vec![bench_vm(plan, duration_ms, steal)];
     if plan.point.hog {
         // Until after the benchmarked VM's latest end.
         vms.push(hog_vm(
@@ -517,7 +530,7 @@ pub fn bench(ws: &Workspace, o: &BenchOpts) -> Result<ExitCode> {
         let name = plan.name();
         print!("[{:>3}/{}] {name:<48} ", i + 1, plans.len());
         let _ = std::io::stdout().flush();
-        match run_plan(&b, plan, duration_ms) {
+        match run_plan(&b, plan, duration_ms, o.steal) {
             Ok(cell) => {
                 println!("{}", run_line(&cell));
                 if !cell.data_ok {
@@ -554,9 +567,14 @@ pub fn bench(ws: &Workspace, o: &BenchOpts) -> Result<ExitCode> {
         (
             "command",
             format!(
-                "cargo xtask bench{}{}",
+                "cargo xtask bench{}{}{}",
                 if o.quick { " --quick" } else { "" },
-                if o.hog { " --hog" } else { "" }
+                if o.hog { " --hog" } else { "" },
+                match o.steal {
+                    None => "",
+                    Some(true) => " --steal on",
+                    Some(false) => " --steal off",
+                }
             ),
         ),
         ("duration_ms", duration_ms.to_string()),
@@ -679,7 +697,7 @@ pub fn demo(ws: &Workspace, build: &crate::cli::BuildOpts) -> Result<ExitCode> {
                 plan.seed().unwrap_or(0),
                 if run == 0 { "" } else { ", console not shown" }
             );
-            match run_plan(&b, &plan, DEMO_DURATION_MS) {
+            match run_plan(&b, &plan, DEMO_DURATION_MS, None) {
                 Ok(cell) => {
                     eprintln!("xtask: {}", run_line(&cell));
                     cells.push(cell);
@@ -916,7 +934,7 @@ mod tests {
             point: point(Timing::Icount, 4, mode),
             run,
         };
-        let vanilla = bench_vm(&plan(Mode::Vanilla, 0), 200);
+        let vanilla = bench_vm(&plan(Mode::Vanilla, 0), 200, None);
         assert_eq!(
             (vanilla.pv_lock, vanilla.pv_time, vanilla.boost),
             (Some(PvLock::Off), Some(false), Some(false))
@@ -930,21 +948,31 @@ mod tests {
         );
         assert_eq!((told.cs_work, told.private_work), (CS_WORK, PRIVATE_WORK));
         assert_eq!(told.seed, 1);
-        let pv = bench_vm(&plan(Mode::Pv, 2), 200);
-        let boost = bench_vm(&plan(Mode::PvBoost, 0), 200);
+        let pv = bench_vm(&plan(Mode::Pv, 2), 200, None);
+        let boost = bench_vm(&plan(Mode::PvBoost, 0), 200, None);
         for (vm, on, seed) in [(&pv, false, 3), (&boost, true, 1)] {
             assert_eq!(vm.pv_lock, Some(PvLock::Variant(Variant::OpenEuler)));
             assert_eq!(vm.boost, Some(on));
             let told = lockbench::Settings::from_bootargs(&BootArgs::new(&vm.bootargs)).unwrap();
             assert_eq!((told.lock, told.seed), (LockKind::Pv, seed));
             assert_eq!(vm.vcpus, 4);
+            assert!(told.steal, "the lock's default");
         }
+        // `bench --steal off` reaches the guest; the hog is left alone.
+        let no_steal = bench_vm(&plan(Mode::PvBoost, 0), 200, Some(false));
+        let told = lockbench::Settings::from_bootargs(&BootArgs::new(&no_steal.bootargs)).unwrap();
+        assert!(!told.steal);
+        assert_eq!(
+            no_steal.bootargs.replace("steal=off", "steal=on"),
+            boost.bootargs
+        );
         let mt = bench_vm(
             &Plan {
                 point: point(Timing::Mttcg, 4, Mode::PvBoost),
                 run: 4,
             },
             200,
+            None,
         );
         let told = lockbench::Settings::from_bootargs(&BootArgs::new(&mt.bootargs)).unwrap();
         assert_eq!(told.seed, 0, "multi-threaded runs are not perturbed");

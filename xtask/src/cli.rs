@@ -136,6 +136,8 @@ BENCH OPTIONS:
     --hog              Also run every cell beside a VM of CPU hogs (the seed 000 set-up)
     --json FILE        Also write the summary (speedup_2x, retention_2x,
                        null_hypercall_instructions, vcpu_switch_instructions) to FILE
+    --steal on|off     The PV queued lock may steal past a waiter that does not run (lockbench
+                       steal=; default: the lock's own, on)
     --no-docs          Do not rewrite docs/benchmarks.md and docs/benchmarks.svg
     Results go to target/xtask/bench/results.json (every cell), the table and plot to
     docs/benchmarks.md and docs/benchmarks*.svg; consoles to target/xtask/bench/logs/.
@@ -217,6 +219,10 @@ pub struct BenchOpts {
     /// `--scale F` (`--linux` only): the multi-threaded runs' work per test,
     /// instead of the scale calibrated on this host.
     pub scale: Option<f64>,
+    /// `--steal on|off` (the lock benchmark only): whether the PV queued
+    /// lock may steal past a waiter that does not run (lockbench
+    /// `steal=`); the lock's own default when absent.
+    pub steal: Option<bool>,
 }
 
 #[derive(Clone, Debug)]
@@ -448,6 +454,7 @@ fn parse_bench(p: &mut Parser) -> Result<Cmd> {
         json: None,
         docs: true,
         scale: None,
+        steal: None,
     };
     while let Some(mut opt) = p.next()? {
         if p.build_opt(&mut opt, &mut o.build)? {
@@ -481,9 +488,20 @@ fn parse_bench(p: &mut Parser) -> Result<Cmd> {
                 o.docs = false;
             }
             "--json" => o.json = Some(PathBuf::from(p.value(&mut opt)?)),
+            "--steal" => {
+                o.steal = Some(match p.value(&mut opt)?.as_str() {
+                    "on" => true,
+                    "off" => false,
+                    other => bail!("--steal: {other:?} is neither on nor off"),
+                });
+            }
             _ => return Err(p.unknown(&opt)),
         }
     }
+    ensure!(
+        !(o.linux && o.steal.is_some()),
+        "--steal sets the lock benchmark's PV lock: it does not apply to --linux"
+    );
     ensure!(
         o.linux || o.scale.is_none(),
         "--scale sets the Linux benchmark's work per test: it needs --linux"
@@ -780,6 +798,24 @@ mod tests {
         assert_eq!(o.machine.extra_args, ["-d", "int"]);
         assert!(o.machine.icount);
         assert_eq!(o.timeout, None);
+    }
+
+    #[test]
+    fn the_lock_bench_takes_a_steal_setting() {
+        let steal = |args: &str| match parse_str(args).unwrap() {
+            Cmd::Bench(o) => o.steal,
+            _ => panic!("not bench"),
+        };
+        assert_eq!(steal("bench"), None);
+        assert_eq!(steal("bench --hog --steal off"), Some(false));
+        assert_eq!(steal("bench --steal on"), Some(true));
+        for bad in [
+            "bench --steal",
+            "bench --steal maybe",
+            "bench --linux --steal off",
+        ] {
+            assert!(parse_str(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]
