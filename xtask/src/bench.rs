@@ -141,14 +141,9 @@ const MAX_DURATION_FACTOR: u64 = 3;
 /// lockbench's command line for a run: `duration_ms`, and on from there
 /// until the run has made [`MIN_CONTENDED`] contended acquisitions (at
 /// most [`MAX_DURATION_FACTOR`] times as long), so that no figure rests on
-/// a handful of hand-offs.
-fn settings(mode: Mode, duration_ms: u64, seed: Option<u64>) -> lockbench::Settings {
-    settings_with(mode, duration_ms, seed, None)
-}
-
-/// [`settings`], with lock stealing set by `steal` (`bench --steal`) or
-/// left to the lock's default.
-fn settings_with(
+/// a handful of hand-offs. Lock stealing is `steal` (`bench --steal`),
+/// or the lock's default.
+fn settings(
     mode: Mode,
     duration_ms: u64,
     seed: Option<u64>,
@@ -172,7 +167,7 @@ fn settings_with(
 /// The benchmarked VM of a run.
 fn bench_vm(plan: &Plan, duration_ms: u64, steal: Option<bool>) -> VmConfig {
     let point = &plan.point;
-    let args = settings_with(point.mode, duration_ms, plan.seed(), steal);
+    let args = settings(point.mode, duration_ms, plan.seed(), steal);
     let mut vm = VmConfig {
         guest: GUEST.into(),
         ..VmConfig::smp_demo(point.vcpus, &args.to_string(), 1)
@@ -455,8 +450,8 @@ fn run_line(cell: &Cell) -> String {
 
 /// Makes one run of `plan`.
 fn run_plan(b: &Bench, plan: &Plan, duration_ms: u64, steal: Option<bool>) -> Result<Cell, String> {
-    // Multi-threaded figures move with the host's core-to-core latency:
-    // record it beside each run (icount's do not).
+    // What the host's cores did, beside each multi-threaded run
+    // (`crate::hostprobe`; icount runs do not depend on it).
     let host_round_trip_ns =
         (plan.point.timing == Timing::Mttcg).then(crate::hostprobe::core_round_trip_ns);
     let start = Instant::now();
@@ -496,7 +491,7 @@ pub(crate) fn cost_test(rounds: u64) -> BootTest {
     let cost_args = lockbench::Settings {
         costs: rounds,
         duration_ms: 1,
-        ..settings(Mode::Pv, 1, None)
+        ..settings(Mode::Pv, 1, None, None)
     };
     let cost_vm = VmConfig {
         guest: GUEST.into(),
@@ -958,7 +953,7 @@ mod tests {
             assert_eq!(vm.vcpus, 4);
             assert!(told.steal, "the lock's default");
         }
-        // `bench --steal off` reaches the guest; the hog is left alone.
+        // `bench --steal off` reaches the guest and changes nothing else.
         let no_steal = bench_vm(&plan(Mode::PvBoost, 0), 200, Some(false));
         let told = lockbench::Settings::from_bootargs(&BootArgs::new(&no_steal.bootargs)).unwrap();
         assert!(!told.steal);
