@@ -509,7 +509,16 @@ pub fn bench(ws: &Workspace, o: &BenchOpts) -> Result<ExitCode> {
     } else {
         DURATION_MS
     };
-    let plans = matrix(o.quick, o.hog);
+    let mut plans = matrix(o.quick, o.hog);
+    if !o.cells.is_empty() {
+        plans.retain(|plan| o.cells.iter().any(|c| plan.name().contains(c.as_str())));
+        anyhow::ensure!(
+            !plans.is_empty(),
+            "--cells {:?}: no run of the matrix has such a name (names look like \
+             \"icount pcpus=2 vcpus=4 mode=pv+boost hog run=0\")",
+            o.cells
+        );
+    }
     let cores = host_cores();
     println!(
         "bench: {} runs of {duration_ms} ms of counter time each ({} per point), under -icount \

@@ -138,6 +138,8 @@ BENCH OPTIONS:
                        null_hypercall_instructions, vcpu_switch_instructions) to FILE
     --steal on|off     The PV queued lock may steal past a waiter that does not run (lockbench
                        steal=; default: the lock's own, on)
+    --cells STR        Only the runs whose name contains STR, e.g. 'icount pcpus=2 vcpus=2
+                       mode=pv+boost hog' (repeatable; implies --no-docs)
     --no-docs          Do not rewrite docs/benchmarks.md and docs/benchmarks.svg
     Results go to target/xtask/bench/results.json (every cell), the table and plot to
     docs/benchmarks.md and docs/benchmarks*.svg; consoles to target/xtask/bench/logs/.
@@ -223,6 +225,10 @@ pub struct BenchOpts {
     /// lock may steal past a waiter that does not run (lockbench
     /// `steal=`); the lock's own default when absent.
     pub steal: Option<bool>,
+    /// `--cells STR` (the lock benchmark only, repeatable): only the runs
+    /// whose name contains one of these, for an A/B on a few cells; the
+    /// docs are then left alone.
+    pub cells: Vec<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -455,6 +461,7 @@ fn parse_bench(p: &mut Parser) -> Result<Cmd> {
         docs: true,
         scale: None,
         steal: None,
+        cells: Vec::new(),
     };
     while let Some(mut opt) = p.next()? {
         if p.build_opt(&mut opt, &mut o.build)? {
@@ -495,9 +502,16 @@ fn parse_bench(p: &mut Parser) -> Result<Cmd> {
                     other => bail!("--steal: {other:?} is neither on nor off"),
                 });
             }
+            "--cells" => o.cells.push(p.value(&mut opt)?),
             _ => return Err(p.unknown(&opt)),
         }
     }
+    ensure!(
+        !o.linux || o.cells.is_empty(),
+        "--cells picks runs of the lock benchmark: it does not apply to --linux"
+    );
+    // A partial matrix must not overwrite the full run's docs.
+    o.docs &= o.cells.is_empty();
     ensure!(
         !(o.linux && o.steal.is_some()),
         "--steal sets the lock benchmark's PV lock: it does not apply to --linux"
@@ -798,6 +812,22 @@ mod tests {
         assert_eq!(o.machine.extra_args, ["-d", "int"]);
         assert!(o.machine.icount);
         assert_eq!(o.timeout, None);
+    }
+
+    #[test]
+    fn bench_cells_pick_runs_and_leave_the_docs_alone() {
+        let Cmd::Bench(o) = parse_str("bench --hog --cells mode=pv_boost --cells vanilla").unwrap()
+        else {
+            panic!("not bench");
+        };
+        assert_eq!(o.cells, ["mode=pv_boost", "vanilla"]);
+        assert!(!o.docs, "a partial matrix must not rewrite the docs");
+        let Cmd::Bench(o) = parse_str("bench --hog").unwrap() else {
+            panic!("not bench");
+        };
+        assert!(o.cells.is_empty() && o.docs);
+        assert!(parse_str("bench --linux --cells pv").is_err());
+        assert!(parse_str("bench --cells").is_err());
     }
 
     #[test]
