@@ -8,9 +8,12 @@
 //! (multi-threaded TCG) whose `/init` runs `lgtest=forkexec`: every CPU
 //! runs [`FORKS_PER_CPU`] fork+execs of `/bin/true` at once and prints
 //! the guest time they took ([`crate::linux::FORKEXEC_PREFIX`]). A run's
-//! throughput is execs per second of guest time; retention at k-times
-//! overcommit is the median throughput there over the median at 1x, and
-//! its `_min` the smallest run there over the largest at 1x.
+//! throughput is execs per second of guest time. The runs go in rounds
+//! (every overcommit once, then again), and retention at k-times
+//! overcommit is the median over the rounds of the round's k-times run
+//! over its 1x run, seconds apart on a host whose speed moves between
+//! minutes (as `bench_linux_report`'s keys); its `_min` is the smallest
+//! run there over the largest at 1x.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -130,31 +133,50 @@ pub fn ranges(runs: &[ForkExecRun]) -> BTreeMap<u32, Range> {
         .collect()
 }
 
-/// Fills the summary's `debian_forkexec_*` keys from `ranges`.
-pub fn summarize(ranges: &BTreeMap<u32, Range>, summary: &mut Summary) {
-    let at = |ratio: u32| ranges.get(&(PCPUS * ratio));
-    let retention = |ratio| {
-        let (k, one) = (at(ratio)?, at(1)?);
-        Some((k.median / one.median, k.min / one.max))
+/// Retention at `ratio` times overcommit by rounds: each round's run
+/// there over the same round's 1x run, summarised.
+pub fn retention(runs: &[ForkExecRun], ratio: u32) -> Option<Range> {
+    let one = |round: u32| {
+        runs.iter()
+            .find(|r| r.vcpus == PCPUS && r.run == round)
+            .map(|r| r.execs_per_sec)
+            .filter(|x| *x > 0.0)
     };
-    let (r2, r2_min) = retention(2).unzip();
-    let (r4, r4_min) = retention(4).unzip();
-    summary.debian_forkexec_retention_2x = r2;
-    summary.debian_forkexec_retention_2x_min = r2_min;
-    summary.debian_forkexec_retention_4x = r4;
-    summary.debian_forkexec_retention_4x_min = r4_min;
+    let ratios: Vec<f64> = runs
+        .iter()
+        .filter(|r| r.vcpus == PCPUS * ratio)
+        .filter_map(|r| Some(r.execs_per_sec / one(r.run)?))
+        .collect();
+    Range::of(&ratios)
 }
 
-/// The doc's table: throughput per overcommit.
-pub fn markdown(ranges: &BTreeMap<u32, Range>) -> String {
+/// Fills the summary's `debian_forkexec_*` keys from the runs.
+pub fn summarize(runs: &[ForkExecRun], summary: &mut Summary) {
+    let ranges = ranges(runs);
+    let worst = |ratio: u32| {
+        let (k, one) = (ranges.get(&(PCPUS * ratio))?, ranges.get(&PCPUS)?);
+        Some(k.min / one.max)
+    };
+    let median = |ratio| retention(runs, ratio).map(|r| r.median);
+    summary.debian_forkexec_retention_2x = median(2);
+    summary.debian_forkexec_retention_2x_min = worst(2);
+    summary.debian_forkexec_retention_4x = median(4);
+    summary.debian_forkexec_retention_4x_min = worst(4);
+}
+
+/// The doc's table: throughput per overcommit, and retention by rounds.
+pub fn markdown(runs: &[ForkExecRun]) -> String {
     let mut out = format!(
         "\nDebian's stock 6.1 cloud kernel, `lgtest=forkexec lgforks={FORKS_PER_CPU}`, \
-         multi-threaded TCG: fork+execs per second of guest time, median [min-max] (runs)\n\n\
-         | vCPUs | execs/s | over 1x |\n|---|---|---|\n"
+         multi-threaded TCG: fork+execs per second of guest time, median [min-max] (runs), \
+         and over 1x by rounds (each round's run over its 1x run): median [min-max] \
+         (rounds)\n\n\
+         | vCPUs | execs/s | over 1x by rounds |\n|---|---|---|\n"
     );
-    let one = ranges.get(&PCPUS).map(|r| r.median);
-    for (vcpus, r) in ranges {
-        let over = one.map_or("-".to_string(), |o| format!("{:.2}", r.median / o));
+    for (vcpus, r) in ranges(runs) {
+        let over = retention(runs, vcpus / PCPUS).map_or("-".to_string(), |o| {
+            format!("{:.2} [{:.2}-{:.2}] ({})", o.median, o.min, o.max, o.n)
+        });
         out.push_str(&format!(
             "| {vcpus} | {:.0} [{:.0}-{:.0}] ({}) | {over} |\n",
             r.median, r.min, r.max, r.n
@@ -248,34 +270,36 @@ mod tests {
     }
 
     #[test]
-    fn retention_is_the_medians_ratio_and_its_min_the_worst_pairing() {
-        let run = |vcpus, execs_per_sec| ForkExecRun {
+    fn retention_pairs_the_runs_of_a_round_and_its_min_the_worst_pairing() {
+        let run = |vcpus, run, execs_per_sec| ForkExecRun {
             vcpus,
-            run: 0,
+            run,
             execs: 0,
             seconds: 1.0,
             execs_per_sec,
         };
+        // The host slowed down after round 0: each round's 4x run is
+        // divided by the 1x run it ran beside.
         let runs = [
-            run(2, 500.0),
-            run(2, 400.0),
-            run(2, 600.0),
-            run(4, 300.0),
-            run(4, 200.0),
-            run(4, 250.0),
+            run(2, 0, 600.0),
+            run(4, 0, 300.0),
+            run(2, 1, 400.0),
+            run(4, 1, 200.0),
+            run(2, 2, 500.0),
+            run(4, 2, 200.0),
+            // A 4x run whose round has no 1x run pairs with nothing.
+            run(4, 3, 50.0),
         ];
-        let ranges = ranges(&runs);
         let mut summary = Summary::default();
-        summarize(&ranges, &mut summary);
+        summarize(&runs, &mut summary);
         assert_eq!(summary.debian_forkexec_retention_2x, Some(0.5));
-        assert_eq!(
-            summary.debian_forkexec_retention_2x_min,
-            Some(200.0 / 600.0)
-        );
+        assert_eq!(summary.debian_forkexec_retention_2x_min, Some(50.0 / 600.0));
         assert_eq!(summary.debian_forkexec_retention_4x, None);
-        let table = markdown(&ranges);
+        let r = retention(&runs, 2).unwrap();
+        assert_eq!((r.min, r.max, r.n), (0.4, 0.5, 3));
+        let table = markdown(&runs);
         assert!(
-            table.contains("| 4 | 250 [200-300] (3) | 0.50 |"),
+            table.contains("| 4 | 200 [50-300] (4) | 0.50 [0.40-0.50] (3) |"),
             "{table}"
         );
     }

@@ -14,10 +14,15 @@
 //!   a test has no index;
 //! - a **cell** (timing, kernel, vCPUs, hog) is reported as the median,
 //!   minimum and maximum of its runs' indices;
-//! - the **summary keys** (`linux_*`, multi-threaded medians unless the key
-//!   ends in `_icount`) are ratios of cell medians, except `_min`, the
-//!   smallest patched run over the largest stock run of the cell; a key
-//!   whose cells did not run is `null`.
+//! - the **summary keys** (`linux_*`) are multi-threaded ratios taken
+//!   **by rounds**: the matrix runs every multi-threaded cell once per
+//!   round, so a round's runs are seconds apart and see one state of the
+//!   host, whose speed moves between minutes; a key is the median over the
+//!   rounds of the ratio of the round's two runs ([`round_ratios`], whose
+//!   ranges the report prints). `_icount` keys are ratios of cell medians
+//!   (icount does not drift), and `_min` keys the smallest patched run over
+//!   the largest stock run of the cell. A key whose cells did not run is
+//!   `null`.
 //!
 //! Everything here is a pure function over the runs.
 
@@ -216,52 +221,140 @@ fn ratio(num: Option<f64>, den: Option<f64>) -> Option<f64> {
     }
 }
 
-/// The summary of `stats`.
-pub fn summarize(stats: &BTreeMap<CellKey, CellStats>) -> Summary {
-    let cell = |timing, kernel, ratio: u32, hog| {
+/// A multi-threaded ratio key and the two cells whose runs it divides,
+/// round by round.
+struct RoundKey {
+    key: &'static str,
+    num: CellKey,
+    den: CellKey,
+}
+
+/// The keys [`round_ratios`] computes, in the summary's order.
+fn round_keys() -> Vec<RoundKey> {
+    let mt = |kernel, ratio: u32, hog| CellKey {
+        timing: Timing::Mttcg,
+        kernel,
+        vcpus: PCPUS * ratio,
+        hog,
+    };
+    let key = |key, num, den| RoundKey { key, num, den };
+    let over = |key, ratio, hog| RoundKey {
+        key,
+        num: mt(Kernel::Patched, ratio, hog),
+        den: mt(Kernel::Stock, ratio, hog),
+    };
+    vec![
+        over("linux_index_ratio_2x", 2, false),
+        over("linux_index_ratio_4x", 4, false),
+        key(
+            "linux_retention_2x",
+            mt(Kernel::Patched, 2, false),
+            mt(Kernel::Patched, 1, false),
+        ),
+        key(
+            "linux_retention_4x",
+            mt(Kernel::Patched, 4, false),
+            mt(Kernel::Patched, 1, false),
+        ),
+        key(
+            "linux_stock_retention_2x",
+            mt(Kernel::Stock, 2, false),
+            mt(Kernel::Stock, 1, false),
+        ),
+        key(
+            "linux_stock_retention_4x",
+            mt(Kernel::Stock, 4, false),
+            mt(Kernel::Stock, 1, false),
+        ),
+        over("linux_1x_ratio", 1, false),
+        key(
+            "linux_el2_over_bare_1x",
+            mt(Kernel::Stock, 1, false),
+            mt(Kernel::Bare, 1, false),
+        ),
+        over("linux_hog_ratio_2x", 2, true),
+        over("linux_hog_ratio_4x", 4, true),
+    ]
+}
+
+/// The keys counted by `linux_worst_cell_ratio`: patched over stock in
+/// every overcommitted cell, beside the hog included (1x has its own key).
+const WORST_CELL_KEYS: [&str; 4] = [
+    "linux_index_ratio_2x",
+    "linux_index_ratio_4x",
+    "linux_hog_ratio_2x",
+    "linux_hog_ratio_4x",
+];
+
+/// Every multi-threaded ratio key, by rounds: for each round that ran both
+/// cells, the index of the numerator's run over the denominator's run of
+/// the same round, summarised (median, minimum, maximum, rounds). `None`
+/// for a key with no such round.
+pub fn round_ratios(runs: &[Run]) -> Vec<(&'static str, Option<Range>)> {
+    let reference = reference(runs, Timing::Mttcg);
+    let index_of = |cell: CellKey, round: u32| {
+        runs.iter()
+            .find(|r| r.cell == cell && r.run == round)
+            .and_then(|r| index(r, &reference))
+    };
+    round_keys()
+        .into_iter()
+        .map(|k| {
+            let ratios: Vec<f64> = runs
+                .iter()
+                .filter(|r| r.cell == k.num)
+                .filter_map(|r| ratio(index(r, &reference), index_of(k.den, r.run)))
+                .collect();
+            (k.key, Range::of(&ratios))
+        })
+        .collect()
+}
+
+/// The summary of the runs and their cells' `stats`.
+pub fn summarize(runs: &[Run], stats: &BTreeMap<CellKey, CellStats>) -> Summary {
+    let cell = |timing, kernel, ratio: u32| {
         stats
             .get(&CellKey {
                 timing,
                 kernel,
                 vcpus: PCPUS * ratio,
-                hog,
+                hog: false,
             })
             .and_then(|s| s.index)
     };
-    let median = |timing, kernel, r, hog| cell(timing, kernel, r, hog).map(|x| x.median);
-    let mt = |kernel, r| median(Timing::Mttcg, kernel, r, false);
-    let over = |r, hog| {
-        ratio(
-            median(Timing::Mttcg, Kernel::Patched, r, hog),
-            median(Timing::Mttcg, Kernel::Stock, r, hog),
-        )
+    let rounds = round_ratios(runs);
+    let by_rounds = |key: &str| {
+        rounds
+            .iter()
+            .find(|(k, _)| *k == key)
+            .and_then(|(_, r)| r.map(|r| r.median))
     };
-    let worst = [(2, false), (4, false), (2, true), (4, true)]
+    let worst = WORST_CELL_KEYS
         .into_iter()
-        .filter_map(|(r, hog)| over(r, hog))
+        .filter_map(by_rounds)
         .fold(None, |acc: Option<f64>, x| {
             Some(acc.map_or(x, |a| a.min(x)))
         });
     Summary {
-        linux_index_ratio_2x: over(2, false),
-        linux_index_ratio_4x: over(4, false),
+        linux_index_ratio_2x: by_rounds("linux_index_ratio_2x"),
+        linux_index_ratio_4x: by_rounds("linux_index_ratio_4x"),
         linux_index_ratio_2x_min: ratio(
-            cell(Timing::Mttcg, Kernel::Patched, 2, false).map(|x| x.min),
-            cell(Timing::Mttcg, Kernel::Stock, 2, false).map(|x| x.max),
+            cell(Timing::Mttcg, Kernel::Patched, 2).map(|x| x.min),
+            cell(Timing::Mttcg, Kernel::Stock, 2).map(|x| x.max),
         ),
-        linux_retention_2x: ratio(mt(Kernel::Patched, 2), mt(Kernel::Patched, 1)),
-        linux_retention_4x: ratio(mt(Kernel::Patched, 4), mt(Kernel::Patched, 1)),
-        linux_stock_retention_2x: ratio(mt(Kernel::Stock, 2), mt(Kernel::Stock, 1)),
-        linux_stock_retention_4x: ratio(mt(Kernel::Stock, 4), mt(Kernel::Stock, 1)),
-        linux_1x_ratio: over(1, false),
+        linux_retention_2x: by_rounds("linux_retention_2x"),
+        linux_retention_4x: by_rounds("linux_retention_4x"),
+        linux_stock_retention_2x: by_rounds("linux_stock_retention_2x"),
+        linux_stock_retention_4x: by_rounds("linux_stock_retention_4x"),
+        linux_1x_ratio: by_rounds("linux_1x_ratio"),
         linux_worst_cell_ratio: worst,
         linux_index_ratio_2x_icount: ratio(
-            median(Timing::Icount, Kernel::Patched, 2, false),
-            median(Timing::Icount, Kernel::Stock, 2, false),
+            cell(Timing::Icount, Kernel::Patched, 2).map(|x| x.median),
+            cell(Timing::Icount, Kernel::Stock, 2).map(|x| x.median),
         ),
-        linux_el2_over_bare_1x: ratio(mt(Kernel::Stock, 1), mt(Kernel::Bare, 1)),
-        linux_hog_ratio_2x: over(2, true),
-        linux_hog_ratio_4x: over(4, true),
+        linux_el2_over_bare_1x: by_rounds("linux_el2_over_bare_1x"),
+        linux_hog_ratio_2x: by_rounds("linux_hog_ratio_2x"),
+        linux_hog_ratio_4x: by_rounds("linux_hog_ratio_4x"),
         ..Summary::default()
     }
 }
@@ -373,6 +466,7 @@ fn range_text(range: Option<Range>) -> String {
 /// The generated section of docs/benchmarks-linux.md: the targets, the
 /// index per cell, retention, and the per-test medians.
 pub fn markdown(
+    runs: &[Run],
     stats: &BTreeMap<CellKey, CellStats>,
     summary: &Summary,
     verdicts: &[Verdict],
@@ -406,6 +500,24 @@ pub fn markdown(
     if let Some(map) = json.as_object() {
         for (key, value) in map {
             let _ = writeln!(out, "| `{key}` | {} |", figure(value.as_f64()));
+        }
+    }
+    let rounds: Vec<(&str, Range)> = round_ratios(runs)
+        .into_iter()
+        .filter_map(|(key, range)| Some((key, range?)))
+        .collect();
+    if !rounds.is_empty() {
+        let _ = writeln!(out);
+        let _ = writeln!(
+            out,
+            "The multi-threaded keys by rounds (each round's two runs divided, seconds \
+             apart): median [min-max] (rounds)"
+        );
+        let _ = writeln!(out);
+        let _ = writeln!(out, "| key | by rounds |");
+        let _ = writeln!(out, "|---|---|");
+        for (key, range) in rounds {
+            let _ = writeln!(out, "| `{key}` | {} |", range_text(Some(range)));
         }
     }
     for timing in [Timing::Mttcg, Timing::Icount] {
@@ -675,7 +787,7 @@ mod tests {
     }
 
     #[test]
-    fn the_summary_divides_cell_medians_and_the_min_key_the_extremes() {
+    fn the_summary_divides_the_runs_of_each_round_and_the_min_key_the_extremes() {
         let t = |v: f64| [("a", v)];
         let mut runs = Vec::new();
         for (n, v) in [90.0, 100.0, 110.0].into_iter().enumerate() {
@@ -687,7 +799,7 @@ mod tests {
             runs.push(run(Kernel::Patched, 4, true, n as u32, &t(v * 0.3)));
             runs.push(run(Kernel::Bare, 2, false, n as u32, &t(v * 1.25)));
         }
-        let s = summarize(&cell_stats(&runs));
+        let s = summarize(&runs, &cell_stats(&runs));
         let close = |x: Option<f64>, want: f64| (x.unwrap() - want).abs() < 1e-9;
         assert!(close(s.linux_index_ratio_2x, 0.8 / 0.5));
         assert!(close(s.linux_index_ratio_2x_min, (0.8 * 0.9) / (0.5 * 1.1)));
@@ -712,6 +824,7 @@ mod tests {
         assert_eq!(v[3].met, Some(true));
         let stats = cell_stats(&runs);
         let md = markdown(
+            &runs,
             &stats,
             &s,
             &v,
@@ -723,6 +836,10 @@ mod tests {
         );
         assert!(md.contains("| patched + hog |"), "{md}");
         assert!(md.contains("| bare |"), "{md}");
+        assert!(
+            md.contains("| `linux_hog_ratio_2x` | 0.75 [0.75-0.75] (3) |"),
+            "{md}"
+        );
         let svg = svg_plot(&stats, Timing::Mttcg);
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
         assert_eq!(svg.matches("<polyline").count(), 4);
@@ -735,5 +852,49 @@ mod tests {
         let results = results_json(&runs, &stats, &s, &v, &[]);
         let parsed: serde_json::Value = serde_json::from_str(&results).unwrap();
         assert_eq!(parsed["runs"].as_array().unwrap().len(), runs.len());
+    }
+    /// The host switched from fast to slow in the middle of round 2: by
+    /// cell medians the 1x cell is "fast" (3 of 5 runs) and the 2x cell
+    /// "slow" (3 of 5), and retention reads 0.3; every round's own pair
+    /// says 0.9 except the round that straddled the switch.
+    #[test]
+    fn multi_threaded_keys_pair_the_runs_of_a_round() {
+        let mut runs = Vec::new();
+        let rounds = [
+            (300.0, 270.0),
+            (300.0, 270.0),
+            (300.0, 90.0),
+            (100.0, 90.0),
+            (100.0, 90.0),
+        ];
+        for (n, (one, two)) in rounds.into_iter().enumerate() {
+            let n = n as u32;
+            runs.push(run(Kernel::Stock, 2, false, n, &[("a", 100.0)]));
+            runs.push(run(Kernel::Patched, 2, false, n, &[("a", one)]));
+            runs.push(run(Kernel::Patched, 4, false, n, &[("a", two)]));
+        }
+        // A round without its 1x run pairs with nothing.
+        runs.push(run(Kernel::Patched, 4, false, 5, &[("a", 10.0)]));
+        let stats = cell_stats(&runs);
+        let medians = |kernel, vcpus| {
+            let key = CellKey {
+                timing: Timing::Mttcg,
+                kernel,
+                vcpus,
+                hog: false,
+            };
+            stats[&key].index.unwrap().median
+        };
+        let by_medians = medians(Kernel::Patched, 4) / medians(Kernel::Patched, 2);
+        assert!(by_medians < 0.35, "{by_medians}");
+        let s = summarize(&runs, &stats);
+        assert!((s.linux_retention_2x.unwrap() - 0.9).abs() < 1e-9);
+        let (_, range) = round_ratios(&runs)
+            .into_iter()
+            .find(|(k, _)| *k == "linux_retention_2x")
+            .unwrap();
+        let range = range.unwrap();
+        assert_eq!(range.n, 5);
+        assert!((range.min - 0.3).abs() < 1e-9 && (range.max - 0.9).abs() < 1e-9);
     }
 }
