@@ -40,14 +40,13 @@ impl Mpidr {
     /// paravirtual calls such as KICK_CPU take. `None` for an MPIDR no such
     /// vCPU has (Aff0 above 15, or Aff3 set).
     pub const fn vcpu_index(self) -> Option<u64> {
-        if self.affinity(0) >= 16 || self.affinity(3) != 0 {
+        const PER_CLUSTER: u64 = pvlock_abi::virt::CPUS_PER_CLUSTER as u64;
+        if self.affinity(0) as u64 >= PER_CLUSTER || self.affinity(3) != 0 {
             return None;
         }
-        Some(
-            self.affinity(0) as u64
-                | (self.affinity(1) as u64) << 4
-                | (self.affinity(2) as u64) << 12,
-        )
+        // Aff2:Aff1 counts clusters (`pvlock_abi::virt::CPUS_PER_CLUSTER`).
+        let cluster = (self.affinity(2) as u64) << 8 | self.affinity(1) as u64;
+        Some(cluster * PER_CLUSTER + self.affinity(0) as u64)
     }
 }
 

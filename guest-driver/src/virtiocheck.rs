@@ -143,8 +143,7 @@ impl fmt::Display for NodeError {
 /// `interrupts = <GIC_SPI 16+n IRQ_TYPE_EDGE_RISING>` and `dma-coherent`.
 #[cfg(any(test, feature = "runtime"))]
 pub fn check_nodes(dtb: &[u8]) -> Result<(), NodeError> {
-    /// The GIC binding's SPI type cell.
-    const GIC_SPI: u32 = 0;
+    const GIC_SPI: u32 = pvlock_abi::virt::GIC_SPI_CELL;
     let fdt = fdt::Fdt::new(dtb).map_err(|_| NodeError::NotADeviceTree)?;
     let cells = |value: &[u8]| {
         let mut words = value

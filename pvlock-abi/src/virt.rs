@@ -59,6 +59,24 @@ pub const UART_SPI: u32 = 1;
 /// The PL011's interrupt as an INTID: 32 + [`UART_SPI`] = 33.
 pub const UART_INTID: u32 = FIRST_SPI_INTID + UART_SPI;
 
+/// The first cell of a GIC binding `interrupts` entry: the interrupt is an
+/// SPI (include/dt-bindings/interrupt-controller/arm-gic.h `GIC_SPI`;
+/// interrupt-controller/arm,gic-v3.yaml).
+pub const GIC_SPI_CELL: u32 = 0;
+
+/// The first cell of a GIC binding `interrupts` entry: the interrupt is a
+/// PPI (arm-gic.h `GIC_PPI`).
+pub const GIC_PPI_CELL: u32 = 1;
+
+/// CPUs per Aff1 cluster: QEMU `virt` gives CPU *i* Aff0 = *i* % 16 and
+/// Aff1 (and up) = *i* / 16 with a GICv3 (hw/arm/virt.c
+/// `virt_cpu_mp_affinity`, target/arm `arm_build_mp_affinity`), because an
+/// SGI names its targets as a 16-bit list of Aff0 values within one
+/// cluster (Arm IHI 0069, ICC_SGI1R_EL1.TargetList). Every VM's vCPUs are
+/// numbered so, and a guest that maps an MPIDR to a vCPU index (the number
+/// KICK_CPU and PV_SCHED_YIELD_TO take) relies on it.
+pub const CPUS_PER_CLUSTER: u16 = 16;
+
 /// The interrupt flags cell QEMU `virt` writes for the UART, the timer and
 /// the PMU: level-sensitive, active high
 /// (include/dt-bindings/interrupt-controller/irq.h `IRQ_TYPE_LEVEL_HIGH`;

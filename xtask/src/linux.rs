@@ -31,7 +31,8 @@ pub const INIT_BANNER: &str = "linux-guest: init started";
 pub const INIT_DONE: &str = "linux-guest: powering off";
 
 /// The kernel command line the guest gets: the PL011 console, early
-/// output on it, and the initramfs's `/init`.
+/// output on it (at `pvlock_abi::virt::UART_BASE`: a test holds the two
+/// equal), and the initramfs's `/init`.
 pub const BOOTARGS: &str = "console=ttyAMA0 earlycon=pl011,0x09000000 rdinit=/init";
 
 /// RAM per Linux VM: the 27 MiB kernel, its initramfs and room to run.
@@ -415,6 +416,15 @@ impl Cpio {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn early_output_goes_to_the_vms_uart() {
+        let earlycon = format!("earlycon=pl011,{:#010x}", pvlock_abi::virt::UART_BASE);
+        assert!(
+            BOOTARGS.split_whitespace().any(|arg| arg == earlycon),
+            "{BOOTARGS:?} lacks {earlycon:?}"
+        );
+    }
 
     #[test]
     fn the_newest_6_1_kernel_is_picked() {

@@ -54,10 +54,9 @@ const GIC_PHANDLE: u32 = 1;
 /// The UART clock's phandle.
 const CLOCK_PHANDLE: u32 = 2;
 
-/// Interrupt type cells of the GIC binding
-/// (interrupt-controller/arm,gic-v3.yaml, include/dt-bindings/interrupt-controller/arm-gic.h).
-const GIC_SPI: u32 = 0;
-const GIC_PPI: u32 = 1;
+/// Interrupt type cells of the GIC binding (`pvlock_abi::virt`).
+const GIC_SPI: u32 = pvlock_abi::virt::GIC_SPI_CELL;
+const GIC_PPI: u32 = pvlock_abi::virt::GIC_PPI_CELL;
 
 /// The node path of the console, for `stdout-path`.
 pub fn uart_path() -> String {

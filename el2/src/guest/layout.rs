@@ -210,11 +210,9 @@ pub fn device_map(vcpus: u32) -> MmioMap<EmulatedDevice> {
     map
 }
 
-/// The vCPU count of every Aff1 cluster: QEMU `virt` numbers CPU `i`
-/// Aff1 = i / 16, Aff0 = i % 16 with a GICv3 (hw/arm/virt.c
-/// `virt_cpu_mp_affinity`), because an SGI names its targets as a 16-bit
-/// list of Aff0 values within one Aff1 cluster (ICC_SGI1R_EL1.TargetList).
-pub const VCPUS_PER_CLUSTER: u16 = 16;
+/// The vCPU count of every Aff1 cluster, as QEMU `virt` numbers its CPUs
+/// (`pvlock_abi::virt::CPUS_PER_CLUSTER`).
+pub const VCPUS_PER_CLUSTER: u16 = pvlock_abi::virt::CPUS_PER_CLUSTER;
 
 /// The MPIDR affinity of vCPU `index`: Aff0 = index % 16 and, from bit 8
 /// up, index / 16 (so Aff1 = index / 16 for the first 4096 vCPUs, Aff2
