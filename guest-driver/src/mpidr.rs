@@ -40,13 +40,20 @@ impl Mpidr {
     /// paravirtual calls such as KICK_CPU take. `None` for an MPIDR no such
     /// vCPU has (Aff0 above 15, or Aff3 set).
     pub const fn vcpu_index(self) -> Option<u64> {
-        const PER_CLUSTER: u64 = pvlock_abi::virt::CPUS_PER_CLUSTER as u64;
-        if self.affinity(0) as u64 >= PER_CLUSTER || self.affinity(3) != 0 {
+        // Aff0 holds `pvlock_abi::virt::CPUS_PER_CLUSTER` values, a power
+        // of two: the index is Aff2:Aff1:Aff0 packed, ORs and shifts (on
+        // every directed yield's path).
+        const PER_CLUSTER: u16 = pvlock_abi::virt::CPUS_PER_CLUSTER;
+        const AFF0_BITS: u32 = PER_CLUSTER.trailing_zeros();
+        const _: () = assert!(PER_CLUSTER.is_power_of_two());
+        if self.affinity(0) as u16 >= PER_CLUSTER || self.affinity(3) != 0 {
             return None;
         }
-        // Aff2:Aff1 counts clusters (`pvlock_abi::virt::CPUS_PER_CLUSTER`).
-        let cluster = (self.affinity(2) as u64) << 8 | self.affinity(1) as u64;
-        Some(cluster * PER_CLUSTER + self.affinity(0) as u64)
+        Some(
+            self.affinity(0) as u64
+                | (self.affinity(1) as u64) << AFF0_BITS
+                | (self.affinity(2) as u64) << (AFF0_BITS + 8),
+        )
     }
 }
 
