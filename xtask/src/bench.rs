@@ -207,6 +207,14 @@ pub(crate) fn hog_vm(pcpus: u32, duration_ms: u64) -> VmConfig {
     }
 }
 
+/// The runs of `plans` whose name contains one of `cells` (`--cells`).
+pub fn pick_cells(plans: Vec<Plan>, cells: &[String]) -> Vec<Plan> {
+    plans
+        .into_iter()
+        .filter(|plan| cells.iter().any(|c| plan.name().contains(c.as_str())))
+        .collect()
+}
+
 /// The boot "test" a run is: el2 with the run's VMs, under icount or
 /// multi-threaded TCG.
 fn boot(name: String, smp: u32, vms: Vec<VmConfig>, timing: Timing) -> BootTest {
@@ -511,7 +519,7 @@ pub fn bench(ws: &Workspace, o: &BenchOpts) -> Result<ExitCode> {
     };
     let mut plans = matrix(o.quick, o.hog);
     if !o.cells.is_empty() {
-        plans.retain(|plan| o.cells.iter().any(|c| plan.name().contains(c.as_str())));
+        plans = pick_cells(plans, &o.cells);
         anyhow::ensure!(
             !plans.is_empty(),
             "--cells {:?}: no run of the matrix has such a name (names look like \
@@ -1088,6 +1096,35 @@ mod tests {
         let none = CostLine { yields: 0, ..line };
         assert!(parse_costs(&none.to_string()).is_err());
         assert!(parse_costs("nothing").is_err());
+    }
+
+    #[test]
+    fn cells_pick_runs_by_name() {
+        let picked = pick_cells(
+            matrix(false, true),
+            &["icount pcpus=2 vcpus=2 mode=pv+boost hog".to_string()],
+        );
+        assert_eq!(picked.len(), RUNS as usize);
+        assert!(
+            picked
+                .iter()
+                .all(|p| p.point.hog && p.point.timing == Timing::Icount)
+        );
+        let two = pick_cells(
+            matrix(true, false),
+            &[
+                "mode=vanilla run=0".to_string(),
+                "mode=pv run=0".to_string(),
+            ],
+        );
+        // Both timings, 1x and 2x: 4 points of each mode, run 0 only.
+        assert_eq!(
+            two.len(),
+            8,
+            "{:?}",
+            two.iter().map(Plan::name).collect::<Vec<_>>()
+        );
+        assert!(pick_cells(matrix(true, false), &["no such".to_string()]).is_empty());
     }
 
     #[test]

@@ -816,11 +816,11 @@ mod tests {
 
     #[test]
     fn bench_cells_pick_runs_and_leave_the_docs_alone() {
-        let Cmd::Bench(o) = parse_str("bench --hog --cells mode=pv_boost --cells vanilla").unwrap()
+        let Cmd::Bench(o) = parse_str("bench --hog --cells mode=pv+boost --cells vanilla").unwrap()
         else {
             panic!("not bench");
         };
-        assert_eq!(o.cells, ["mode=pv_boost", "vanilla"]);
+        assert_eq!(o.cells, ["mode=pv+boost", "vanilla"]);
         assert!(!o.docs, "a partial matrix must not rewrite the docs");
         let Cmd::Bench(o) = parse_str("bench --hog").unwrap() else {
             panic!("not bench");
