@@ -136,18 +136,12 @@ pub fn ranges(runs: &[ForkExecRun]) -> BTreeMap<u32, Range> {
 /// Retention at `ratio` times overcommit by rounds: each round's run
 /// there over the same round's 1x run, summarised.
 pub fn retention(runs: &[ForkExecRun], ratio: u32) -> Option<Range> {
-    let one = |round: u32| {
+    let at = |vcpus: u32| {
         runs.iter()
-            .find(|r| r.vcpus == PCPUS && r.run == round)
-            .map(|r| r.execs_per_sec)
-            .filter(|x| *x > 0.0)
+            .filter(move |r| r.vcpus == vcpus)
+            .map(|r| (r.run, r.execs_per_sec))
     };
-    let ratios: Vec<f64> = runs
-        .iter()
-        .filter(|r| r.vcpus == PCPUS * ratio)
-        .filter_map(|r| Some(r.execs_per_sec / one(r.run)?))
-        .collect();
-    Range::of(&ratios)
+    crate::measure::paired_by_round(at(PCPUS * ratio), at(PCPUS))
 }
 
 /// Fills the summary's `debian_forkexec_*` keys from the runs.

@@ -32,6 +32,7 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 
 use crate::bench_report::{coord, nice_ticks, svg_open, svg_y_grid, to_pretty_json, xml_escape};
+use crate::measure::paired_by_round;
 pub use crate::measure::{Range, Timing};
 
 /// Physical CPUs of every run of the matrix.
@@ -237,37 +238,26 @@ fn round_keys() -> Vec<RoundKey> {
         vcpus: PCPUS * ratio,
         hog,
     };
-    let key = |key, num, den| RoundKey { key, num, den };
-    let over = |key, ratio, hog| RoundKey {
-        key,
-        num: mt(Kernel::Patched, ratio, hog),
-        den: mt(Kernel::Stock, ratio, hog),
+    let key_of = |key, num, den| RoundKey { key, num, den };
+    // Patched over stock in one cell.
+    let over = |key, ratio, hog| {
+        key_of(
+            key,
+            mt(Kernel::Patched, ratio, hog),
+            mt(Kernel::Stock, ratio, hog),
+        )
     };
+    // A kernel's overcommitted cell over its 1x cell, without the hog.
+    let kept = |key, kernel, ratio| key_of(key, mt(kernel, ratio, false), mt(kernel, 1, false));
     vec![
         over("linux_index_ratio_2x", 2, false),
         over("linux_index_ratio_4x", 4, false),
-        key(
-            "linux_retention_2x",
-            mt(Kernel::Patched, 2, false),
-            mt(Kernel::Patched, 1, false),
-        ),
-        key(
-            "linux_retention_4x",
-            mt(Kernel::Patched, 4, false),
-            mt(Kernel::Patched, 1, false),
-        ),
-        key(
-            "linux_stock_retention_2x",
-            mt(Kernel::Stock, 2, false),
-            mt(Kernel::Stock, 1, false),
-        ),
-        key(
-            "linux_stock_retention_4x",
-            mt(Kernel::Stock, 4, false),
-            mt(Kernel::Stock, 1, false),
-        ),
+        kept("linux_retention_2x", Kernel::Patched, 2),
+        kept("linux_retention_4x", Kernel::Patched, 4),
+        kept("linux_stock_retention_2x", Kernel::Stock, 2),
+        kept("linux_stock_retention_4x", Kernel::Stock, 4),
         over("linux_1x_ratio", 1, false),
-        key(
+        key_of(
             "linux_el2_over_bare_1x",
             mt(Kernel::Stock, 1, false),
             mt(Kernel::Bare, 1, false),
@@ -292,21 +282,14 @@ const WORST_CELL_KEYS: [&str; 4] = [
 /// for a key with no such round.
 pub fn round_ratios(runs: &[Run]) -> Vec<(&'static str, Option<Range>)> {
     let reference = reference(runs, Timing::Mttcg);
-    let index_of = |cell: CellKey, round: u32| {
+    let indices = |cell: CellKey| {
         runs.iter()
-            .find(|r| r.cell == cell && r.run == round)
-            .and_then(|r| index(r, &reference))
+            .filter(move |r| r.cell == cell)
+            .filter_map(|r| Some((r.run, index(r, &reference)?)))
     };
     round_keys()
         .into_iter()
-        .map(|k| {
-            let ratios: Vec<f64> = runs
-                .iter()
-                .filter(|r| r.cell == k.num)
-                .filter_map(|r| ratio(index(r, &reference), index_of(k.den, r.run)))
-                .collect();
-            (k.key, Range::of(&ratios))
-        })
+        .map(|k| (k.key, paired_by_round(indices(k.num), indices(k.den))))
         .collect()
 }
 

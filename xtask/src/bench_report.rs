@@ -355,13 +355,13 @@ pub fn summarize(cells: &[Cell], costs: Option<&Costs>) -> Summary {
 /// figures"); the ratio of two medians could pair runs from different
 /// states.
 pub fn paired_ratios(cells: &[Cell], num: Point, den: Point) -> Option<Range> {
-    let den_run = |run: u32| cells.iter().find(|c| c.point == den && c.run == run);
-    let ratios: Vec<f64> = cells
-        .iter()
-        .filter(|c| c.point == num)
-        .filter_map(|n| ratio(n.throughput(), den_run(n.run)?.throughput()))
-        .collect();
-    Range::of(&ratios)
+    let runs = |point: Point| {
+        cells
+            .iter()
+            .filter(move |c| c.point == point)
+            .map(|c| (c.run, c.throughput()))
+    };
+    crate::measure::paired_by_round(runs(num), runs(den))
 }
 
 /// A target: the figure's key, the bound, and whether the figure must

@@ -58,9 +58,43 @@ impl Range {
     }
 }
 
+/// A ratio by rounds: each numerator sample `(round, value)` divided by
+/// the denominator sample of the same round, summarised. The benchmarks
+/// run their multi-threaded cells in rounds (every cell once, then again),
+/// so the two runs a ratio pairs are seconds apart and see one state of a
+/// host whose speed moves between minutes, where a ratio of two medians
+/// could divide a run of the fast state by one of the slow. A sample whose
+/// round has no denominator, or no positive one, is left out; `None` when
+/// nothing pairs.
+pub fn paired_by_round(
+    num: impl IntoIterator<Item = (u32, f64)>,
+    den: impl IntoIterator<Item = (u32, f64)>,
+) -> Option<Range> {
+    let den: Vec<(u32, f64)> = den.into_iter().collect();
+    let ratios: Vec<f64> = num
+        .into_iter()
+        .filter_map(|(round, n)| {
+            let &(_, d) = den.iter().find(|(r, _)| *r == round)?;
+            (d > 0.0).then(|| n / d)
+        })
+        .collect();
+    Range::of(&ratios)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ratios_by_round_pair_samples_of_one_round() {
+        // Rounds 0 and 1 pair; round 2 has no denominator, round 3 a zero
+        // one: left out.
+        let num = [(0, 9.0), (1, 3.0), (2, 5.0), (3, 1.0)];
+        let den = [(1, 4.0), (0, 10.0), (3, 0.0)];
+        let r = paired_by_round(num, den).unwrap();
+        assert_eq!((r.n, r.min, r.max), (2, 0.75, 0.9));
+        assert_eq!(paired_by_round(num, []), None);
+    }
 
     #[test]
     fn ranges_take_the_median_of_odd_and_even_counts() {
