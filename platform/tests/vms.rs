@@ -10,7 +10,8 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use common::{Node, cells, string, strings, virt};
 use platform::vm::{
     DEFAULT_BOOST, DEFAULT_CONTROL, DEFAULT_CPU_WEIGHT, DEFAULT_KVM_PTP, DEFAULT_PV_LOCK,
-    DEFAULT_PV_TIME, DEFAULT_WFE_TRAP, DEFAULT_WFI_TRAP, MAX_VCPUS, VM_COMPATIBLE, pv_lock_name,
+    DEFAULT_PV_TIME, DEFAULT_TIME_SLICE_US, DEFAULT_WFE_TRAP, DEFAULT_WFI_TRAP, MAX_VCPUS,
+    VM_COMPATIBLE, pv_lock_name,
 };
 use platform::{ErrorKind, MemRange, Platform, PlatformError, TrapPolicy, VmConfig};
 use pvlock_abi::pvlock::Variant;
@@ -155,6 +156,8 @@ fn optional_properties_default() {
     assert!(config.boost, "boost is on by default");
     assert_eq!(config.cpu_weight, DEFAULT_CPU_WEIGHT);
     assert_eq!(DEFAULT_CPU_WEIGHT, 100, "cgroup v2's cpu.weight default");
+    assert_eq!(config.time_slice_us, DEFAULT_TIME_SLICE_US);
+    assert_eq!(DEFAULT_TIME_SLICE_US, 4_000, "the hypervisor's 4 ms slice");
     assert_eq!(config.wfe_trap_of(1), TrapPolicy::Auto);
     // VmConfig::new gives the same defaults as the parser.
     let new = VmConfig::new("/chosen/vm@0", "vm0", 2, 256 * MIB, config.kernel);
@@ -425,6 +428,26 @@ fn cpu_weight_is_1_to_10000() {
     assert_eq!(
         error.to_string(),
         "device tree node /chosen/vm@3, property \"cpu-weight\": bad value: 0, expected 1 to 10000"
+    );
+}
+
+#[test]
+fn time_slice_is_250_us_to_100_ms() {
+    for us in [250, 1_000, 4_000, 100_000] {
+        let vms = parse_vms(vec![vm(0).prop("time-slice-us", cells(&[us]))]);
+        assert_eq!(vms[0].as_ref().unwrap().time_slice_us, us);
+    }
+    for us in [0, 249, 100_001, u32::MAX] {
+        let why = bad_value(vm(0).prop("time-slice-us", cells(&[us])), "time-slice-us");
+        assert_eq!(why, format!("{us}, expected 250 to 100000"));
+    }
+    let why = bad_value(vm(0).prop("time-slice-us", cells(&[1, 2])), "time-slice-us");
+    assert_eq!(why, "expected 4 bytes, found 8");
+    bad_value(vm(0).prop("time-slice-us", string("1000")), "time-slice-us");
+    let error = vm_error(vm(2).prop("time-slice-us", cells(&[100])));
+    assert_eq!(
+        error.to_string(),
+        "device tree node /chosen/vm@2, property \"time-slice-us\": bad value: 100, expected 250 to 100000"
     );
 }
 
