@@ -7,7 +7,7 @@
 use super::machine::Hardware;
 use super::regs::{COUNT64, VPIDR_EL2};
 use super::stage2::{self};
-use super::{cpu, gicv, psci, timer};
+use super::{gicv, psci, timer};
 use crate::println;
 use aarch64_cpu::registers::*;
 use alloc::vec::Vec;
@@ -18,13 +18,6 @@ use el2::sched::Scheduler;
 use platform::{Mpidr, Platform};
 use spin::Once;
 use tock_registers::interfaces::{Readable, Writeable};
-
-/// Default vCPU time slice.
-const SLICE_MS: u64 = 4;
-
-fn ms_to_ticks(ms: u64) -> u64 {
-    cpu::counter_frequency() * ms / 1000
-}
 
 /// What every pCPU's runner shares.
 static HOST: Once<Host<Hardware>> = Once::new();
@@ -53,14 +46,8 @@ pub fn create_vms(
     fail_alloc: Option<&str>,
 ) -> usize {
     let online: Vec<usize> = pcpus.iter().map(|&(index, _)| index).collect();
-    let (vms, sched, ownership) = el2::run::create_vms(
-        &Hardware,
-        platform,
-        hypervisor,
-        &online,
-        fail_alloc,
-        ms_to_ticks(SLICE_MS),
-    );
+    let (vms, sched, ownership) =
+        el2::run::create_vms(&Hardware, platform, hypervisor, &online, fail_alloc);
     publish(vms, sched, ownership, pcpus)
 }
 
@@ -73,9 +60,10 @@ fn publish(
 ) -> usize {
     for vm in &vms {
         log::info!(
-            "vm {}: {} vCPUs, {} MiB at host {:#x}, kernel at IPA {:#x}, DT at IPA {:#x}",
+            "vm {}: {} vCPUs, {} us slices, {} MiB at host {:#x}, kernel at IPA {:#x}, DT at IPA {:#x}",
             vm.name,
             vm.vcpu_count(),
+            vm.config.time_slice_us,
             vm.placement.ram.size >> 20,
             vm.placement.ram.base,
             vm.layout.kernel_entry,

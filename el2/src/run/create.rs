@@ -30,14 +30,14 @@ const ID_AA64PFR0_OP2: u8 = 0;
 /// reports the others (naming node and property) and leaves them out.
 /// `fail_alloc` names a VM to create under fault injection
 /// (`el2.fail-alloc=`, `create_failing_each_allocation`). Returns how
-/// many VMs were created.
+/// many VMs were created. The scheduler's slice is the binding's default
+/// `time-slice-us`; each VM's own is set as its vCPUs are registered.
 pub fn create_vms<M: Machine>(
     machine: &M,
     platform: &Platform,
     hypervisor: &[OwnedRange],
     pcpus: &[usize],
     fail_alloc: Option<&str>,
-    slice_ticks: u64,
 ) -> (Vec<Vm<M>>, Scheduler, OwnershipMap) {
     let mut configs = Vec::new();
     for result in &platform.vms {
@@ -51,6 +51,10 @@ pub fn create_vms<M: Machine>(
     for &index in pcpus {
         online.insert(index);
     }
+    let slice_ticks = super::lifecycle::us_to_ticks(
+        machine.counter_frequency(),
+        platform::vm::DEFAULT_TIME_SLICE_US,
+    );
     let mut sched = Scheduler::new(online, slice_ticks);
     if configs.is_empty() {
         return (Vec::new(), sched, ownership);

@@ -32,6 +32,17 @@ pub(super) struct Spec {
 }
 
 pub(super) fn host(world: &Arc<World>, pcpus: usize, specs: &[Spec]) -> Host<Fake> {
+    host_with(world, pcpus, specs, |_, _| {})
+}
+
+/// [`host`], with `configure(i, config)` changing VM `i`'s description
+/// before it is built.
+fn host_with(
+    world: &Arc<World>,
+    pcpus: usize,
+    specs: &[Spec],
+    configure: impl Fn(usize, &mut VmConfig),
+) -> Host<Fake> {
     let machine = Fake::new(0, world.clone());
     let mut online = CpuSet::default();
     for pcpu in 0..pcpus {
@@ -51,6 +62,7 @@ pub(super) fn host(world: &Arc<World>, pcpus: usize, specs: &[Spec]) -> Host<Fak
         );
         config.pv_lock = spec.pv_lock;
         config.cpu_affinity = spec.affinity.clone();
+        configure(i, &mut config);
         let layout = layout::plan(&config, &[]).expect("layout");
         let parts = VmParts {
             id: VmId(i as u16),
@@ -499,14 +511,8 @@ fn create_vms_places_claims_and_registers_every_described_vm() {
         what: "hypervisor image",
     }];
     for fail_alloc in [None, Some("linux0")] {
-        let (vms, sched, ownership) = super::create_vms(
-            &machine,
-            &platform,
-            &hypervisor,
-            &[0, 1],
-            fail_alloc,
-            HZ / 250,
-        );
+        let (vms, sched, ownership) =
+            super::create_vms(&machine, &platform, &hypervisor, &[0, 1], fail_alloc);
         let names: Vec<&str> = vms.iter().map(|vm| vm.name.as_str()).collect();
         assert_eq!(names, ["linux0", "vm1", "vm3"], "{fail_alloc:?}");
         assert_eq!(ownership.owner_of(image.base), Some(Owner::Hypervisor));
@@ -528,4 +534,36 @@ fn create_vms_places_claims_and_registers_every_described_vm() {
         }
         assert_eq!(vms[0].vcpu_count(), 4);
     }
+}
+
+#[test]
+fn each_vm_gets_the_slice_its_description_gives() {
+    let world = World::new(2, 2, 1, HZ);
+    let one_vcpu = || Spec {
+        vcpus: 1,
+        pv_lock: None,
+        affinity: None,
+    };
+    let host = host_with(&world, 2, &[one_vcpu(), one_vcpu()], |i, config| {
+        if i == 0 {
+            config.time_slice_us = 1_000;
+        }
+    });
+    let mut s = host.sched.lock();
+    let mut slices: Vec<(VcpuId, Option<u64>)> = (0..2)
+        .map(|pcpu| {
+            let vcpu = s.pick_next(pcpu, 0).expect("a boot vCPU for each pCPU");
+            (vcpu, s.slice_end(vcpu))
+        })
+        .collect();
+    slices.sort_by_key(|&(vcpu, _)| vcpu.vm.0);
+    let boot = |vm| VcpuId {
+        vm: VmId(vm),
+        index: 0,
+    };
+    assert_eq!(
+        slices,
+        [(boot(0), Some(HZ / 1_000)), (boot(1), Some(HZ * 4 / 1_000))],
+        "vm0 asked for 1 ms slices, vm1 has the default 4 ms"
+    );
 }

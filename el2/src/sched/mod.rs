@@ -107,8 +107,9 @@
 //!
 //! # Time slice
 //!
-//! A vCPU picked from a queue gets a fresh slice of [`Scheduler::slice`]
-//! ticks; the runner (`el2::run`) arms the pCPU's timer for
+//! A vCPU picked from a queue gets a fresh slice of its VM's slice length
+//! (its `time-slice-us`, [`Scheduler::set_vm_slice`]; the scheduler's
+//! [`Scheduler::slice`] unless the VM's description says) ticks; the runner (`el2::run`) arms the pCPU's timer for
 //! [`Scheduler::slice_end`] and calls `put(SliceExpired)` when it fires.
 //! If nobody is waiting for the pCPU (its queue is empty and no other queue
 //! has a head that `pick_next` would pull), the slice is renewed in place
@@ -548,6 +549,13 @@ struct VmEntry {
     /// slice renewed) with: the floor a vCPU back from a block is raised
     /// to, less the margin.
     fair_clock: u64,
+    /// The slice its vCPUs get when scheduled in or renewed, in ticks (at
+    /// least 1): its `time-slice-us`. Only the slices' length: the
+    /// granularity, the minimum run and the fairness margin derive from the
+    /// scheduler's slice, so a VM's share does not depend on its slice.
+    /// Last: the directed yield's path loads `weight` and `served` as one
+    /// pair.
+    slice: u64,
 }
 
 impl VmEntry {
@@ -619,9 +627,16 @@ impl Scheduler {
         self.slice
     }
 
-    /// Changes the time slice (at least 1 tick) for slices started from now on.
-    pub fn set_slice(&mut self, slice_ticks: u64) {
-        self.slice = slice_ticks.max(1);
+    /// Gives `vm`'s vCPUs slices of `slice_ticks` (at least 1) from their
+    /// next slice on, instead of [`Self::slice`] (the VM's
+    /// `time-slice-us`).
+    pub fn set_vm_slice(&mut self, vm: VmId, slice_ticks: u64) -> Result<(), SchedError> {
+        let entry = self
+            .vms
+            .get_mut(usize::from(vm.0))
+            .ok_or(SchedError::UnknownVm(vm))?;
+        entry.slice = slice_ticks.max(1);
+        Ok(())
     }
 
     /// The pCPUs this scheduler runs vCPUs on.
@@ -663,6 +678,7 @@ impl Scheduler {
             running_since: 0,
             active: 0,
             fair_clock: 0,
+            slice: self.slice,
         });
         Ok(VmId(id))
     }
@@ -845,7 +861,7 @@ impl Scheduler {
             self.idle.insert(pcpu);
             return None;
         };
-        self.run(slot, pcpu, now, now.saturating_add(self.slice));
+        self.run(slot, pcpu, now, now.saturating_add(self.slice_of(slot)));
         self.advance_clocks(slot, now);
         Some(self.vcpus[slot].id)
     }
@@ -866,7 +882,7 @@ impl Scheduler {
                 if self.would_pick_again(slot, pcpu, now) {
                     // Renewed in place: as good as scheduled in again.
                     self.advance_clocks(slot, now);
-                    self.vcpus[slot].slice_end = now.saturating_add(self.slice);
+                    self.vcpus[slot].slice_end = now.saturating_add(self.slice_of(slot));
                     self.vcpus[slot].extended = false;
                     return Ok(PutOutcome::KeepRunning);
                 }
@@ -1769,6 +1785,13 @@ impl Scheduler {
             (Some((_, slot)), _) => Some(slot),
             _ => skipped,
         }
+    }
+
+    /// The length of the slices `slot`'s VM gives its vCPUs.
+    fn slice_of(&self, slot: usize) -> u64 {
+        self.vms
+            .get(usize::from(self.vcpus[slot].id.vm.0))
+            .map_or(self.slice, |entry| entry.slice)
     }
 
     /// The wake-up and share granularity in ticks (`slice /

@@ -116,6 +116,81 @@ fn each_vm_gets_its_weighted_share_whatever_its_vcpu_count() {
     }
 }
 
+/// pCPUs, VMs as (vCPUs, weight), each VM's slice, and the share of the
+/// machine each VM is owed.
+type SliceCase = (usize, &'static [(u16, u32)], &'static [u64], &'static [f64]);
+
+#[test]
+fn a_vms_slice_sets_its_slices_length_not_its_share() {
+    let cases: &[SliceCase] = &[
+        (
+            1,
+            &[(2, 100), (2, 100)],
+            &[SLICE / 4, SLICE * 4],
+            &[0.5, 0.5],
+        ),
+        (
+            1,
+            &[(1, 100), (3, 100)],
+            &[SLICE * 4, SLICE / 4],
+            &[0.5, 0.5],
+        ),
+        (2, &[(4, 100), (2, 100)], &[SLICE / 4, SLICE], &[0.5, 0.5]),
+        (
+            2,
+            &[(3, 200), (3, 100)],
+            &[SLICE, SLICE / 4],
+            &[2.0 / 3.0, 1.0 / 3.0],
+        ),
+        (
+            2,
+            &[(4, 100), (4, 100), (1, 100)],
+            &[SLICE / 4, SLICE * 2, SLICE],
+            &[1.0 / 3.0; 3],
+        ),
+    ];
+    for &(pcpus, vms, slices, owed) in cases {
+        let mut s = machine(pcpus, vms);
+        for (vm, &slice) in slices.iter().enumerate() {
+            s.set_vm_slice(VmId(vm as u16), slice).unwrap();
+        }
+        let runs = run_cpu_bound(&mut s, pcpus, 4_000 * SLICE);
+        let got = fractions(&runs);
+        for (vm, (&got, &owed)) in got.iter().zip(owed).enumerate() {
+            assert!(
+                (got - owed).abs() <= 0.02,
+                "{pcpus} pCPUs, VMs {vms:?}, slices {slices:?}: VM {vm} got {got:.3}, owed {owed:.3}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_vcpu_gets_its_vms_slice_when_picked_and_renewed() {
+    let mut s = machine(2, &[(1, 100), (1, 100)]);
+    s.set_vm_slice(VmId(0), SLICE / 4).unwrap();
+    assert_eq!(
+        s.set_vm_slice(VmId(2), SLICE),
+        Err(SchedError::UnknownVm(VmId(2)))
+    );
+    let now = 10;
+    let (a, b) = (s.pick_next(0, now).unwrap(), s.pick_next(1, now).unwrap());
+    let slice_of = |v: VcpuId| if v.vm == VmId(0) { SLICE / 4 } else { SLICE };
+    for (p, v) in [(0, a), (1, b)] {
+        assert_eq!(s.slice_end(v), Some(now + slice_of(v)), "{v}");
+        // Nobody waits: renewed in place, with its VM's slice again.
+        let end = now + slice_of(v);
+        assert_eq!(
+            s.put(v, p, end, PutReason::SliceExpired),
+            Ok(PutOutcome::KeepRunning)
+        );
+        assert_eq!(s.slice_end(v), Some(end + slice_of(v)), "{v}");
+    }
+    // A slice set to 0 ticks is 1 tick.
+    s.set_vm_slice(VmId(1), 0).unwrap();
+    assert_eq!(s.vms[1].slice, 1);
+}
+
 /// What the busy VM's vCPUs do at each step of [`tricky_against_hogs`].
 #[derive(Clone, Copy, Debug)]
 enum Trick {
