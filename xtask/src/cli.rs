@@ -81,6 +81,8 @@ GUEST OPTIONS (run, gdb):
                        el2's default: on)
     --kvm-ptp on|off   Offer the VMs KVM's PTP call, Linux's ptp_kvm clock (the node's
                        kvm-ptp; el2's default: off)
+    --time-slice-us N  The VMs' vCPU time slice in microseconds, 250 to 100000 (the
+                       node's time-slice-us; el2's default: 4000)
     --bare             Boot the guest directly on QEMU at EL1, without el2: --vcpus (or
                        --smp) is its CPU count, --guest-mem its RAM, --bootargs its command
                        line
@@ -267,6 +269,8 @@ pub struct GuestOpts {
     pub boost: Option<bool>,
     /// `--kvm-ptp on|off`: the node's `kvm-ptp` (KVM's PTP call).
     pub kvm_ptp: Option<bool>,
+    /// `--time-slice-us N`: the node's `time-slice-us`.
+    pub time_slice_us: Option<u32>,
     pub bare: bool,
     pub no_vm: bool,
     /// `--linux`: the stock Debian arm64 kernel with a busybox initramfs.
@@ -658,6 +662,17 @@ fn parse_run(p: &mut Parser) -> Result<Option<RunOpts>> {
             "--pv-time" => g.pv_time = Some(vm::parse_on_off(&p.value(&mut opt)?)?),
             "--boost" => g.boost = Some(vm::parse_on_off(&p.value(&mut opt)?)?),
             "--kvm-ptp" => g.kvm_ptp = Some(vm::parse_on_off(&p.value(&mut opt)?)?),
+            "--time-slice-us" => {
+                let us: u32 = p.number(&mut opt)?;
+                let range = platform::vm::MIN_TIME_SLICE_US..=platform::vm::MAX_TIME_SLICE_US;
+                ensure!(
+                    range.contains(&us),
+                    "--time-slice-us {us}: el2 takes {} to {} microseconds",
+                    range.start(),
+                    range.end()
+                );
+                g.time_slice_us = Some(us);
+            }
             "--bare" => {
                 p.flag(&opt)?;
                 g.bare = true;
@@ -696,9 +711,10 @@ fn parse_run(p: &mut Parser) -> Result<Option<RunOpts>> {
                 && g.pv_lock.is_none()
                 && g.pv_time.is_none()
                 && g.boost.is_none()
-                && g.kvm_ptp.is_none(),
+                && g.kvm_ptp.is_none()
+                && g.time_slice_us.is_none(),
             "--bare boots one guest without el2: --vms, --affinity, --pv-lock, --pv-time, \
-             --boost and --kvm-ptp need el2"
+             --boost, --kvm-ptp and --time-slice-us need el2"
         );
         ensure!(
             !m.uboot && m.uefi.is_none() && m.append.is_none(),
@@ -911,6 +927,10 @@ mod tests {
             "run --boost maybe",
             "run --bare --kvm-ptp on",
             "run --kvm-ptp yes",
+            "run --bare --time-slice-us 1000",
+            "run --time-slice-us 249",
+            "run --time-slice-us 100001",
+            "run --time-slice-us 1ms",
             "run --pv-lock v4",
             "run --pv-time maybe",
             "run --bare --append x",
@@ -930,7 +950,7 @@ mod tests {
         let Cmd::Run(o) = parse_str(
             "run --guest smp-demo --vcpus 8 --guest-mem 128M --vms 2 --affinity 0,1 \
              --bootargs rounds=3 --initrd /tmp/i.cpio --smp 2 --pv-lock anolis --pv-time off \
-             --boost off --kvm-ptp on",
+             --boost off --kvm-ptp on --time-slice-us 1000",
         )
         .unwrap() else {
             panic!("not run");
@@ -950,6 +970,7 @@ mod tests {
                 pv_time: Some(false),
                 boost: Some(false),
                 kvm_ptp: Some(true),
+                time_slice_us: Some(1000),
                 bare: false,
                 no_vm: false,
                 linux: false,

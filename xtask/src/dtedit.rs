@@ -287,6 +287,7 @@ mod tests {
                 kvm_ptp: None,
                 control: None,
                 cpu_weight: None,
+                time_slice_us: None,
             }],
         }
     }

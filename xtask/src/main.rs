@@ -285,6 +285,7 @@ pub fn prepare_launch(ws: &Workspace, o: &RunOpts) -> Result<Launch> {
         kvm_ptp: g.kvm_ptp,
         control: None,
         cpu_weight: None,
+        time_slice_us: g.time_slice_us,
     };
     if machine.uefi.is_some() {
         // The VMs and their payloads go on the EFI system partition.

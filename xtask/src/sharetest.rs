@@ -15,6 +15,12 @@
 //! owed half of the machine: vm1 must get at least half less the
 //! tolerance and vm0 at most half plus it. Without per-VM shares (a
 //! share per vCPU, as before) vm0's 6 vCPUs would take up to 3/4.
+//!
+//! The test runs twice: with every slice at el2's default, and with the
+//! tricky VM on 500 µs slices (`time-slice-us`), which bring it to the
+//! scheduler eight times as often as the hog; its share
+//! must not grow with its slices (el2 `sched`, "Time slice"), and el2's
+//! log must show the slice it was given.
 
 use std::time::Duration;
 
@@ -41,8 +47,18 @@ pub const TOLERANCE: f64 = 0.06;
 /// were used heavily, not once.
 const HEAVY_USE: u64 = 100;
 
-/// The test.
+/// The tricky VM's `time-slice-us` in the second run: an eighth of el2's
+/// default.
+const SHORT_SLICE_US: u32 = 500;
+
+/// The tests: default slices, then the tricky VM on short ones.
 pub fn tests() -> Vec<BootTest> {
+    vec![share_test(None), share_test(Some(SHORT_SLICE_US))]
+}
+
+/// The test with the tricky VM's `time-slice-us` at `tricky_slice_us`
+/// (el2's default when `None`).
+fn share_test(tricky_slice_us: Option<u32>) -> BootTest {
     let machine = Machine {
         smp: PCPUS,
         ..Machine::default()
@@ -63,32 +79,49 @@ pub fn tests() -> Vec<BootTest> {
         guest: crate::bench::GUEST.into(),
         pv_lock: Some(PvLock::Variant(Variant::OpenEuler)),
         boost: Some(true),
+        time_slice_us: tricky_slice_us,
         ..VmConfig::smp_demo(TRICKY_VCPUS, &settings.to_string(), 1)
     };
     let hog = hog_vm(PCPUS, DURATION_MS);
-    vec![BootTest {
+    let slice = tricky_slice_us.map_or(String::new(), |us| format!(" time-slice-us={us}"));
+    let mut checks = vec![
+        Check::Banner,
+        Check::HypervisorSummary {
+            vcpus_per_vm: vec![TRICKY_VCPUS as usize, PCPUS as usize],
+            time_sliced: true,
+        },
+        Check::Shares {
+            tricky_vm: 0,
+            owed_percent: vec![50, 50],
+        },
+    ];
+    // el2's creation line for each VM names its slice.
+    for (vm, vcpus, us) in [
+        (
+            0,
+            TRICKY_VCPUS,
+            tricky_slice_us.unwrap_or(platform::vm::DEFAULT_TIME_SLICE_US),
+        ),
+        (1, PCPUS, platform::vm::DEFAULT_TIME_SLICE_US),
+    ] {
+        checks.push(Check::Lines {
+            text: format!("vm vm{vm}: {vcpus} vCPUs, {us} us slices,"),
+            count: 1,
+        });
+    }
+    BootTest {
         name: format!(
-            "shares lockbench vcpus={TRICKY_VCPUS} tricky + hog vcpus={PCPUS} {}",
+            "shares lockbench vcpus={TRICKY_VCPUS} tricky{slice} + hog vcpus={PCPUS} {}",
             machine.describe()
         ),
         timeout: Duration::from_secs(300),
         outcome: Outcome::CleanExit,
-        checks: vec![
-            Check::Banner,
-            Check::HypervisorSummary {
-                vcpus_per_vm: vec![TRICKY_VCPUS as usize, PCPUS as usize],
-                time_sliced: true,
-            },
-            Check::Shares {
-                tricky_vm: 0,
-                owed_percent: vec![50, 50],
-            },
-        ],
+        checks,
         dt_edit: None,
         kernel: Kernel::El2,
         vms: vec![tricky, hog],
         machine,
-    }]
+    }
 }
 
 /// Each VM's share of the run time el2's summary reports.

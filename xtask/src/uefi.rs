@@ -221,6 +221,7 @@ pub fn prepare(
                 kvm_ptp: config.kvm_ptp,
                 control: config.control,
                 cpu_weight: config.cpu_weight,
+                time_slice_us: config.time_slice_us,
             });
         }
     }
@@ -481,6 +482,7 @@ mod tests {
             kvm_ptp: None,
             control: None,
             cpu_weight: None,
+            time_slice_us: None,
         }
     }
 

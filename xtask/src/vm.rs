@@ -149,6 +149,9 @@ pub struct VmConfig {
     /// The node's `cpu-weight`; not written when `None` (el2's default,
     /// 100).
     pub cpu_weight: Option<u32>,
+    /// The node's `time-slice-us`; not written when `None` (el2's default,
+    /// 4000).
+    pub time_slice_us: Option<u32>,
 }
 
 impl VmConfig {
@@ -168,6 +171,7 @@ impl VmConfig {
             kvm_ptp: None,
             control: None,
             cpu_weight: None,
+            time_slice_us: None,
         }
     }
 
@@ -246,6 +250,7 @@ pub struct VmNode {
     pub kvm_ptp: Option<bool>,
     pub control: Option<bool>,
     pub cpu_weight: Option<u32>,
+    pub time_slice_us: Option<u32>,
 }
 
 impl VmNode {
@@ -291,6 +296,9 @@ impl VmNode {
         }
         if let Some(weight) = self.cpu_weight {
             props.push(("cpu-weight", Value::U32(weight)));
+        }
+        if let Some(us) = self.time_slice_us {
+            props.push(("time-slice-us", Value::U32(us)));
         }
         props
     }
@@ -386,6 +394,7 @@ pub fn plan(ram_size: u64, el2_image_size: u64, vms: &[Resolved<'_>]) -> Result<
                 kvm_ptp: vm.config.kvm_ptp,
                 control: vm.config.control,
                 cpu_weight: vm.config.cpu_weight,
+                time_slice_us: vm.config.time_slice_us,
             });
         }
     }
@@ -486,6 +495,9 @@ impl Plan {
                 }
                 if let Some(weight) = n.cpu_weight {
                     let _ = write!(line, ", cpu-weight {weight}");
+                }
+                if let Some(us) = n.time_slice_us {
+                    let _ = write!(line, ", time-slice-us {us}");
                 }
                 if !n.bootargs.is_empty() {
                     let _ = write!(line, ", bootargs \"{}\"", n.bootargs);
@@ -702,6 +714,7 @@ mod tests {
                 kvm_ptp: Some(true),
                 control: Some(true),
                 cpu_weight: Some(250),
+                time_slice_us: Some(1000),
             }],
         };
         assert_eq!(
@@ -721,6 +734,7 @@ mod tests {
              \t\t\tkvm-ptp = \"on\";\n\
              \t\t\tcontrol = \"on\";\n\
              \t\t\tcpu-weight = <250>;\n\
+             \t\t\ttime-slice-us = <1000>;\n\
              \t\t};\n"
         );
         assert!(
