@@ -149,14 +149,14 @@ pub const MIN_CPU_WEIGHT: u32 = 1;
 /// The largest `cpu-weight`.
 pub const MAX_CPU_WEIGHT: u32 = 10_000;
 
-/// `time-slice-us` when the node does not say: 4 ms, the hypervisor's
-/// slice, within the range Linux CFS gives each of a few CPU-bound tasks
-/// (its 6 ms latency target split among them, never below its minimum
-/// granularity).
+/// `time-slice-us` when the node does not say: 4 ms, el2's slice before
+/// the property existed, and the unit its scheduler's wake-up granularity
+/// and fairness margin are measured in (docs/vms.md).
 pub const DEFAULT_TIME_SLICE_US: u32 = 4_000;
 /// The shortest `time-slice-us`: 250 µs, a quarter of the wake-up
-/// granularity at the default slice; shorter slices would spend more of
-/// the pCPU switching than running.
+/// granularity at the default slice. Shorter slices cost more switches
+/// for less: Debian's fork+exec loop at 2x already does worse at 250 µs
+/// than at 1 ms (docs/benchmarks-linux.md).
 pub const MIN_TIME_SLICE_US: u32 = 250;
 /// The longest `time-slice-us`: 100 ms.
 pub const MAX_TIME_SLICE_US: u32 = 100_000;

@@ -51,9 +51,9 @@ pub fn create_vms<M: Machine>(
     for &index in pcpus {
         online.insert(index);
     }
-    let slice_ticks = super::lifecycle::us_to_ticks(
+    let slice_ticks = super::us_to_ticks(
         machine.counter_frequency(),
-        platform::vm::DEFAULT_TIME_SLICE_US,
+        u64::from(platform::vm::DEFAULT_TIME_SLICE_US),
     );
     let mut sched = Scheduler::new(online, slice_ticks);
     if configs.is_empty() {

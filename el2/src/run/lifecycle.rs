@@ -11,11 +11,6 @@ use alloc::string::String;
 use core::fmt::Write;
 use core::sync::atomic::Ordering;
 
-/// `us` microseconds in ticks of a counter running at `hz`.
-pub(super) fn us_to_ticks(hz: u64, us: u32) -> u64 {
-    hz.saturating_mul(u64::from(us)) / 1_000_000
-}
-
 /// Gives `vm`'s vCPUs to the scheduler (vCPU 0 runnable, the others off
 /// until CPU_ON), with the VM's CPU affinity and time slice; vCPU 0's PV record says
 /// "preempted" until it first runs, as for every runnable vCPU not
@@ -40,7 +35,10 @@ pub fn register_vcpus<M: Machine>(
     sched
         .set_vm_slice(
             id,
-            us_to_ticks(machine.counter_frequency(), vm.config.time_slice_us),
+            super::us_to_ticks(
+                machine.counter_frequency(),
+                u64::from(vm.config.time_slice_us),
+            ),
         )
         .map_err(|e| alloc::format!("{e}"))?;
     let affinity = vm.config.cpu_affinity.as_ref().map(|cpus| {

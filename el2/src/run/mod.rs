@@ -302,7 +302,7 @@ impl<'h, M: Machine> Runner<'h, M> {
     }
 
     fn ms_to_ticks(&self, ms: u64) -> u64 {
-        self.machine.counter_frequency() * ms / 1000
+        us_to_ticks(self.machine.counter_frequency(), ms.saturating_mul(1000))
     }
 
     fn vm(&self, vcpu: VcpuId) -> &'h Vm<M> {
@@ -606,8 +606,10 @@ impl<'h, M: Machine> Runner<'h, M> {
             return false;
         }
         let now = self.machine.counter();
-        let ticks =
-            self.machine.counter_frequency() * crate::sched::onspin::SLICE_EXTENSION_US / 1_000_000;
+        let ticks = us_to_ticks(
+            self.machine.counter_frequency(),
+            crate::sched::onspin::SLICE_EXTENSION_US,
+        );
         let extended = self
             .host
             .sched
@@ -916,6 +918,11 @@ impl<'h, M: Machine> Runner<'h, M> {
         let running = running.filter(|v| v.vm == vm.id).map(|v| v.index);
         self.deliver(vm, running, targets);
     }
+}
+
+/// `us` microseconds in ticks of a counter running at `hz` (saturating).
+fn us_to_ticks(hz: u64, us: u64) -> u64 {
+    hz.saturating_mul(us) / 1_000_000
 }
 
 /// The state of the virtual timer's hardware entry among list registers

@@ -107,9 +107,12 @@
 //!
 //! # Time slice
 //!
-//! A vCPU picked from a queue gets a fresh slice of its VM's slice length
-//! (its `time-slice-us`, [`Scheduler::set_vm_slice`]; the scheduler's
-//! [`Scheduler::slice`] unless the VM's description says) ticks; the runner (`el2::run`) arms the pCPU's timer for
+//! A vCPU picked from a queue gets a fresh slice of its VM's length: the
+//! scheduler's default slice, or the VM's `time-slice-us`
+//! ([`Scheduler::set_vm_slice`]). The default alone sets the wake-up
+//! granularity, the minimum runs and the fairness margin below, so a VM's
+//! slice changes how often its pCPU is reconsidered, never its share. The
+//! runner (`el2::run`) arms the pCPU's timer for
 //! [`Scheduler::slice_end`] and calls `put(SliceExpired)` when it fires.
 //! If nobody is waiting for the pCPU (its queue is empty and no other queue
 //! has a head that `pick_next` would pull), the slice is renewed in place
@@ -550,11 +553,8 @@ struct VmEntry {
     /// to, less the margin.
     fair_clock: u64,
     /// The slice its vCPUs get when scheduled in or renewed, in ticks (at
-    /// least 1): its `time-slice-us`. Only the slices' length: the
-    /// granularity, the minimum run and the fairness margin derive from the
-    /// scheduler's slice, so a VM's share does not depend on its slice.
-    /// Last: the directed yield's path loads `weight` and `served` as one
-    /// pair.
+    /// least 1): its `time-slice-us`, the default until set. Last: the
+    /// directed yield's path loads `weight` and `served` as one pair.
     slice: u64,
 }
 
@@ -579,6 +579,9 @@ fn is_active(state: VcpuState) -> bool {
 /// The scheduler of every vCPU on every pCPU. See the module documentation.
 #[derive(Debug)]
 pub struct Scheduler {
+    /// The default slice in ticks: a VM's unless it has its own, and the
+    /// unit of the wake-up granularity, the minimum runs and the fairness
+    /// margin.
     slice: u64,
     online: CpuSet,
     /// Online pCPUs that found nothing to run and have not been given work.
@@ -603,8 +606,8 @@ pub struct Scheduler {
 
 impl Scheduler {
     /// A scheduler for the `online` pCPUs (logical indices, e.g.
-    /// `BringUpReport::online`) with a time slice of `slice_ticks` counter
-    /// ticks (at least 1). Every online pCPU starts idle.
+    /// `BringUpReport::online`) with a default time slice of `slice_ticks`
+    /// counter ticks (at least 1). Every online pCPU starts idle.
     pub fn new(online: CpuSet, slice_ticks: u64) -> Self {
         let count = online.iter().last().map_or(0, |last| last + 1);
         Self {
@@ -622,14 +625,8 @@ impl Scheduler {
         }
     }
 
-    /// The time slice, in counter ticks.
-    pub fn slice(&self) -> u64 {
-        self.slice
-    }
-
-    /// Gives `vm`'s vCPUs slices of `slice_ticks` (at least 1) from their
-    /// next slice on, instead of [`Self::slice`] (the VM's
-    /// `time-slice-us`).
+    /// Gives `vm`'s vCPUs slices of `slice_ticks` (at least 1) instead of
+    /// the default, from their next slice on: the VM's `time-slice-us`.
     pub fn set_vm_slice(&mut self, vm: VmId, slice_ticks: u64) -> Result<(), SchedError> {
         let entry = self
             .vms
