@@ -148,6 +148,10 @@ pub enum Check {
         tricky_vm: usize,
         owed_percent: Vec<u32>,
     },
+    /// VM `vm`'s slices ended more often per second of its run time than
+    /// el2's default slice allows: its `time-slice-us` took effect
+    /// ([`crate::sharetest::check_short_slices`]).
+    ShortSlices { vm: usize },
     /// debug-check passed every check on each of its first `vcpus` vCPUs,
     /// which read `features` from ID_AA64DFR0_EL1
     /// ([`crate::debugtest::check`]).
@@ -1356,6 +1360,7 @@ impl Check {
                 let owed: Vec<f64> = owed_percent.iter().map(|&p| f64::from(p) / 100.0).collect();
                 crate::sharetest::check(lines, *tricky_vm, &owed)
             }
+            Check::ShortSlices { vm } => crate::sharetest::check_short_slices(lines, *vm),
             Check::PvServices { expect, vcpus } => check_pv_check(lines, expect, *vcpus),
             Check::LockContention {
                 lock,

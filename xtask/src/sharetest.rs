@@ -18,9 +18,10 @@
 //!
 //! The test runs twice: with every slice at el2's default, and with the
 //! tricky VM on 500 µs slices (`time-slice-us`), which bring it to the
-//! scheduler eight times as often as the hog; its share
-//! must not grow with its slices (el2 `sched`, "Time slice"), and el2's
-//! log must show the slice it was given.
+//! scheduler up to eight times as often as the hog. Its share must not
+//! grow with its slices (el2 `sched`, "Time slice"), its slices must have
+//! run out more often than 4 ms slices can, and el2's log must show the
+//! slice each VM was given.
 
 use std::time::Duration;
 
@@ -95,6 +96,9 @@ fn share_test(tricky_slice_us: Option<u32>) -> BootTest {
             owed_percent: vec![50, 50],
         },
     ];
+    if tricky_slice_us.is_some() {
+        checks.push(Check::ShortSlices { vm: 0 });
+    }
     // el2's creation line for each VM names its slice.
     for (vm, vcpus, us) in [
         (
@@ -145,6 +149,38 @@ fn count_after(line: &str, key: &str) -> Option<u64> {
     let mut words = line.split_whitespace();
     words.find(|w| *w == key)?;
     words.next()?.parse().ok()
+}
+
+/// [`Check::ShortSlices`]: VM `vm`'s slices that ran out (`preempted`,
+/// less the `wakeup-preemptions` that cut a slice short) number more per
+/// second of the VM's run time than slices of el2's default length can:
+/// each such end takes a whole slice of the VM's run time on its pCPU (a
+/// directed yield hands the rest of a slice on within the VM, an
+/// extension only lengthens it), so default slices end at most
+/// 1 / 4 ms = 250 times per second of run time.
+pub fn check_short_slices(lines: &[&str], vm: usize) -> Result<(), String> {
+    let prefix = format!("summary:   vm{vm}/");
+    let (mut ends, mut run_ms) = (0u64, 0.0);
+    for line in lines.iter().filter(|l| l.contains(&prefix)) {
+        let summary = parse_vcpu_summary(line).ok_or_else(|| format!("unreadable: {line}"))?;
+        let cut = count_after(line, "wakeup-preemptions").unwrap_or(0);
+        ends += summary.preempted.saturating_sub(cut);
+        run_ms += summary.run_ms;
+    }
+    if run_ms <= 0.0 {
+        return Err(format!("no run time for vm{vm} in el2's summary"));
+    }
+    let per_second = ends as f64 / (run_ms / 1000.0);
+    let default_most = 1e6 / f64::from(platform::vm::DEFAULT_TIME_SLICE_US);
+    println!("slices: vm{vm} {ends} ran out in {run_ms:.1} ms of run, {per_second:.0}/s");
+    if per_second > default_most {
+        Ok(())
+    } else {
+        Err(format!(
+            "vm{vm}'s slices ran out {per_second:.0} times per second of run time, no more \
+             than the default slice allows ({default_most:.0}): its time-slice-us was not used"
+        ))
+    }
 }
 
 /// [`Check::Shares`]: every VM got its owed share of the pCPU time within
@@ -262,6 +298,32 @@ mod tests {
         let why = run(&console(1500.0, 500.0)).unwrap_err();
         assert!(why.contains("vm0 got 0.750"), "{why}");
         assert!(why.contains("vm1 got 0.250"), "{why}");
+    }
+
+    #[test]
+    fn short_slices_must_end_more_often_than_default_ones_can() {
+        // 6 vCPUs of 250 ms each: 1.5 s of run time.
+        let console = |preempted: u64, cut: u64| -> Vec<String> {
+            (0..6)
+                .map(|vcpu| {
+                    summary(0, vcpu, 250.0, 0, 0)
+                        .replace("preempted 3", &format!("preempted {preempted}"))
+                        .replace("wakeup-preemptions 0", &format!("wakeup-preemptions {cut}"))
+                })
+                .collect()
+        };
+        let check = |lines: Vec<String>| {
+            let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+            check_short_slices(&lines, 0)
+        };
+        // 6 x 230 in 1.5 s: 920/s, as a 500 us run gives.
+        assert_eq!(check(console(230, 0)), Ok(()));
+        // 6 x 60 in 1.5 s: 240/s, what 4 ms slices can give.
+        let why = check(console(60, 0)).unwrap_err();
+        assert!(why.contains("240 times per second"), "{why}");
+        // Slices cut short by wake-ups do not count.
+        assert!(check(console(230, 200)).is_err());
+        assert!(check(Vec::new()).unwrap_err().contains("no run time"));
     }
 
     #[test]

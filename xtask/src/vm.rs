@@ -114,7 +114,11 @@ pub fn parse_on_off(s: &str) -> Result<bool> {
 }
 
 const fn on_off(on: bool) -> &'static str {
-    if on { "on" } else { "off" }
+    if on {
+        platform::vm::value::ON
+    } else {
+        platform::vm::value::OFF
+    }
 }
 
 /// One kind of VM a run or a boot test asks for.
@@ -267,38 +271,41 @@ impl VmNode {
                 Payload::File(path) => (file, Value::Str(path)),
             }
         }
+        use platform::vm::{VM_COMPATIBLE, property};
         let mut props = vec![
-            ("compatible", Value::Str("pvlock,vm")),
-            ("label", Value::Str(&self.name)),
-            ("vcpus", Value::U32(self.vcpus)),
-            ("memory", Value::U64s(vec![self.memory])),
-            payload("kernel", "kernel-file", &self.kernel),
+            ("compatible", Value::Str(VM_COMPATIBLE)),
+            (property::NAME, Value::Str(&self.name)),
+            (property::VCPUS, Value::U32(self.vcpus)),
+            (property::MEMORY, Value::U64s(vec![self.memory])),
+            payload(property::KERNEL, "kernel-file", &self.kernel),
         ];
         if let Some(initrd) = &self.initrd {
-            props.push(payload("initrd", "initrd-file", initrd));
+            props.push(payload(property::INITRD, "initrd-file", initrd));
         }
-        props.push(("bootargs", Value::Str(&self.bootargs)));
+        props.push((property::BOOTARGS, Value::Str(&self.bootargs)));
         if !self.affinity.is_empty() {
-            props.push(("cpu-affinity", Value::U32s(&self.affinity)));
+            props.push((property::CPU_AFFINITY, Value::U32s(&self.affinity)));
         }
         if let Some(lock) = self.pv_lock {
-            props.push(("pv-lock", Value::Str(lock.name())));
+            props.push((property::PV_LOCK, Value::Str(lock.name())));
         }
         for (name, switch) in [
-            ("pv-time", self.pv_time),
-            ("boost", self.boost),
-            ("kvm-ptp", self.kvm_ptp),
-            ("control", self.control),
+            (property::PV_TIME, self.pv_time),
+            (property::BOOST, self.boost),
+            (property::KVM_PTP, self.kvm_ptp),
+            (property::CONTROL, self.control),
         ] {
             if let Some(on) = switch {
                 props.push((name, Value::Str(on_off(on))));
             }
         }
-        if let Some(weight) = self.cpu_weight {
-            props.push(("cpu-weight", Value::U32(weight)));
-        }
-        if let Some(us) = self.time_slice_us {
-            props.push(("time-slice-us", Value::U32(us)));
+        for (name, value) in [
+            (property::CPU_WEIGHT, self.cpu_weight),
+            (property::TIME_SLICE_US, self.time_slice_us),
+        ] {
+            if let Some(value) = value {
+                props.push((name, Value::U32(value)));
+            }
         }
         props
     }
