@@ -302,7 +302,7 @@ impl<'h, M: Machine> Runner<'h, M> {
     }
 
     fn ms_to_ticks(&self, ms: u64) -> u64 {
-        us_to_ticks(self.machine.counter_frequency(), ms.saturating_mul(1000))
+        self.machine.counter_frequency() * ms / 1000
     }
 
     fn vm(&self, vcpu: VcpuId) -> &'h Vm<M> {
@@ -606,10 +606,8 @@ impl<'h, M: Machine> Runner<'h, M> {
             return false;
         }
         let now = self.machine.counter();
-        let ticks = us_to_ticks(
-            self.machine.counter_frequency(),
-            crate::sched::onspin::SLICE_EXTENSION_US,
-        );
+        let ticks =
+            self.machine.counter_frequency() * crate::sched::onspin::SLICE_EXTENSION_US / 1_000_000;
         let extended = self
             .host
             .sched
