@@ -237,7 +237,7 @@ mod tests {
                  data-abort=21 sysreg=23 irq=1083"
             ));
             lines.push(
-                "summary:   wait/yield: wfi 787 wfit 0 wfe 0 wfet 0 on-spin 0 attempts 0 \
+                "summary:   wait/yield: wfi 787 wfit 0 wfe 0 wfet 0 sampled-spins 0 on-spin 0 attempts 0 \
                  yields 0 (round-robin 0 irqs-masked 0 lock-holder 0 pending-irq 0) pv-yield \
                  0/1 kicks 2"
                     .into(),

@@ -90,10 +90,16 @@ impl<'h, M: Machine> Runner<'h, M> {
         })
     }
 
-    /// WFE/WFET: KVM's `kvm_vcpu_on_spin` (`el2::sched::onspin`): hand the
-    /// rest of the slice to a preempted sibling, boosted ones first; else
-    /// yield plainly.
-    fn on_spin(&mut self, vm: &'h Vm<M>, vcpu: VcpuId, ctx: &mut VcpuContext<M::Saved>) -> Applied {
+    /// WFE/WFET, or a spin the vCPU's samples showed
+    /// (`el2::sched::spinwatch`): KVM's `kvm_vcpu_on_spin`
+    /// (`el2::sched::onspin`): hand the rest of the slice to a preempted
+    /// sibling, boosted ones first; else yield plainly.
+    pub(super) fn on_spin(
+        &mut self,
+        vm: &'h Vm<M>,
+        vcpu: VcpuId,
+        ctx: &mut VcpuContext<M::Saved>,
+    ) -> Applied {
         let now = self.machine.counter();
         let host = self.host;
         let mut s = host.sched.lock();

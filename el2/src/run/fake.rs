@@ -189,6 +189,9 @@ pub struct FakeSaved {
     pub os_unlocked: bool,
     /// A [`PMU_USER`]'s cycle count as it last saw it.
     pub cycles: u64,
+    /// Interrupts it still spins through (a wait loop: no exits, no
+    /// register changes; `el2::sched::spinwatch`).
+    pub spins: u32,
 }
 
 /// One fake pCPU.
@@ -382,24 +385,42 @@ impl Fake {
             "pCPU {}: entry with nothing loaded",
             self.pcpu
         );
-        let step = 20 + self.world.below(400);
-        let now = self.world.advance(step);
-        if self.world.ipi[self.pcpu].swap(false, Ordering::AcqRel) {
-            self.pending_irq = Some(Taken::Hypervisor);
+        // A vCPU spinning on a value (`FakeSaved::spins`) runs without
+        // exits and without changing a register until an interrupt comes;
+        // the EL2 timer is always armed while it runs, so one comes.
+        let irq = loop {
+            let step = 20 + self.world.below(400);
+            let now = self.world.advance(step);
+            if ctx.saved.spins == 0 {
+                // Its own work meanwhile changes its registers.
+                ctx.regs.x[28] = ctx.regs.x[28].wrapping_add(step);
+            }
+            if self.world.ipi[self.pcpu].swap(false, Ordering::AcqRel) {
+                break Some(Taken::Hypervisor);
+            }
+            if now >= self.world.timer[self.pcpu].load(Ordering::Relaxed) {
+                self.world.timer[self.pcpu].store(u64::MAX, Ordering::Relaxed);
+                break Some(Taken::Hypervisor);
+            }
+            // The timer's physical PPI fires while its line is high, unless
+            // it is still active.
+            if vtimer::line_of(self.timer_control()) && !self.timer_ppi_active {
+                self.timer_ppi_active = true;
+                self.world.timer_fires.fetch_add(1, Ordering::Relaxed);
+                break Some(Taken::VirtualTimer);
+            }
+            if ctx.saved.spins == 0 {
+                break None;
+            }
+        };
+        if irq.is_some() {
+            ctx.saved.spins = ctx.saved.spins.saturating_sub(1);
+            self.pending_irq = irq;
             return Syndrome::asynchronous(VECTOR_IRQ);
         }
-        if now >= self.world.timer[self.pcpu].load(Ordering::Relaxed) {
-            self.world.timer[self.pcpu].store(u64::MAX, Ordering::Relaxed);
-            self.pending_irq = Some(Taken::Hypervisor);
-            return Syndrome::asynchronous(VECTOR_IRQ);
-        }
-        // The timer's physical PPI fires while its line is high, unless it
-        // is still active.
-        if vtimer::line_of(self.timer_control()) && !self.timer_ppi_active {
-            self.timer_ppi_active = true;
-            self.world.timer_fires.fetch_add(1, Ordering::Relaxed);
-            self.pending_irq = Some(Taken::VirtualTimer);
-            return Syndrome::asynchronous(VECTOR_IRQ);
+        // Now and then it starts to spin through the next few interrupts.
+        if self.world.below(40) == 0 {
+            ctx.saved.spins = 1 + self.world.below(4) as u32;
         }
         self.handle_interrupts();
         self.program_timer();

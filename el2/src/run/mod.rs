@@ -51,6 +51,8 @@ use crate::devices::vgic::{Lr, LrState, MAX_LIST_REGISTERS, VcpuMask};
 use crate::devices::vtimer::{self, PhysicalIrq};
 use crate::guest::layout;
 use crate::memory::ownership::OwnershipMap;
+use crate::sched::onspin;
+use crate::sched::spinwatch::{self, Sample, SpinWatch};
 use crate::sched::{PutOutcome, PutReason, Scheduler, Wakeup};
 use crate::services::pv;
 use crate::services::wallclock::WallClock;
@@ -216,6 +218,9 @@ pub struct Runner<'h, M: Machine> {
     /// Who owes the deactivation of this pCPU's virtual timer PPI
     /// (`el2::devices::vtimer`): inactive whenever no vCPU is loaded.
     vtimer_ppi: PhysicalIrq,
+    /// Samples the loaded vCPU for spins that do not trap
+    /// (`el2::sched::spinwatch`) while its WFE would.
+    watch: SpinWatch,
     /// Decisions applied, for the host tests' "every exit, one decision"
     /// check (the exits the machine answered itself it counts).
     #[cfg(test)]
@@ -224,6 +229,11 @@ pub struct Runner<'h, M: Machine> {
 
 impl<'h, M: Machine> Runner<'h, M> {
     pub fn new(pcpu: usize, host: &'h Host<M>, machine: M) -> Self {
+        let hz = machine.counter_frequency();
+        let watch = SpinWatch::new(
+            us_to_ticks(hz, spinwatch::MIN_SAMPLE_PERIOD_US),
+            us_to_ticks(hz, spinwatch::MAX_SAMPLE_PERIOD_US),
+        );
         Self {
             pcpu,
             host,
@@ -233,9 +243,21 @@ impl<'h, M: Machine> Runner<'h, M> {
             pick_fresh: false,
             handover: None,
             vtimer_ppi: PhysicalIrq::Inactive,
+            watch,
             #[cfg(test)]
             applied: 0,
         }
+    }
+
+    /// Samples for spins every `min` to `max` ticks instead of
+    /// [`spinwatch::MIN_SAMPLE_PERIOD_US`] to
+    /// [`spinwatch::MAX_SAMPLE_PERIOD_US`]: the fake guest of the host
+    /// tests exits every few hundred of its ticks, where a real guest
+    /// exits every few microseconds, and at the real periods its samples
+    /// would crowd out its exits.
+    #[cfg(test)]
+    pub(crate) fn set_spin_sample_ticks(&mut self, min: u64, max: u64) {
+        self.watch = SpinWatch::new(min, max);
     }
 
     pub fn machine(&self) -> &M {
@@ -387,6 +409,7 @@ impl<'h, M: Machine> Runner<'h, M> {
                 return;
             }
             let picked = if core::mem::replace(&mut self.pick_fresh, false) {
+                self.watch.start(self.machine.counter());
                 self.pick
             } else {
                 // The WFI deadlines of vCPUs blocked on this pCPU fall due
@@ -405,11 +428,22 @@ impl<'h, M: Machine> Runner<'h, M> {
             };
             let hcr = vm.wfx.hcr_for(guest_hcr(), vcpu.index, picked.runnable);
             self.machine.set_traps(hcr);
-            // The slice's end, or the next blocked vCPU's wake-up if
-            // earlier: its interrupt exits the guest to the expiry above.
-            self.machine
-                .arm_timer(picked.next_deadline.map_or(slice_end, |d| d.min(slice_end)));
-            let reason = match self.run_guest(vm, vcpu, &mut loaded.ctx) {
+            // Where WFE traps, the spins that do not execute it are looked
+            // for by sampling.
+            let watching = onspin::hcr_traps_wfe(hcr);
+            // The slice's end, or the next blocked vCPU's wake-up or the
+            // next sample if earlier: its interrupt exits the guest to the
+            // expiry above or the sample below.
+            let mut deadline = picked.next_deadline.map_or(slice_end, |d| d.min(slice_end));
+            if watching {
+                deadline = deadline.min(self.watch.due());
+            }
+            self.machine.arm_timer(deadline);
+            let mut applied = self.run_guest(vm, vcpu, &mut loaded.ctx);
+            if watching && applied == Applied::Resume {
+                applied = self.sample_for_spin(vm, vcpu, &mut loaded.ctx);
+            }
+            let reason = match applied {
                 Applied::Resume => {
                     if self.machine.counter() < slice_end
                         || self.extend_slice(vm, vcpu, &loaded.ctx)
@@ -438,6 +472,25 @@ impl<'h, M: Machine> Runner<'h, M> {
             self.put(vm, loaded, reason);
             return;
         }
+    }
+
+    /// Takes the loaded vCPU's sample if one is due
+    /// (`el2::sched::spinwatch`); a vCPU that spins gets what a trapped
+    /// WFE gets ([`Self::on_spin`]). Out of line: most passes take no
+    /// sample.
+    #[inline(never)]
+    fn sample_for_spin(
+        &mut self,
+        vm: &'h Vm<M>,
+        vcpu: VcpuId,
+        ctx: &mut VcpuContext<M::Saved>,
+    ) -> Applied {
+        let now = self.machine.counter();
+        if self.watch.sample(&ctx.regs, now) != Sample::Spinning {
+            return Applied::Resume;
+        }
+        vm.spin.lock().stats_mut().record_sampled_spin();
+        self.on_spin(vm, vcpu, ctx)
     }
 
     /// Enters the guest, handles each exit and applies its decision, until

@@ -7,12 +7,14 @@
 //! with exactly one decision applied for every exit.
 
 use super::fake::{Fake, HZ, World};
+use super::us_to_ticks;
 use super::{Host, Runner, Step, Vm, VmParts, VmState, register_vcpus};
 use crate::devices::vgic::VGic;
 use crate::devices::vtimer::{self, PhysicalIrq};
 use crate::guest::layout;
 use crate::guest::placement::VmPlacement;
 use crate::memory::ownership::OwnershipMap;
+use crate::sched::spinwatch;
 use crate::sched::{BlockReason, CpuSet, Scheduler, VcpuState};
 use crate::services::smccc::CpuVulnerabilities;
 use crate::trap::exit::EXIT_CLASSES;
@@ -265,11 +267,19 @@ impl Observable {
 
 /// Runs `specs` on `pcpus` fake pCPUs until every VM is off; returns the
 /// console.
+/// The fake guest's exits come 20-420 ticks apart: sampled for spins
+/// every two to eight of them (`Runner::set_spin_sample_ticks`).
+const SPIN_SAMPLE_TICKS: u64 = 500;
+
 fn run(seed: u64, pcpus: usize, specs: &[Spec]) -> Vec<alloc::string::String> {
     let world = World::new(pcpus, specs.len(), seed, HZ / 10);
     let host = host(&world, pcpus, specs);
     let mut runners: Vec<Runner<'_, Fake>> = (0..pcpus)
-        .map(|pcpu| Runner::new(pcpu, &host, Fake::new(pcpu, world.clone())))
+        .map(|pcpu| {
+            let mut runner = Runner::new(pcpu, &host, Fake::new(pcpu, world.clone()));
+            runner.set_spin_sample_ticks(SPIN_SAMPLE_TICKS, 3 * SPIN_SAMPLE_TICKS);
+            runner
+        })
         .collect();
     let mut done = alloc::vec![false; pcpus];
     for step in 0..200_000 {
@@ -383,6 +393,7 @@ static PMU_ENABLES: boot::sync::SpinMutex<u64> = boot::sync::SpinMutex::new(0);
 
 #[test]
 fn several_vms_on_several_pcpus_keep_the_runner_invariants() {
+    let mut sampled_spins = 0;
     for seed in 0..24 {
         let pcpus = 1 + (seed as usize % 4);
         let specs = [
@@ -421,7 +432,21 @@ fn several_vms_on_several_pcpus_keep_the_runner_invariants() {
             console.iter().any(|l| l.starts_with("[vm0] ")),
             "seed {seed}"
         );
+        sampled_spins += console
+            .iter()
+            .filter_map(|l| {
+                l.split_once(" sampled-spins ")?
+                    .1
+                    .split(' ')
+                    .next()?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .sum::<u64>();
     }
+    // The fake's spins without exits were found by sampling (each then
+    // took the on-spin path the invariants were checked through).
+    assert!(sampled_spins > 20, "{sampled_spins} sampled spins");
     // Every exit kind the fake makes was taken and handled, tens of
     // thousands of exits in all; the aborts outside memory and the
     // undefined instruction were injected, the FP traps loaded FP/SIMD.
@@ -566,4 +591,65 @@ fn each_vm_gets_the_slice_its_description_gives() {
         [(boot(0), Some(HZ / 1_000)), (boot(1), Some(HZ * 4 / 1_000))],
         "vm0 asked for 1 ms slices, vm1 has the default 4 ms"
     );
+}
+
+/// A vCPU in a wait loop that never traps (no WFE, no exits: the fake's
+/// `FakeSaved::spins`) while a sibling waits for its pCPU is found by its
+/// register samples and hands the sibling the rest of its slice, within
+/// two sample periods instead of its whole slice
+/// (`el2::sched::spinwatch`).
+#[test]
+fn a_vcpu_spinning_without_exits_hands_its_slice_to_a_waiting_sibling() {
+    let world = World::new(1, 1, 3, u64::MAX);
+    let spec = Spec {
+        vcpus: 2,
+        pv_lock: None,
+        affinity: None,
+    };
+    let host = host(&world, 1, &[spec]);
+    let mut runner = Runner::new(0, &host, Fake::new(0, world.clone()));
+    let now = || world.clock.load(core::sync::atomic::Ordering::Relaxed);
+    // Both vCPUs want the one pCPU; the runner loads one of them, which
+    // then spins from its first instruction.
+    host.sched
+        .lock()
+        .power_on(
+            VcpuId {
+                vm: VmId(0),
+                index: 1,
+            },
+            now(),
+        )
+        .expect("vCPU 1 was off");
+    assert_eq!(runner.step(), Step::Ran);
+    let spinner = runner.running().expect("a vCPU is loaded");
+    let sibling = VcpuId {
+        index: 1 - spinner.index,
+        ..spinner
+    };
+    runner.loaded.as_mut().expect("loaded").ctx.saved.spins = u32::MAX;
+    let spins_from = now();
+    let slice_end = host.sched.lock().slice_end(spinner).expect("it runs");
+    let stats = || *host.vms[0].spin.lock().stats();
+    for _ in 0..100 {
+        if stats().sampled_spins > 0 {
+            break;
+        }
+        assert_eq!(runner.step(), Step::Ran);
+    }
+    let found_at = now();
+    assert_eq!(stats().sampled_spins, 1);
+    assert_eq!((stats().spins, stats().yields), (1, 1), "{}", stats());
+    let s = host.sched.lock();
+    assert_eq!(s.stats(sibling, found_at).map(|v| v.yielded_to), Some(1));
+    // Two samples decide, a period apart (the longest: nothing spun on
+    // this pCPU before); each is late by at most one of the fake's steps
+    // (420 ticks).
+    let period = us_to_ticks(HZ, spinwatch::MAX_SAMPLE_PERIOD_US);
+    assert!(
+        found_at - spins_from <= 2 * (period + 420),
+        "found after {} ticks, sampled every {period}",
+        found_at - spins_from
+    );
+    assert!(found_at < slice_end, "the slice ran out first");
 }

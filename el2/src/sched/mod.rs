@@ -211,6 +211,7 @@ mod latency_tests;
 pub mod onspin;
 #[cfg(test)]
 mod share_tests;
+pub mod spinwatch;
 mod stats;
 #[cfg(test)]
 mod tests;

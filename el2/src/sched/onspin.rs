@@ -77,10 +77,11 @@
 //! parses it.
 //!
 //! Under QEMU TCG a WFE never traps whatever TWE says (docs/abi.md §6, "QEMU
-//! caveat"), so on QEMU the WFE path is only reached by unit tests and the
-//! guest-visible way in is the directed-yield hypercall
-//! ([`pvlock_abi::directed_yield`]); WFI traps normally, so `wfi-trap` has
-//! a visible effect there.
+//! caveat"), so on QEMU the WFE trap is only reached by unit tests; the
+//! decision is reached end to end by the spins the runner finds by
+//! sampling where TWE is set ([`super::spinwatch`]) and by the
+//! directed-yield hypercall ([`pvlock_abi::directed_yield`]); WFI traps
+//! normally, so `wfi-trap` has a visible effect there.
 //!
 //! # What the runner (`el2::run`) does
 //!
@@ -110,6 +111,8 @@
 //! - **PSCI CPU_ON** of a vCPU: [`VmSpin::reset_vcpu`]; **SYSTEM_RESET**:
 //!   [`VmSpin::reset`].
 //! - **Every WFx exit**: [`SpinStats::record_wfx`].
+//! - **A sample that finds a spin** ([`super::spinwatch`]):
+//!   [`SpinStats::record_sampled_spin`], then the same as a WFE trap.
 //! - **WFE / WFET** (ELR already stepped past it): under the scheduler lock,
 //!   build one [`Candidate`] per vCPU of the VM ([`VmSpin::candidate`]; the
 //!   spinner's own entry is ignored) with `preempted` =
@@ -583,6 +586,12 @@ pub const fn trap_wfe(policy: TrapPolicy, runnable_on_this_pcpu: usize) -> bool 
     }
 }
 
+/// Whether `hcr` traps WFE (HCR_EL2.TWE): then the runner also samples
+/// the vCPU for spins that do not execute WFE ([`super::spinwatch`]).
+pub fn hcr_traps_wfe(hcr: u64) -> bool {
+    LocalRegisterCopy::<u64, HCR_EL2::Register>::new(hcr).is_set(HCR_EL2::TWE)
+}
+
 /// `hcr` with HCR_EL2.TWE (bit 14, "Traps EL0 and EL1 execution of WFE
 /// instructions to EL2") set if `trap`, clear otherwise; every other bit as
 /// given.
@@ -765,6 +774,9 @@ pub struct SpinStats {
     pub wfe: u64,
     /// WFET traps with a valid deadline register.
     pub wfet: u64,
+    /// Spins found by sampling a vCPU's registers instead of a WFE trap
+    /// ([`super::spinwatch`]); each then goes through the same decision.
+    pub sampled_spins: u64,
     /// Directed-yield decisions made ([`VmSpin::plan`]).
     pub spins: u64,
     /// `yield_to` calls for on-spin candidates.
@@ -803,6 +815,11 @@ impl SpinStats {
         *counter += 1;
     }
 
+    /// Counts one spin found by sampling ([`super::spinwatch`]).
+    pub fn record_sampled_spin(&mut self) {
+        self.sampled_spins += 1;
+    }
+
     /// Counts one carried-out PV kick.
     pub fn record_kick(&mut self) {
         self.kicks += 1;
@@ -836,6 +853,7 @@ impl AddAssign<&SpinStats> for SpinStats {
         self.wfit += other.wfit;
         self.wfe += other.wfe;
         self.wfet += other.wfet;
+        self.sampled_spins += other.sampled_spins;
         self.spins += other.spins;
         self.yield_attempts += other.yield_attempts;
         self.yields += other.yields;
@@ -850,14 +868,21 @@ impl AddAssign<&SpinStats> for SpinStats {
 }
 
 /// One line for the end-of-run summary, e.g. `wfi 3 wfit 0 wfe 40 wfet 2
-/// on-spin 42 attempts 30 yields 25 (round-robin 20 irqs-masked 1
+/// sampled-spins 0 on-spin 42 attempts 30 yields 25 (round-robin 20 irqs-masked 1
 /// lock-holder 4 pending-irq 0) pv-yield 5/7 kicks 9 extensions 2`.
 impl fmt::Display for SpinStats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "wfi {} wfit {} wfe {} wfet {} on-spin {} attempts {} yields {} (",
-            self.wfi, self.wfit, self.wfe, self.wfet, self.spins, self.yield_attempts, self.yields
+            "wfi {} wfit {} wfe {} wfet {} sampled-spins {} on-spin {} attempts {} yields {} (",
+            self.wfi,
+            self.wfit,
+            self.wfe,
+            self.wfet,
+            self.sampled_spins,
+            self.spins,
+            self.yield_attempts,
+            self.yields
         )?;
         for (i, reason) in YieldReason::ALL.iter().enumerate() {
             if i > 0 {
@@ -1631,6 +1656,7 @@ mod tests {
                 WFX | 1,
             )));
         vm.stats_mut().record_kick();
+        vm.stats_mut().record_sampled_spin();
         vm.stats_mut().record_pv_yield(true);
         vm.stats_mut().record_pv_yield(false);
         let p = vm.plan(kernel(0), &[PLAIN, MASKED, PLAIN, holder(1)]);
@@ -1646,7 +1672,7 @@ mod tests {
         assert_eq!(s.boosts(), 1);
         assert_eq!(
             alloc::format!("{s}"),
-            "wfi 0 wfit 0 wfe 1 wfet 0 on-spin 1 attempts 2 yields 1 \
+            "wfi 0 wfit 0 wfe 1 wfet 0 sampled-spins 1 on-spin 1 attempts 2 yields 1 \
              (round-robin 0 irqs-masked 0 lock-holder 1 pending-irq 0) pv-yield 1/2 kicks 1 \
              extensions 0"
         );
@@ -1655,7 +1681,7 @@ mod tests {
         total += &s;
         assert_eq!(total.yields_for(LockHolder), 2);
         assert_eq!((total.wfe, total.kicks, total.pv_yield_calls), (2, 2, 4));
-        assert_eq!(total.spins, 2);
+        assert_eq!((total.spins, total.sampled_spins), (2, 2));
     }
 
     #[test]

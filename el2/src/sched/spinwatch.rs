@@ -1,0 +1,350 @@
+//! Spins the CPU does not trap: deciding from two register samples that a
+//! running vCPU is waiting in a loop, so that it can be handed to the same
+//! directed yield a trapped WFE gets ([`super::onspin`]).
+//!
+//! A trapped WFE is how el2 learns that a vCPU spins (docs/abi.md §6). Not
+//! every wait executes WFE: arm64 Linux's `cpu_relax()` is YIELD, which
+//! no hypervisor can trap (seqlock readers, optimistic spinning on a
+//! mutex or rwsem owner), and QEMU TCG never traps WFE at all, so under
+//! QEMU a stock kernel's queued-spinlock waiters spin until their slice
+//! ends (docs/benchmarks-linux.md, "spinlock convoys"). x86 has
+//! pause-loop exiting for this; Arm has nothing, so el2 looks.
+//!
+//! # The rule ([`SpinWatch::sample`])
+//!
+//! While a vCPU's WFE would trap ([`super::onspin::trap_wfe`]: by default
+//! whenever its pCPU has another runnable vCPU, so never without
+//! overcommit), the runner samples it: the slice timer is armed for the
+//! sample, and the interrupt exit brings the guest's registers as they
+//! were. The vCPU spins if two consecutive samples, one period apart, find
+//! - all 31 general-purpose registers equal,
+//! - the same exception level, stack pointer selection and DAIF masks,
+//! - and PCs at most [`LOOP_SPAN_BYTES`] apart (the same short loop).
+//!
+//! A wait loop (`ldaxr; cmp; b.ne` with or without WFE) meets all three:
+//! what it reads has not changed, so nothing it computes has. A vCPU that
+//! makes progress changes a register, in a period of hundreds of
+//! thousands of instructions: a loop counter, a pointer, a result. What
+//! does not is no progress — a loop polling memory, a `b .`, an untrapped
+//! WFI — and is worth less than a sibling that may hold what it waits
+//! for. Interrupts the guest takes in between do not matter: its handler
+//! returns to the same loop with the same registers.
+//!
+//! A false positive costs the vCPU what a trapped WFE would: the rest of
+//! its slice goes to a sibling of its own VM, or, with none waiting, a
+//! plain yield; its VM's share is unchanged ([`super::share_tests`]).
+//!
+//! # The period
+//!
+//! Between [`MIN_SAMPLE_PERIOD_US`] and [`MAX_SAMPLE_PERIOD_US`]: a found
+//! spin sets the shortest, each sample that finds progress doubles it. A
+//! spinlock convoy (every waiter spinning behind a preempted one) is
+//! then chased at the shortest period, one waiter after another, while a
+//! pCPU whose vCPUs do not spin is sampled eight times less often.
+//!
+//! The watch belongs to the pCPU, not the vCPU: its samples start afresh
+//! at every load ([`SpinWatch::start`]), so they never compare two vCPUs
+//! or two separate runs of one; its period carries over, since a convoy
+//! involves the pCPU's next vCPU as much as the last.
+
+use aarch64_cpu::registers::SPSR_EL2;
+use tock_registers::LocalRegisterCopy;
+
+use crate::vcpu::GuestRegs;
+
+/// The shortest time between two samples of a running vCPU while its WFE
+/// would trap: the period right after a spin was found on the pCPU,
+/// while a convoy is likely to go on. Two samples decide, so a spin is
+/// caught within one to two periods of its start.
+pub const MIN_SAMPLE_PERIOD_US: u64 = 200;
+
+/// The longest: each sample that finds progress doubles the period up to
+/// this, so a pCPU whose vCPUs do not spin takes a sample exit every 1.6
+/// ms, not every 200 µs. Under multi-threaded QEMU a timer exit costs
+/// tens of microseconds (the timer's and the interrupt's trips through
+/// QEMU's main loop), and sampling every 200 µs throughout cost the Linux
+/// guests' benchmark about 10% at 2x (docs/benchmarks-linux.md).
+pub const MAX_SAMPLE_PERIOD_US: u64 = 1_600;
+
+/// Two samples' PCs at most this far apart can be one wait loop: 16
+/// instructions, more than any of Linux's (`__cmpwait`, the queued
+/// spinlock's `smp_cond_load_acquire`, a ticket lock's `ldaxrh; cmp;
+/// b.eq; wfe; b`).
+pub const LOOP_SPAN_BYTES: u64 = 64;
+
+/// What one sample of a running vCPU concluded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sample {
+    /// Not due yet: nothing was taken.
+    NotDue,
+    /// The first sample since the vCPU was loaded: nothing to compare.
+    First,
+    /// Something changed since the last sample.
+    Progressed,
+    /// Nothing changed in a whole period: the vCPU spins.
+    Spinning,
+}
+
+/// The registers one sample keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Snapshot {
+    x: [u64; 31],
+    pc: u64,
+    /// SPSR_EL2's M (exception level and stack pointer) and DAIF fields.
+    mode: u64,
+}
+
+impl Snapshot {
+    fn of(regs: &GuestRegs) -> Self {
+        let spsr = LocalRegisterCopy::<u64, SPSR_EL2::Register>::new(regs.pstate);
+        let mode = spsr.read(SPSR_EL2::M)
+            | spsr.read(SPSR_EL2::D) << 9
+            | spsr.read(SPSR_EL2::A) << 8
+            | spsr.read(SPSR_EL2::I) << 7
+            | spsr.read(SPSR_EL2::F) << 6;
+        Self {
+            x: regs.x,
+            pc: regs.pc,
+            mode,
+        }
+    }
+
+    /// Whether `later`, one period on, is the same wait.
+    fn same_wait(&self, later: &Self) -> bool {
+        self.pc.abs_diff(later.pc) <= LOOP_SPAN_BYTES
+            && self.mode == later.mode
+            && self.x == later.x
+    }
+}
+
+/// One pCPU's sampler for the vCPU it runs (module documentation).
+#[derive(Clone, Debug)]
+pub struct SpinWatch {
+    /// The counter value at which the next sample is due.
+    due: u64,
+    /// The last sample since the vCPU was loaded.
+    last: Option<Snapshot>,
+    /// The time to the next sample, between the two bounds (ticks).
+    period: u64,
+    min_period: u64,
+    max_period: u64,
+}
+
+impl SpinWatch {
+    /// A watch whose period stays between `min_period` and `max_period`
+    /// counter ticks (at least one tick each); it starts at the longest.
+    pub fn new(min_period: u64, max_period: u64) -> Self {
+        let min_period = min_period.max(1);
+        let max_period = max_period.max(min_period);
+        Self {
+            due: u64::MAX,
+            last: None,
+            period: max_period,
+            min_period,
+            max_period,
+        }
+    }
+
+    /// A vCPU was just loaded at `now`: forget the last one's sample; the
+    /// first is due a period on.
+    #[inline]
+    pub fn start(&mut self, now: u64) {
+        self.due = now.saturating_add(self.period);
+        self.last = None;
+    }
+
+    /// The counter value at which the next sample is due (for the slice
+    /// timer).
+    #[inline]
+    pub fn due(&self) -> u64 {
+        self.due
+    }
+
+    /// The time from one sample to the next now (ticks).
+    pub fn period(&self) -> u64 {
+        self.period
+    }
+
+    /// Samples the loaded vCPU's registers `regs` at `now`, if a sample
+    /// is due, and says whether it spins; sets the period (module
+    /// documentation) and the next sample's time.
+    pub fn sample(&mut self, regs: &GuestRegs, now: u64) -> Sample {
+        if now < self.due {
+            return Sample::NotDue;
+        }
+        let snapshot = Snapshot::of(regs);
+        let sample = match self.last.replace(snapshot) {
+            None => Sample::First,
+            Some(last) if last.same_wait(&snapshot) => Sample::Spinning,
+            Some(_) => Sample::Progressed,
+        };
+        self.period = match sample {
+            Sample::Spinning => self.min_period,
+            Sample::Progressed => self.period.saturating_mul(2).min(self.max_period),
+            Sample::First | Sample::NotDue => self.period,
+        };
+        self.due = now.saturating_add(self.period);
+        sample
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PERIOD: u64 = 100;
+    /// EL1h with DAIF clear.
+    const EL1H: u64 = 0b0101;
+    /// EL1h with IRQs masked (PSTATE.I).
+    const EL1H_IRQS_MASKED: u64 = EL1H | 1 << 7;
+    /// EL0t.
+    const EL0T: u64 = 0;
+
+    fn regs(pc: u64, pstate: u64, x3: u64) -> GuestRegs {
+        let mut regs = GuestRegs {
+            pc,
+            pstate,
+            ..Default::default()
+        };
+        regs.x[0] = 0xffff_0000_1234_5678;
+        regs.x[3] = x3;
+        regs
+    }
+
+    /// Samples `seq`, each when due, from a load at 0 with a fixed
+    /// period; the conclusions.
+    fn run(seq: &[GuestRegs]) -> alloc::vec::Vec<Sample> {
+        let mut watch = SpinWatch::new(PERIOD, PERIOD);
+        watch.start(0);
+        seq.iter().map(|r| watch.sample(r, watch.due())).collect()
+    }
+
+    #[test]
+    fn a_loop_whose_registers_do_not_change_spins() {
+        let wait = [
+            regs(0x1000, EL1H, 7),
+            regs(0x1008, EL1H, 7),
+            regs(0x1004, EL1H, 7),
+        ];
+        assert_eq!(
+            run(&wait),
+            [Sample::First, Sample::Spinning, Sample::Spinning]
+        );
+        // The same in user mode and with IRQs masked.
+        let user = [regs(0x40_0000, EL0T, 1), regs(0x40_0000, EL0T, 1)];
+        assert_eq!(run(&user), [Sample::First, Sample::Spinning]);
+        let masked = [
+            regs(0x1000, EL1H_IRQS_MASKED, 1),
+            regs(0x1000 + LOOP_SPAN_BYTES, EL1H_IRQS_MASKED, 1),
+        ];
+        assert_eq!(run(&masked), [Sample::First, Sample::Spinning]);
+    }
+
+    #[test]
+    fn any_change_is_progress() {
+        // A register: a counter, a pointer, a result.
+        assert_eq!(
+            run(&[regs(0x1000, EL1H, 1), regs(0x1000, EL1H, 2)]),
+            [Sample::First, Sample::Progressed]
+        );
+        // The PC beyond one loop.
+        assert_eq!(
+            run(&[
+                regs(0x1000, EL1H, 1),
+                regs(0x1000 + LOOP_SPAN_BYTES + 4, EL1H, 1)
+            ]),
+            [Sample::First, Sample::Progressed]
+        );
+        // The mode or the masks.
+        assert_eq!(
+            run(&[regs(0x1000, EL1H, 1), regs(0x1000, EL0T, 1)]),
+            [Sample::First, Sample::Progressed]
+        );
+        assert_eq!(
+            run(&[regs(0x1000, EL1H, 1), regs(0x1000, EL1H_IRQS_MASKED, 1)]),
+            [Sample::First, Sample::Progressed]
+        );
+        // Progress, then a wait: compared with the last sample only.
+        assert_eq!(
+            run(&[
+                regs(0x1000, EL1H, 1),
+                regs(0x2000, EL1H, 2),
+                regs(0x2000, EL1H, 2)
+            ]),
+            [Sample::First, Sample::Progressed, Sample::Spinning]
+        );
+    }
+
+    #[test]
+    fn condition_flags_do_not_count() {
+        // NZCV differ between two points of one loop (before and after its
+        // compare): still the same wait.
+        let n_set = EL1H | 1 << 31;
+        assert_eq!(
+            run(&[regs(0x1000, EL1H, 1), regs(0x1004, n_set, 1)]),
+            [Sample::First, Sample::Spinning]
+        );
+    }
+
+    #[test]
+    fn samples_are_taken_once_due_and_restart_at_each_load() {
+        let mut watch = SpinWatch::new(PERIOD, PERIOD);
+        let wait = regs(0x1000, EL1H, 1);
+        // Nothing is due before the first load.
+        assert_eq!(watch.sample(&wait, u64::MAX - 1), Sample::NotDue);
+        watch.start(1_000);
+        assert_eq!(watch.due(), 1_000 + PERIOD);
+        // An exit before the sample is due takes none.
+        assert_eq!(watch.sample(&wait, 1_050), Sample::NotDue);
+        assert_eq!(watch.sample(&wait, 1_100), Sample::First);
+        assert_eq!(watch.due(), 1_200);
+        assert_eq!(watch.sample(&wait, 1_150), Sample::NotDue);
+        // Late is fine: the next is due a period after this one.
+        assert_eq!(watch.sample(&wait, 1_250), Sample::Spinning);
+        assert_eq!(watch.due(), 1_350);
+        // Another vCPU (or the same again) is loaded: no comparison with
+        // what ran before.
+        watch.start(2_000);
+        assert_eq!(watch.sample(&wait, 2_100), Sample::First);
+        // A counter near its end saturates rather than wrapping to "due".
+        watch.start(u64::MAX - 10);
+        assert_eq!(watch.due(), u64::MAX);
+        assert_eq!(watch.sample(&wait, u64::MAX - 5), Sample::NotDue);
+    }
+
+    #[test]
+    fn progress_doubles_the_period_up_to_the_longest_and_a_spin_resets_it() {
+        let mut watch = SpinWatch::new(100, 800);
+        assert_eq!(watch.period(), 800, "a pCPU starts at the longest");
+        let mut work = 0;
+        let mut step = |watch: &mut SpinWatch, spinning: bool| {
+            if !spinning {
+                work += 1;
+            }
+            watch.sample(&regs(0x1000, EL1H, work), watch.due())
+        };
+        watch.start(0);
+        assert_eq!(step(&mut watch, true), Sample::First);
+        assert_eq!(watch.period(), 800);
+        assert_eq!(step(&mut watch, true), Sample::Spinning);
+        assert_eq!(watch.period(), 100);
+        // A convoy: the next vCPU loaded spins too, and is sampled at the
+        // shortest period.
+        let loaded_at = watch.due() + 5;
+        watch.start(loaded_at);
+        assert_eq!(watch.due(), loaded_at + 100);
+        // Progress: 200, 400, 800, and there it stays.
+        let periods: alloc::vec::Vec<u64> = (0..5)
+            .map(|_| {
+                step(&mut watch, false);
+                watch.period()
+            })
+            .collect();
+        assert_eq!(periods, [100, 200, 400, 800, 800]);
+        // Bounds below one tick, or crossed, are made sane.
+        let odd = SpinWatch::new(0, 0);
+        assert_eq!(odd.period(), 1);
+        let crossed = SpinWatch::new(500, 100);
+        assert_eq!(crossed.period(), 500);
+    }
+}
