@@ -161,7 +161,8 @@ impl SpinWatch {
     }
 
     /// The time from one sample to the next now (ticks).
-    pub fn period(&self) -> u64 {
+    #[cfg(test)]
+    fn period(&self) -> u64 {
         self.period
     }
 
