@@ -409,8 +409,7 @@ impl<'h, M: Machine> Runner<'h, M> {
                 return;
             }
             let picked = if core::mem::replace(&mut self.pick_fresh, false) {
-                self.watch
-                    .start(self.machine.counter(), &vm.spin_sample_period);
+                self.watch.start(self.machine.counter());
                 self.pick
             } else {
                 // The WFI deadlines of vCPUs blocked on this pCPU fall due
@@ -487,7 +486,7 @@ impl<'h, M: Machine> Runner<'h, M> {
         ctx: &mut VcpuContext<M::Saved>,
     ) -> Applied {
         let now = self.machine.counter();
-        if self.watch.sample(&ctx.regs, now, &vm.spin_sample_period) != Sample::Spinning {
+        if self.watch.sample(&ctx.regs, now) != Sample::Spinning {
             return Applied::Resume;
         }
         vm.spin.lock().stats_mut().record_sampled_spin();

@@ -643,7 +643,7 @@ fn a_vcpu_spinning_without_exits_hands_its_slice_to_a_waiting_sibling() {
     let s = host.sched.lock();
     assert_eq!(s.stats(sibling, found_at).map(|v| v.yielded_to), Some(1));
     // Two samples decide, a period apart (the longest: nothing spun on
-    // this VM before); each is late by at most one of the fake's steps
+    // this pCPU before); each is late by at most one of the fake's steps
     // (420 ticks).
     let period = us_to_ticks(HZ, spinwatch::MAX_SAMPLE_PERIOD_US);
     assert!(

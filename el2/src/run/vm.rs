@@ -13,7 +13,6 @@ use crate::guest::layout::{self, EmulatedDevice, GuestLayout, RAM_BASE};
 use crate::guest::placement::VmPlacement;
 use crate::guest::{VmError, dt};
 use crate::sched::onspin::{VmSpin, WfxPolicies};
-use crate::sched::spinwatch::SamplePeriod;
 use crate::services::pv::{HostWindow, PvRegistry};
 use crate::services::smccc::{CpuVulnerabilities, Dispatcher, VmServices};
 use crate::trap::debug::{DebugFeatures, ID_AA64DFR0_CRM_OP2};
@@ -175,9 +174,6 @@ pub struct Vm<M: Machine> {
     /// from the VM's description; a control VM's PVLOCK_SET_WFX_POLICY
     /// changes it. Atomic per vCPU, read at every guest entry without a lock.
     pub(super) wfx: WfxPolicies,
-    /// How often its running vCPUs are sampled for spins
-    /// (`el2::sched::spinwatch`), kept by the pCPUs that run them.
-    pub(super) spin_sample_period: SamplePeriod,
     state: AtomicU8,
     pub(super) resets: AtomicU32,
     /// The breakpoints and watchpoints each vCPU has: the CPU's.
@@ -267,7 +263,6 @@ impl<M: Machine> Vm<M> {
                 spin
             }),
             wfx: WfxPolicies::from_config(&config),
-            spin_sample_period: SamplePeriod::new(),
             config,
             placement,
             layout,

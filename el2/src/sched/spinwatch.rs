@@ -40,27 +40,29 @@
 //! spin sets the shortest, each sample that finds progress doubles it. A
 //! spinlock convoy (every waiter spinning behind a preempted one) is
 //! then chased at the shortest period, one waiter after another, while a
-//! VM whose vCPUs do not spin is sampled eight times less often.
+//! pCPU whose vCPUs do not spin is sampled eight times less often.
 //!
-//! The period belongs to the VM ([`SamplePeriod`]): a convoy involves the
-//! VM's next vCPU as much as its last, on whichever pCPU, and a CPU-hog
-//! VM sharing the pCPU must not lengthen it (with a per-pCPU period, a
-//! hog's progress set the longest, and every waiter loaded after a hog's
-//! slice spun two long periods, 3.2 ms, before it was found).
+//! The watch belongs to the pCPU, not the vCPU: its samples start afresh
+//! at every load ([`SpinWatch::start`]), so they never compare two vCPUs
+//! or two separate runs of one; its period carries over, since a convoy
+//! involves the pCPU's next vCPU as much as the last. A CPU hog of another
+//! VM on the pCPU lengthens it, so a convoying VM's waiter loaded after a
+//! hog's slice can spin two long periods (3.2 ms) before it is found.
+//! Two other owners were measured and not kept (docs/benchmarks.md,
+//! "Spins found by sampling"): one period per VM (the hog's progress no
+//! longer counts, but two vCPUs passing interrupts back and forth kept
+//! doubling their VM's period while six siblings spun, and the ping boot
+//! test's worst round trip went from 0.06 to 6.2 ms) and one per vCPU
+//! with a found spin setting the whole VM to the shortest (spinners with
+//! masked interrupts, boosted candidates, then handed each other their
+//! slices: 5,990 sampled spins against 222, worst round trip 28 ms).
 //!
-//! # Samples restart at every load
-//!
-//! [`SpinWatch::start`] forgets the last sample, so two samples never
-//! compare two vCPUs or two separate runs of one. Comparing a vCPU's
-//! first sample with the registers it was put with would find a spin one
-//! period sooner, but under QEMU's round-robin icount a vCPU that was
-//! just loaded can get no instructions at all before its pCPU's timer
-//! fires (the other pCPU's turn runs up to it): its registers are then
-//! unchanged because it did not run, not because it waits, and one such
-//! sample would call it a spin. Two samples need it starved for two
-//! periods in a row.
-
-use core::sync::atomic::{AtomicU64, Ordering};
+//! Comparing a vCPU's first sample after a load with the registers it
+//! was put with would find a spin one period sooner, but under QEMU's
+//! round-robin icount a just-loaded vCPU can execute nothing before its
+//! pCPU's timer fires, and one unchanged sample would then call it a
+//! spin; two need it starved for two periods in a row, which still
+//! happens beside a CPU hog (docs/benchmarks.md, "Reading the figures").
 
 use aarch64_cpu::registers::SPSR_EL2;
 use tock_registers::LocalRegisterCopy;
@@ -74,7 +76,7 @@ use crate::vcpu::GuestRegs;
 pub const MIN_SAMPLE_PERIOD_US: u64 = 200;
 
 /// The longest: each sample that finds progress doubles the period up to
-/// this, so a VM whose vCPUs do not spin takes a sample exit every 1.6
+/// this, so a pCPU whose vCPUs do not spin takes a sample exit every 1.6
 /// ms, not every 200 µs. Under multi-threaded QEMU a timer exit costs
 /// tens of microseconds (the timer's and the interrupt's trips through
 /// QEMU's main loop), and sampling every 200 µs throughout cost the Linux
@@ -132,34 +134,6 @@ impl Snapshot {
     }
 }
 
-/// One VM's sample period (module documentation), shared by the pCPUs
-/// that run its vCPUs: read at each load, written after each sample. A
-/// race between two pCPUs loses one of two updates, which the next sample
-/// redoes.
-#[derive(Debug)]
-pub struct SamplePeriod(AtomicU64);
-
-impl SamplePeriod {
-    /// A VM starts at the longest period (any value above it reads as it).
-    pub const fn new() -> Self {
-        Self(AtomicU64::new(u64::MAX))
-    }
-
-    fn get(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
-    }
-
-    fn set(&self, ticks: u64) {
-        self.0.store(ticks, Ordering::Relaxed);
-    }
-}
-
-impl Default for SamplePeriod {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 /// One pCPU's sampler for the vCPU it runs (module documentation).
 #[derive(Clone, Debug)]
 pub struct SpinWatch {
@@ -167,8 +141,7 @@ pub struct SpinWatch {
     due: u64,
     /// The last sample since the vCPU was loaded.
     last: Option<Snapshot>,
-    /// The time to the next sample, between the two bounds (ticks): the
-    /// loaded vCPU's VM's, read at the load.
+    /// The time to the next sample, between the two bounds (ticks).
     period: u64,
     min_period: u64,
     max_period: u64,
@@ -189,11 +162,10 @@ impl SpinWatch {
         }
     }
 
-    /// A vCPU of a VM whose period is `period` was just loaded at `now`:
-    /// forget the last one's sample; the first is due a period on.
+    /// A vCPU was just loaded at `now`: forget the last one's sample; the
+    /// first is due a period on.
     #[inline]
-    pub fn start(&mut self, now: u64, period: &SamplePeriod) {
-        self.period = period.get().clamp(self.min_period, self.max_period);
+    pub fn start(&mut self, now: u64) {
         self.due = now.saturating_add(self.period);
         self.last = None;
     }
@@ -213,9 +185,8 @@ impl SpinWatch {
 
     /// Samples the loaded vCPU's registers `regs` at `now`, if a sample
     /// is due, and says whether it spins; sets the period (module
-    /// documentation), its VM's `period` with it, and the next sample's
-    /// time.
-    pub fn sample(&mut self, regs: &GuestRegs, now: u64, period: &SamplePeriod) -> Sample {
+    /// documentation) and the next sample's time.
+    pub fn sample(&mut self, regs: &GuestRegs, now: u64) -> Sample {
         if now < self.due {
             return Sample::NotDue;
         }
@@ -230,7 +201,6 @@ impl SpinWatch {
             Sample::Progressed => self.period.saturating_mul(2).min(self.max_period),
             Sample::First | Sample::NotDue => self.period,
         };
-        period.set(self.period);
         self.due = now.saturating_add(self.period);
         sample
     }
@@ -262,12 +232,9 @@ mod tests {
     /// Samples `seq`, each when due, from a load at 0 with a fixed
     /// period; the conclusions.
     fn run(seq: &[GuestRegs]) -> alloc::vec::Vec<Sample> {
-        let vm = SamplePeriod::new();
         let mut watch = SpinWatch::new(PERIOD, PERIOD);
-        watch.start(0, &vm);
-        seq.iter()
-            .map(|r| watch.sample(r, watch.due(), &vm))
-            .collect()
+        watch.start(0);
+        seq.iter().map(|r| watch.sample(r, watch.due())).collect()
     }
 
     #[test]
@@ -339,79 +306,63 @@ mod tests {
 
     #[test]
     fn samples_are_taken_once_due_and_restart_at_each_load() {
-        let vm = SamplePeriod::new();
         let mut watch = SpinWatch::new(PERIOD, PERIOD);
         let wait = regs(0x1000, EL1H, 1);
         // Nothing is due before the first load.
-        assert_eq!(watch.sample(&wait, u64::MAX - 1, &vm), Sample::NotDue);
-        watch.start(1_000, &vm);
+        assert_eq!(watch.sample(&wait, u64::MAX - 1), Sample::NotDue);
+        watch.start(1_000);
         assert_eq!(watch.due(), 1_000 + PERIOD);
         // An exit before the sample is due takes none.
-        assert_eq!(watch.sample(&wait, 1_050, &vm), Sample::NotDue);
-        assert_eq!(watch.sample(&wait, 1_100, &vm), Sample::First);
+        assert_eq!(watch.sample(&wait, 1_050), Sample::NotDue);
+        assert_eq!(watch.sample(&wait, 1_100), Sample::First);
         assert_eq!(watch.due(), 1_200);
-        assert_eq!(watch.sample(&wait, 1_150, &vm), Sample::NotDue);
+        assert_eq!(watch.sample(&wait, 1_150), Sample::NotDue);
         // Late is fine: the next is due a period after this one.
-        assert_eq!(watch.sample(&wait, 1_250, &vm), Sample::Spinning);
+        assert_eq!(watch.sample(&wait, 1_250), Sample::Spinning);
         assert_eq!(watch.due(), 1_350);
         // Another vCPU (or the same again) is loaded: no comparison with
         // what ran before.
-        watch.start(2_000, &vm);
-        assert_eq!(watch.sample(&wait, 2_100, &vm), Sample::First);
+        watch.start(2_000);
+        assert_eq!(watch.sample(&wait, 2_100), Sample::First);
         // A counter near its end saturates rather than wrapping to "due".
-        watch.start(u64::MAX - 10, &vm);
+        watch.start(u64::MAX - 10);
         assert_eq!(watch.due(), u64::MAX);
-        assert_eq!(watch.sample(&wait, u64::MAX - 5, &vm), Sample::NotDue);
+        assert_eq!(watch.sample(&wait, u64::MAX - 5), Sample::NotDue);
     }
 
     #[test]
-    fn progress_doubles_the_vms_period_up_to_the_longest_and_a_spin_resets_it() {
-        let vm = SamplePeriod::new();
+    fn progress_doubles_the_period_up_to_the_longest_and_a_spin_resets_it() {
         let mut watch = SpinWatch::new(100, 800);
+        assert_eq!(watch.period(), 800, "a pCPU starts at the longest");
         let mut work = 0;
-        let mut step = |watch: &mut SpinWatch, vm: &SamplePeriod, spinning: bool| {
+        let mut step = |watch: &mut SpinWatch, spinning: bool| {
             if !spinning {
                 work += 1;
             }
-            watch.sample(&regs(0x1000, EL1H, work), watch.due(), vm)
+            watch.sample(&regs(0x1000, EL1H, work), watch.due())
         };
-        watch.start(0, &vm);
-        assert_eq!(watch.period(), 800, "a VM starts at the longest");
-        assert_eq!(step(&mut watch, &vm, true), Sample::First);
+        watch.start(0);
+        assert_eq!(step(&mut watch, true), Sample::First);
         assert_eq!(watch.period(), 800);
-        assert_eq!(step(&mut watch, &vm, true), Sample::Spinning);
+        assert_eq!(step(&mut watch, true), Sample::Spinning);
         assert_eq!(watch.period(), 100);
-        // A convoy: the VM's next vCPU, loaded on another pCPU, spins too,
-        // and is sampled at the shortest period.
-        let mut other_pcpu = SpinWatch::new(100, 800);
-        other_pcpu.start(1_000, &vm);
-        assert_eq!(other_pcpu.due(), 1_100);
-        // A CPU hog of another VM, loaded between, has its own period,
-        // and its progress does not lengthen the first VM's.
-        let hog = SamplePeriod::new();
-        watch.start(2_000, &hog);
-        assert_eq!(watch.period(), 800);
-        assert_eq!(step(&mut watch, &hog, false), Sample::First);
-        assert_eq!(step(&mut watch, &hog, false), Sample::Progressed);
-        watch.start(5_000, &vm);
-        assert_eq!(watch.due(), 5_100);
+        // A convoy: the next vCPU loaded spins too, and is sampled at the
+        // shortest period.
+        let loaded_at = watch.due() + 5;
+        watch.start(loaded_at);
+        assert_eq!(watch.due(), loaded_at + 100);
         // Progress: 200, 400, 800, and there it stays.
         let periods: alloc::vec::Vec<u64> = (0..5)
             .map(|_| {
-                step(&mut watch, &vm, false);
+                step(&mut watch, false);
                 watch.period()
             })
             .collect();
         assert_eq!(periods, [100, 200, 400, 800, 800]);
-        // The VM's period went with it.
-        other_pcpu.start(9_000, &vm);
-        assert_eq!(other_pcpu.due(), 9_800);
         // Bounds below one tick, or crossed, are made sane.
-        let mut odd = SpinWatch::new(0, 0);
-        odd.start(0, &vm);
+        let odd = SpinWatch::new(0, 0);
         assert_eq!(odd.period(), 1);
-        let mut crossed = SpinWatch::new(500, 100);
-        crossed.start(0, &SamplePeriod::new());
+        let crossed = SpinWatch::new(500, 100);
         assert_eq!(crossed.period(), 500);
     }
 }
