@@ -158,7 +158,8 @@ PROFILE OPTIONS:
     --depth D          Inlined frames shown per row, outermost first [default: 3]
     --min X            Hide rows below X instructions per operation [default: 2]
     Installs llvm (llvm-symbolizer, llvm-nm) with apt-get as root. The report is exact
-    (icount) and goes to target/xtask/profile/report.txt.
+    (icount) and goes to target/xtask/profile/report.txt; every executed el2 instruction,
+    with its count per operation and its source line, to target/xtask/profile/listing.txt.
 
 SOAK OPTIONS:
     --minutes N        How long both guests run (1..=1440) [default: 5]

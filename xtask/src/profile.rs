@@ -79,11 +79,15 @@ fn parse_trace(line: &str) -> Option<Executed<'_>> {
     Some(Executed { block, pc, flags })
 }
 
-/// The address of one instruction line of an `IN:` block
-/// (`0x40080000:  91005a4d  add x13, x18, #0x16`).
-fn parse_instruction(line: &str) -> Option<u64> {
-    let (address, _) = line.strip_prefix("0x")?.split_once(':')?;
-    u64::from_str_radix(address, 16).ok()
+/// The address and the disassembly of one instruction line of an `IN:`
+/// block (`0x40080000:  91005a4d  add x13, x18, #0x16`).
+fn parse_instruction(line: &str) -> Option<(u64, &str)> {
+    let (address, rest) = line.strip_prefix("0x")?.split_once(':')?;
+    let address = u64::from_str_radix(address, 16).ok()?;
+    let rest = rest.trim_start();
+    // The encoding, then the mnemonic and its operands.
+    let text = rest.split_once(char::is_whitespace).map_or("", |(_, t)| t);
+    Some((address, text.trim()))
 }
 
 /// Whether a block with these TB flags runs in el2's own translation
@@ -98,6 +102,9 @@ fn runs_at_el2(flags: u32) -> bool {
 #[derive(Debug, Default, PartialEq, Eq)]
 struct Window {
     el2: HashMap<u64, u64>,
+    /// The disassembly of each EL2 instruction in `el2`, as QEMU printed
+    /// it when it translated the instruction's block.
+    text: HashMap<u64, String>,
     guest: u64,
     /// Operations in the window: the marker's executions in it.
     operations: u64,
@@ -170,6 +177,7 @@ fn count(
     // Host block address -> its instructions' PCs and whether it is EL2.
     let mut blocks: HashMap<u64, (Vec<u64>, bool)> = HashMap::new();
     let mut translating: Option<Vec<u64>> = None;
+    let mut texts: HashMap<u64, String> = HashMap::new();
     let mut seen = vec![0u64; markers.len()];
     let mut out: Vec<Window> = markers.iter().map(|_| Window::default()).collect();
     let mut line = String::new();
@@ -181,9 +189,10 @@ fn count(
         }
         if line.starts_with("IN:") {
             translating = Some(Vec::new());
-        } else if let Some(pc) = parse_instruction(&line) {
+        } else if let Some((pc, text)) = parse_instruction(&line) {
             if let Some(pcs) = translating.as_mut() {
                 pcs.push(pc);
+                texts.entry(pc).or_insert_with(|| text.to_string());
             }
         } else if let Some(e) = parse_trace(&line) {
             let Some(block) = e
@@ -225,6 +234,11 @@ fn count(
         }
     }
     for (i, w) in out.iter_mut().enumerate() {
+        w.text = w
+            .el2
+            .keys()
+            .filter_map(|pc| Some((*pc, texts.get(pc)?.clone())))
+            .collect();
         w.operations = match windows {
             None => seen[i],
             Some(windows) => windows[i].1.min(seen[i]).saturating_sub(windows[i].0),
@@ -290,9 +304,27 @@ fn tidy(name: &str) -> String {
     out
 }
 
+/// What the symbolizer says of one PC.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Symbolized {
+    /// The inlined call chain, outermost first.
+    chain: Vec<String>,
+    /// The innermost frame's source line (`file:line`, the path from its
+    /// `src/` on).
+    line: String,
+}
+
 /// The inlined call chain at each PC (outermost first), from
 /// `llvm-symbolizer -f -i -C`.
 pub(crate) fn frames(elf: &Path, offset: u64, pcs: &[u64]) -> Result<Vec<Vec<String>>> {
+    Ok(symbolize(elf, offset, pcs)?
+        .into_iter()
+        .map(|s| s.chain)
+        .collect())
+}
+
+/// [`frames`], with the innermost frame's source line.
+fn symbolize(elf: &Path, offset: u64, pcs: &[u64]) -> Result<Vec<Symbolized>> {
     let mut child = Command::new(SYMBOLIZER)
         .arg(format!("--obj={}", elf.display()))
         .args(["-f", "-i", "-C"])
@@ -312,7 +344,7 @@ pub(crate) fn frames(elf: &Path, offset: u64, pcs: &[u64]) -> Result<Vec<Vec<Str
         .map_err(|_| anyhow::anyhow!("writer panicked"))??;
     ensure!(output.status.success(), "{SYMBOLIZER} failed");
     let text = String::from_utf8_lossy(&output.stdout);
-    let chains: Vec<Vec<String>> = text
+    let chains: Vec<Symbolized> = text
         .trim_end()
         .split("\n\n")
         .map(|block| {
@@ -320,7 +352,8 @@ pub(crate) fn frames(elf: &Path, offset: u64, pcs: &[u64]) -> Result<Vec<Vec<Str
             // Pairs of (function, file:line:column), innermost first.
             let mut chain: Vec<String> = lines.iter().step_by(2).map(|f| tidy(f)).collect();
             chain.reverse();
-            chain
+            let line = lines.get(1).map_or_else(String::new, |l| source_line(l));
+            Symbolized { chain, line }
         })
         .collect();
     ensure!(
@@ -330,6 +363,31 @@ pub(crate) fn frames(elf: &Path, offset: u64, pcs: &[u64]) -> Result<Vec<Vec<Str
         pcs.len()
     );
     Ok(chains)
+}
+
+/// `file:line` of the symbolizer's `/path/to/file.rs:line:column`, the
+/// path cut to what follows its last `/src/` (or to the file name); empty
+/// where the symbolizer knows no line (`??`).
+fn source_line(location: &str) -> String {
+    // No line information (the assembly of the vectors): nothing.
+    if location.starts_with("??") {
+        return String::new();
+    }
+    let numeric = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
+    let without_column = match location.rsplit_once(':') {
+        Some((rest, column))
+            if numeric(column) && rest.rsplit_once(':').is_some_and(|(_, l)| numeric(l)) =>
+        {
+            rest
+        }
+        _ => location,
+    };
+    let short = without_column
+        .rsplit_once("/src/")
+        .map(|(_, tail)| tail)
+        .or_else(|| without_column.rsplit_once('/').map(|(_, tail)| tail))
+        .unwrap_or(without_column);
+    short.to_string()
 }
 
 /// The address `marker` (a substring of a demangled symbol) runs at.
@@ -412,6 +470,37 @@ fn write_children(
     }
 }
 
+/// The listing for one operation: every EL2 instruction executed in the
+/// window, in address order, with its executions per operation, its
+/// disassembly and its innermost source function and line; a blank line
+/// wherever the innermost function changes.
+fn listing(op: &str, w: &Window, symbols: &HashMap<u64, Symbolized>, offset: u64) -> String {
+    let n = w.operations.max(1) as f64;
+    let mut out = format!(
+        "{op}: executions per operation, address (el2's link address; branch targets as \
+             QEMU printed them, at the load address), instruction, innermost function, source\n"
+    );
+    let mut pcs: Vec<u64> = w.el2.keys().copied().collect();
+    pcs.sort_unstable();
+    let mut last_function: Option<&str> = None;
+    for pc in pcs {
+        let per = w.el2[&pc] as f64 / n;
+        let text = w.text.get(&pc).map_or("?", String::as_str);
+        let (function, line) = symbols.get(&pc).map_or(("?", ""), |s| {
+            (s.chain.last().map_or("?", String::as_str), s.line.as_str())
+        });
+        if last_function.is_some_and(|f| f != function) {
+            out.push('\n');
+        }
+        last_function = Some(function);
+        out.push_str(&format!(
+            "{per:7.2} {:#8x}  {text:<44} {function}  {line}\n",
+            pc.wrapping_sub(offset)
+        ));
+    }
+    out
+}
+
 pub fn profile(ws: &Workspace, o: &ProfileOpts) -> Result<ExitCode> {
     setup::ensure_tools(&[Tool::Symbolizer])?;
     let dir = ws.xtask_dir()?.join("profile");
@@ -449,21 +538,32 @@ pub fn profile(ws: &Workspace, o: &ProfileOpts) -> Result<ExitCode> {
         .map(|op| marker_address(&elf, offset, op.marker))
         .collect::<Result<Vec<u64>>>()?;
     let windows = measure(&trace, &markers)?;
+    let mut listings = String::new();
     for (op, w) in OPERATIONS.iter().zip(&windows) {
         let mut pcs: Vec<u64> = w.el2.keys().copied().collect();
         pcs.sort_unstable();
-        let chains: HashMap<u64, Vec<String>> = pcs
+        let symbols: HashMap<u64, Symbolized> = pcs
             .iter()
             .copied()
-            .zip(frames(&elf, offset, &pcs)?)
+            .zip(symbolize(&elf, offset, &pcs)?)
+            .collect();
+        let chains: HashMap<u64, Vec<String>> = symbols
+            .iter()
+            .map(|(&pc, s)| (pc, s.chain.clone()))
             .collect();
         text.push_str(&report(op.name, w, &chains, o.depth, o.min));
         text.push('\n');
+        listings.push_str(&listing(op.name, w, &symbols, offset));
+        listings.push('\n');
     }
     let out = dir.join("report.txt");
     fs::write(&out, &text).with_context(|| format!("cannot write {}", out.display()))?;
+    let listing_path = dir.join("listing.txt");
+    fs::write(&listing_path, &listings)
+        .with_context(|| format!("cannot write {}", listing_path.display()))?;
     print!("{text}");
     println!("report: {}", out.display());
+    println!("listing (every instruction): {}", listing_path.display());
     // The trace is large (about 3 MB per round); the report is what stays.
     let _ = fs::remove_file(&trace);
     Ok(ExitCode::SUCCESS)
@@ -517,7 +617,11 @@ Trace 0: 0x7f0000000100 [0000000000000000/0000000040080000/00000061/ff020200]
         assert_eq!(parse_trace("Trace 0: 0x7f [bad]"), None);
         assert_eq!(
             parse_instruction("0x4008101c:  d5033fdf  isb      "),
-            Some(0x4008_101c)
+            Some((0x4008_101c, "isb"))
+        );
+        assert_eq!(
+            parse_instruction("0x40080000:  91005a4d  add      x13, x18, #0x16"),
+            Some((0x4008_0000, "add      x13, x18, #0x16"))
         );
         assert_eq!(parse_instruction("IN: "), None);
         assert!(runs_at_el2(0x61));
@@ -539,6 +643,39 @@ Trace 0: 0x7f0000000100 [0000000000000000/0000000040080000/00000061/ff020200]
         assert_eq!(
             w.el2,
             HashMap::from([(0x4008_0000, 2), (0x4008_0004, 2), (0x4008_1000, 1)])
+        );
+        assert_eq!(w.text[&0x4008_1000], "mov      x19, x0");
+        let symbols = HashMap::from([
+            (
+                0x4008_0000,
+                Symbolized {
+                    chain: vec!["el2::outer".into(), "el2::inner".into()],
+                    line: "run/mod.rs:12".into(),
+                },
+            ),
+            (
+                0x4008_1000,
+                Symbolized {
+                    chain: vec!["el2::other".into()],
+                    line: "sched/mod.rs:3".into(),
+                },
+            ),
+        ]);
+        let list = listing("op", w, &symbols, 0x4000_0000);
+        let rows: Vec<&str> = list.lines().skip(1).collect();
+        assert_eq!(rows.len(), 5, "{list}");
+        assert!(
+            rows[0].starts_with("   1.00  0x80000  add      x13, x18, #0x16"),
+            "{list}"
+        );
+        assert!(rows[0].ends_with("el2::inner  run/mod.rs:12"), "{list}");
+        assert_eq!(rows[1], "", "a new function: {list}");
+        assert!(rows[2].contains("0x80004  b        #0x40081000"), "{list}");
+        assert!(rows[2].ends_with("?  "), "no symbol: {list}");
+        assert_eq!(rows[3], "", "{list}");
+        assert!(
+            rows[4].starts_with("   0.50  0x81000  mov      x19, x0"),
+            "{list}"
         );
         let text = report("op", w, &HashMap::new(), 3, 0.0);
         assert!(
@@ -565,6 +702,22 @@ Trace 0: 0x7f0000000100 [0000000000000000/0000000040080000/00000061/ff020200]
         assert_eq!(steady_window(&times), Some((4, 52)));
         assert_eq!(steady_window(&[0, 10]), None, "one interval is no loop");
         assert_eq!(steady_window(&[]), None);
+    }
+
+    #[test]
+    fn source_lines_keep_the_path_after_src() {
+        assert_eq!(
+            source_line("/work/main/el2/src/run/mod.rs:429:23"),
+            "run/mod.rs:429"
+        );
+        assert_eq!(
+            source_line("/rustc/abc/library/core/src/slice/index.rs:272:10"),
+            "slice/index.rs:272"
+        );
+        assert_eq!(source_line("/x/vectors.S:12"), "vectors.S:12");
+        assert_eq!(source_line("/x/head.S:12:0"), "head.S:12");
+        assert_eq!(source_line("??:0:0"), "");
+        assert_eq!(source_line(""), "");
     }
 
     #[test]
@@ -596,7 +749,7 @@ Trace 0: 0x7f0000000100 [0000000000000000/0000000040080000/00000061/ff020200]
             el2: HashMap::from([(1, 10), (2, 6), (3, 4)]),
             guest: 0,
             operations: 2,
-            times: Vec::new(),
+            ..Window::default()
         };
         let chain = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         let chains = HashMap::from([
