@@ -305,7 +305,7 @@ fn tidy(name: &str) -> String {
 }
 
 /// What the symbolizer says of one PC.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Debug)]
 struct Symbolized {
     /// The inlined call chain, outermost first.
     chain: Vec<String>,
