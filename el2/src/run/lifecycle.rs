@@ -5,7 +5,7 @@
 use super::machine::Machine;
 use super::vm::{MachineConsole, Vm, VmState};
 use super::{Host, Runner};
-use crate::sched::{CpuSet, InitialState, SchedError, Scheduler};
+use crate::sched::{CpuSet, InitialState, SchedError, Scheduler, millis};
 use crate::vcpu::VcpuId;
 use alloc::string::String;
 use core::fmt::Write;
@@ -101,6 +101,7 @@ impl<'h, M: Machine> Runner<'h, M> {
                 vm.console.lock().flush(&mut MachineConsole(&self.machine));
                 self.machine
                     .console_line(format_args!("el2: vm {} powered off", vm.name));
+                self.print_run_times(vm);
                 let host = self.host;
                 if host.vms.iter().all(|v| v.state() == VmState::Off) {
                     host.all_off.store(true, Ordering::Release);
@@ -111,6 +112,35 @@ impl<'h, M: Machine> Runner<'h, M> {
             }
             VmState::Off => {}
         }
+    }
+
+    /// Prints the pCPU time each VM has run so far, at `vm`'s power-off:
+    /// up to the first power-off every VM competed for the pCPUs, so the
+    /// first such line shows the shares the fair-share scheduler gave
+    /// (el2 `sched`, "Fair share"), which the end-of-run summary blurs
+    /// with the time the last VMs ran alone.
+    #[cold]
+    fn print_run_times(&self, vm: &Vm<M>) {
+        let hz = self.machine.counter_frequency().max(1);
+        let now = self.machine.counter();
+        let mut line = String::new();
+        {
+            let s = self.host.sched.lock();
+            for other in &self.host.vms {
+                if let Some(stats) = s.vm_stats(other.id, now) {
+                    let _ = write!(
+                        line,
+                        " {} {}",
+                        other.name,
+                        millis(stats.total.run_ticks, hz)
+                    );
+                }
+            }
+        }
+        self.machine.console_line(format_args!(
+            "el2: run time at vm {}'s power-off:{line}",
+            vm.name
+        ));
     }
 
     /// SYSTEM_RESET, every vCPU off and saved: forget the VM's run-time

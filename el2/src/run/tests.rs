@@ -422,6 +422,7 @@ fn several_vms_on_several_pcpus_keep_the_runner_invariants() {
             );
         }
         assert!(console.iter().any(|l| l == "el2: all VMs powered off"));
+        check_run_times(seed, &console, &["vm0", "vm1", "vm2"]);
         assert!(
             console
                 .iter()
@@ -493,6 +494,39 @@ fn several_vms_on_several_pcpus_keep_the_runner_invariants() {
     assert!(loads[&super::fake::PMU_USER] > 100, "{loads:?}");
     assert!(*PMU_CHECKS.lock() > 1000, "{}", *PMU_CHECKS.lock());
     assert!(*PMU_ENABLES.lock() > 10, "{}", *PMU_ENABLES.lock());
+}
+
+/// Each power-off line is followed by the run time of every VM so far, in
+/// `names` order, and no VM's figure goes down from one such line to the
+/// next.
+fn check_run_times(seed: u64, console: &[String], names: &[&str]) {
+    let mut last = alloc::vec![0.0f64; names.len()];
+    let mut lines = 0;
+    for (at, line) in console.iter().enumerate() {
+        let Some(vm) = line
+            .strip_prefix("el2: vm ")
+            .and_then(|l| l.strip_suffix(" powered off"))
+        else {
+            continue;
+        };
+        let times = &console[at + 1];
+        let prefix = alloc::format!("el2: run time at vm {vm}'s power-off:");
+        let rest = times
+            .strip_prefix(&prefix)
+            .unwrap_or_else(|| panic!("seed {seed}: {times:?} after {line:?}"));
+        let words: Vec<&str> = rest.split_whitespace().collect();
+        assert_eq!(words.len(), 3 * names.len(), "seed {seed}: {times:?}");
+        for (i, name) in names.iter().enumerate() {
+            assert_eq!(words[3 * i], *name, "seed {seed}: {times:?}");
+            assert_eq!(words[3 * i + 2], "ms", "seed {seed}: {times:?}");
+            let ms: f64 = words[3 * i + 1].parse().expect("a number of ms");
+            assert!(ms >= last[i], "seed {seed}: {name} went back in {times:?}");
+            last[i] = ms;
+        }
+        lines += 1;
+    }
+    assert!(lines >= names.len(), "seed {seed}: {lines} run-time lines");
+    assert!(last.iter().all(|&ms| ms > 0.0), "seed {seed}: {last:?}");
 }
 
 #[test]

@@ -218,7 +218,7 @@ mod tests;
 mod timers;
 
 pub use cpuset::CpuSet;
-pub use stats::{VcpuStats, VmStats};
+pub use stats::{VcpuStats, VmStats, millis};
 
 use alloc::vec::Vec;
 use core::fmt;

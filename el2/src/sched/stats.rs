@@ -78,6 +78,12 @@ struct Summary<'a> {
     counter_hz: u64,
 }
 
+/// `ticks` of a counter running at `counter_hz` as milliseconds with one
+/// decimal, for console lines.
+pub fn millis(ticks: u64, counter_hz: u64) -> impl fmt::Display {
+    Millis { ticks, counter_hz }
+}
+
 /// `ticks` as milliseconds with one decimal, without floating point.
 struct Millis {
     ticks: u64,
@@ -97,10 +103,7 @@ impl fmt::Display for Millis {
 impl fmt::Display for Summary<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let s = self.stats;
-        let ms = |ticks| Millis {
-            ticks,
-            counter_hz: self.counter_hz,
-        };
+        let ms = |ticks| millis(ticks, self.counter_hz);
         write!(
             f,
             "run {} steal {} blocked {} in {} preempted {} blocks {} yields {} yielded-to {} \
