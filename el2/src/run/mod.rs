@@ -364,17 +364,29 @@ impl<'h, M: Machine> Runner<'h, M> {
     /// lock of the switch, where `Runner::yielded` also read what its
     /// first pass needs (`pick`) and marked it resumed in the spin state,
     /// so no `pick_next` and no second lock.
-    fn load_handover(&mut self) -> Option<Loaded<M::Saved>> {
+    /// The target is a sibling: `vm`, the yielder's VM, is its VM.
+    fn load_handover(&mut self, vm: &'h Vm<M>) -> Option<Loaded<M::Saved>> {
         let (vcpu, steal_ticks) = self.handover.take()?;
         self.pick_fresh = true;
-        self.load_picked(vcpu, steal_ticks)
+        self.load_picked_of(vm, vcpu, steal_ticks)
     }
 
     /// Loads `vcpu`, which the scheduler made Running on this pCPU, with
     /// `steal_ticks` for its stolen-time record. `None` if its context
     /// never came back ([`Self::take_context`]): then it is put back.
     fn load_picked(&mut self, vcpu: VcpuId, steal_ticks: u64) -> Option<Loaded<M::Saved>> {
-        let vm = self.vm(vcpu);
+        self.load_picked_of(self.vm(vcpu), vcpu, steal_ticks)
+    }
+
+    /// [`Self::load_picked`] with `vcpu`'s VM, `vm`, already at hand.
+    #[inline(always)]
+    fn load_picked_of(
+        &mut self,
+        vm: &'h Vm<M>,
+        vcpu: VcpuId,
+        steal_ticks: u64,
+    ) -> Option<Loaded<M::Saved>> {
+        debug_assert_eq!(vm.id, vcpu.vm);
         let Some(mut ctx) = self.take_context(vm, vcpu) else {
             // The scheduler gave this pCPU a vCPU another pCPU holds and
             // does not give back: a bug, caught here rather than by running
@@ -460,7 +472,7 @@ impl<'h, M: Machine> Runner<'h, M> {
                 Applied::Put(reason) => reason,
                 Applied::Yielded => {
                     self.vcpu_put(vm, vcpu, loaded);
-                    match self.load_handover() {
+                    match self.load_handover(vm) {
                         Some(target) => {
                             loaded = target;
                             continue;

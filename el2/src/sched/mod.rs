@@ -1037,6 +1037,7 @@ impl Scheduler {
     ) -> Handover {
         let f = &mut self.vcpus[from_slot];
         let (vm, slice_end, from_since) = (f.id.vm, f.slice_end, f.since);
+        let extended = f.extended;
         let ran = now.saturating_sub(from_since);
         f.vruntime = f.vruntime.saturating_add(ran);
         f.stats.run_ticks = f.stats.run_ticks.saturating_add(ran);
@@ -1058,7 +1059,9 @@ impl Scheduler {
         t.since = t.since.max(now);
         t.state = VcpuState::Running { pcpu };
         t.slice_end = slice_end;
-        t.extended = false;
+        // The slice, extended or not, goes on: one extension per slice,
+        // however often it changes hands.
+        t.extended = extended;
         t.on_pending = false;
         t.awaits_preemption = false;
         t.stats.scheduled_in += 1;
@@ -1101,7 +1104,10 @@ impl Scheduler {
     }
 
     /// The checks of [`Self::yield_to`], in order; the slots of the
-    /// yielder and the target when it would be accepted.
+    /// yielder and the target when it would be accepted. Inlined: called
+    /// out of line, its result went through memory and the call saved
+    /// and restored registers, 23 instructions per directed yield.
+    #[inline(always)]
     fn yield_slots(
         &self,
         from: VcpuId,

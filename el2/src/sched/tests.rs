@@ -950,6 +950,26 @@ fn a_slice_is_extended_once_and_only_over_the_vms_own_vcpus() {
     );
     s.wake(w, 2 * SLICE + 200).unwrap();
     assert!(s.extend_slice(v, 0, 3 * SLICE + 150, 100).is_some());
+
+    // A directed yield hands the slice on as it is: extended once, it is
+    // not extended again by the vCPU that takes it, nor by the next.
+    let mut s = scheduler(1, &[3]);
+    let a = s.pick_next(0, 0).unwrap();
+    let end = s.slice_end(a).unwrap();
+    assert!(s.extend_slice(a, 0, end, 100).is_some());
+    let (b, c) = (vcpu(0, 1), vcpu(0, 2));
+    let handover = s.yield_to(a, b, 0, end + 10).unwrap();
+    assert_eq!(handover.slice_end, end + 100);
+    assert_eq!(s.extend_slice(b, 0, end + 100, 100), None);
+    s.yield_to(b, c, 0, end + 20).unwrap();
+    assert_eq!(s.extend_slice(c, 0, end + 100, 100), None);
+    // A slice not yet extended may be, once, by whoever holds it.
+    s.put(c, 0, end + 100, PutReason::SliceExpired).unwrap();
+    let d = s.pick_next(0, end + 100).unwrap();
+    let end = s.slice_end(d).unwrap();
+    let e = if d == a { b } else { a };
+    s.yield_to(d, e, 0, end - 10).unwrap();
+    assert!(s.extend_slice(e, 0, end, 100).is_some());
 }
 
 /// Every queue is a proper list (acyclic, linked both ways, its length
@@ -1058,7 +1078,7 @@ fn random_operations_keep_every_queue_consistent() {
 }
 
 /// The directed yield as the generic operations would do it: the yielder
-/// requeued, the target run with the inherited slice end.
+/// requeued, the target run with the inherited slice end and extension.
 fn yield_by_requeue_and_run(
     s: &mut Scheduler,
     from: VcpuId,
@@ -1067,11 +1087,12 @@ fn yield_by_requeue_and_run(
     now: u64,
 ) -> Result<Handover, YieldError> {
     let (from_slot, target_slot) = s.yield_slots(from, target, pcpu, now)?;
-    let slice_end = s.vcpus[from_slot].slice_end;
+    let (slice_end, extended) = (s.vcpus[from_slot].slice_end, s.vcpus[from_slot].extended);
     s.vcpus[from_slot].stats.yields += 1;
     s.requeue(from_slot, pcpu, now);
     s.run(target_slot, pcpu, now, slice_end);
     s.vcpus[target_slot].stats.yielded_to += 1;
+    s.vcpus[target_slot].extended = extended;
     Ok(Handover {
         slice_end,
         steal_ticks: s.vcpus[target_slot].stats.steal_ticks,
