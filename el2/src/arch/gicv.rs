@@ -123,6 +123,19 @@ impl CpuInterfaceState {
     }
 }
 
+/// The loaded vCPU's ICH_VMCR_EL2, and whether an active priority bit is
+/// set (an interrupt acknowledged and not yet completed).
+pub fn live_interface() -> (u64, bool) {
+    let (mut ap0r, mut ap1r) = ([0; 4], [0; 4]);
+    read_aprs(
+        ACTIVE_PRIORITY_REGISTERS.load(Ordering::Relaxed),
+        &mut ap0r,
+        &mut ap1r,
+    );
+    let active = ap0r.iter().chain(&ap1r).any(|&bits| bits != 0);
+    (ICH_VMCR_EL2.get(), active)
+}
+
 /// ICH_HCR_EL2: the virtual CPU interface on, with the underflow
 /// maintenance interrupt when asked for. (EOI maintenance interrupts need
 /// no enable: an EOI list register entry raises one when ICH_HCR_EL2.En is

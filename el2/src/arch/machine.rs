@@ -183,6 +183,10 @@ impl Machine for Hardware {
         gicv::read_lr(index)
     }
 
+    fn live_interface(&self) -> (u64, bool) {
+        gicv::live_interface()
+    }
+
     fn write_lr(&mut self, index: usize, value: u64) {
         gicv::write_lr(index, value);
     }

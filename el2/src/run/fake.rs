@@ -933,6 +933,16 @@ impl Machine for Fake {
 
     fn set_interface_control(&mut self, _underflow: bool) {}
 
+    /// The fake guest takes its interrupts when it likes
+    /// ([`Self::handle_interrupts`]), not when an interface would signal
+    /// them, so its interface reads as signalling nothing (VMCR 0: both
+    /// groups off, everything masked), and the sampler's witness that a
+    /// vCPU did not run (`el2::sched::spinwatch`) never fires here; the
+    /// rule has its own tests (`el2::devices::vgic::signalled_at_once`).
+    fn live_interface(&self) -> (u64, bool) {
+        (0, false)
+    }
+
     fn store_preempted(&self, pa: u64, width: usize, value: u64) {
         assert!(
             pa.is_multiple_of(64) && (width == 4 || width == 8),

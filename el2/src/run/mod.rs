@@ -47,7 +47,7 @@ pub use lifecycle::register_vcpus;
 pub use machine::{FastExit, Machine, Taken, VcpuContext, VmRegisters};
 pub use vm::{Vm, VmParts, VmState, guest_hcr};
 
-use crate::devices::vgic::{Lr, LrState, MAX_LIST_REGISTERS, VcpuMask};
+use crate::devices::vgic::{Lr, LrState, MAX_LIST_REGISTERS, VcpuMask, signalled_at_once};
 use crate::devices::vtimer::{self, PhysicalIrq};
 use crate::guest::layout;
 use crate::memory::ownership::OwnershipMap;
@@ -498,7 +498,13 @@ impl<'h, M: Machine> Runner<'h, M> {
         ctx: &mut VcpuContext<M::Saved>,
     ) -> Applied {
         let now = self.machine.counter();
-        if self.watch.sample(&ctx.regs, now) != Sample::Spinning {
+        let machine = &self.machine;
+        let interrupt_waits = || {
+            let (vmcr, any_active) = machine.live_interface();
+            let lrs = (0..ctx.lrs.used).map(|index| Lr::decode(machine.read_lr(index)));
+            signalled_at_once(lrs, vmcr, any_active, ctx.regs.pstate)
+        };
+        if self.watch.sample(&ctx.regs, now, interrupt_waits) != Sample::Spinning {
             return Applied::Resume;
         }
         vm.spin.lock().stats_mut().record_sampled_spin();

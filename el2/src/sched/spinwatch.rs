@@ -34,6 +34,24 @@
 //! its slice goes to a sibling of its own VM, or, with none waiting, a
 //! plain yield; its VM's share is unchanged ([`super::share_tests`]).
 //!
+//! # A vCPU that did not run
+//!
+//! Two equal samples can also mean that the vCPU executed nothing in
+//! between. On hardware it runs whenever it is loaded; under QEMU's
+//! round-robin icount a pCPU can be starved for a whole period: the
+//! sample's timer write kicks the writing CPU out of its turn and the
+//! other CPU runs up to the deadline just written (docs/benchmarks.md,
+//! "Spins found by sampling"). The registers cannot tell (a wait loop
+//! interrupted at one TB boundary, or parked in WFE, shows one PC
+//! too), and QEMU offers no per-CPU instruction count. One witness
+//! exists where it matters most, for a vCPU just woken by an interrupt:
+//! if an interrupt waits in its list registers that the virtual CPU
+//! interface signals to it at once (`el2::devices::vgic::signalled_at_once`:
+//! pending, above its priority mask, its group enabled and unmasked in
+//! PSTATE, nothing active), a running guest would have taken it, and its
+//! registers would show that. Two equal samples with such an interrupt
+//! waiting conclude nothing ([`Sample::Unmoved`]).
+//!
 //! # The period
 //!
 //! Between [`MIN_SAMPLE_PERIOD_US`] and [`MAX_SAMPLE_PERIOD_US`]: a found
@@ -100,6 +118,10 @@ pub enum Sample {
     Progressed,
     /// Nothing changed in a whole period: the vCPU spins.
     Spinning,
+    /// Nothing changed, but an interrupt the vCPU would have taken at once
+    /// still waits: it did not run (module documentation, "A vCPU that
+    /// did not run"). No conclusion; the period stays.
+    Unmoved,
 }
 
 /// The registers one sample keeps.
@@ -185,21 +207,34 @@ impl SpinWatch {
 
     /// Samples the loaded vCPU's registers `regs` at `now`, if a sample
     /// is due, and says whether it spins; sets the period (module
-    /// documentation) and the next sample's time.
-    pub fn sample(&mut self, regs: &GuestRegs, now: u64) -> Sample {
+    /// documentation) and the next sample's time. `interrupt_waits` says
+    /// whether an interrupt the vCPU would take at once waits for it; it
+    /// is asked only when the registers did not change.
+    pub fn sample(
+        &mut self,
+        regs: &GuestRegs,
+        now: u64,
+        interrupt_waits: impl FnOnce() -> bool,
+    ) -> Sample {
         if now < self.due {
             return Sample::NotDue;
         }
         let snapshot = Snapshot::of(regs);
         let sample = match self.last.replace(snapshot) {
             None => Sample::First,
-            Some(last) if last.same_wait(&snapshot) => Sample::Spinning,
+            Some(last) if last.same_wait(&snapshot) => {
+                if interrupt_waits() {
+                    Sample::Unmoved
+                } else {
+                    Sample::Spinning
+                }
+            }
             Some(_) => Sample::Progressed,
         };
         self.period = match sample {
             Sample::Spinning => self.min_period,
             Sample::Progressed => self.period.saturating_mul(2).min(self.max_period),
-            Sample::First | Sample::NotDue => self.period,
+            Sample::First | Sample::Unmoved | Sample::NotDue => self.period,
         };
         self.due = now.saturating_add(self.period);
         sample
@@ -234,7 +269,9 @@ mod tests {
     fn run(seq: &[GuestRegs]) -> alloc::vec::Vec<Sample> {
         let mut watch = SpinWatch::new(PERIOD, PERIOD);
         watch.start(0);
-        seq.iter().map(|r| watch.sample(r, watch.due())).collect()
+        seq.iter()
+            .map(|r| watch.sample(r, watch.due(), || false))
+            .collect()
     }
 
     #[test]
@@ -309,25 +346,25 @@ mod tests {
         let mut watch = SpinWatch::new(PERIOD, PERIOD);
         let wait = regs(0x1000, EL1H, 1);
         // Nothing is due before the first load.
-        assert_eq!(watch.sample(&wait, u64::MAX - 1), Sample::NotDue);
+        assert_eq!(watch.sample(&wait, u64::MAX - 1, || false), Sample::NotDue);
         watch.start(1_000);
         assert_eq!(watch.due(), 1_000 + PERIOD);
         // An exit before the sample is due takes none.
-        assert_eq!(watch.sample(&wait, 1_050), Sample::NotDue);
-        assert_eq!(watch.sample(&wait, 1_100), Sample::First);
+        assert_eq!(watch.sample(&wait, 1_050, || false), Sample::NotDue);
+        assert_eq!(watch.sample(&wait, 1_100, || false), Sample::First);
         assert_eq!(watch.due(), 1_200);
-        assert_eq!(watch.sample(&wait, 1_150), Sample::NotDue);
+        assert_eq!(watch.sample(&wait, 1_150, || false), Sample::NotDue);
         // Late is fine: the next is due a period after this one.
-        assert_eq!(watch.sample(&wait, 1_250), Sample::Spinning);
+        assert_eq!(watch.sample(&wait, 1_250, || false), Sample::Spinning);
         assert_eq!(watch.due(), 1_350);
         // Another vCPU (or the same again) is loaded: no comparison with
         // what ran before.
         watch.start(2_000);
-        assert_eq!(watch.sample(&wait, 2_100), Sample::First);
+        assert_eq!(watch.sample(&wait, 2_100, || false), Sample::First);
         // A counter near its end saturates rather than wrapping to "due".
         watch.start(u64::MAX - 10);
         assert_eq!(watch.due(), u64::MAX);
-        assert_eq!(watch.sample(&wait, u64::MAX - 5), Sample::NotDue);
+        assert_eq!(watch.sample(&wait, u64::MAX - 5, || false), Sample::NotDue);
     }
 
     #[test]
@@ -339,7 +376,7 @@ mod tests {
             if !spinning {
                 work += 1;
             }
-            watch.sample(&regs(0x1000, EL1H, work), watch.due())
+            watch.sample(&regs(0x1000, EL1H, work), watch.due(), || false)
         };
         watch.start(0);
         assert_eq!(step(&mut watch, true), Sample::First);
@@ -364,5 +401,34 @@ mod tests {
         assert_eq!(odd.period(), 1);
         let crossed = SpinWatch::new(500, 100);
         assert_eq!(crossed.period(), 500);
+    }
+
+    #[test]
+    fn a_vcpu_with_an_interrupt_it_would_have_taken_did_not_run() {
+        let mut watch = SpinWatch::new(100, 800);
+        watch.start(0);
+        let still = regs(0x1000, EL1H, 7);
+        assert_eq!(watch.sample(&still, watch.due(), || true), Sample::First);
+        // Equal registers with an interrupt waiting: no conclusion, the
+        // period stays.
+        assert_eq!(watch.sample(&still, watch.due(), || true), Sample::Unmoved);
+        assert_eq!(watch.period(), 800);
+        // Without one: the spin.
+        assert_eq!(
+            watch.sample(&still, watch.due(), || false),
+            Sample::Spinning
+        );
+        assert_eq!(watch.period(), 100);
+        // The witness is asked only when nothing changed.
+        let asked = core::cell::Cell::new(0);
+        let ask = || {
+            asked.set(asked.get() + 1);
+            true
+        };
+        assert_eq!(
+            watch.sample(&regs(0x1000, EL1H, 8), watch.due(), ask),
+            Sample::Progressed
+        );
+        assert_eq!(asked.get(), 0);
     }
 }

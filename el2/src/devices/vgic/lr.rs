@@ -5,6 +5,55 @@
 
 // Every `ICH_LR<n>_EL2` has the layout aarch64-cpu gives ICH_LR0_EL2.
 use aarch64_cpu::registers::ICH_LR0_EL2 as LR;
+use aarch64_cpu::registers::SPSR_EL2;
+use tock_registers::LocalRegisterCopy;
+use tock_registers::register_bitfields;
+
+register_bitfields! {u64,
+    /// ICH_VMCR_EL2 (Arm IHI 0069, "`ICH_VMCR_EL2`, Interrupt Controller
+    /// Virtual Machine Control Register"): the fields
+    /// [`signalled_at_once`] reads (aarch64-cpu gives the register no
+    /// fields).
+    pub VMCR [
+        /// The guest's priority mask (ICV_PMR_EL1).
+        VPMR OFFSET(24) NUMBITS(8) [],
+        /// Group 1 enable (ICV_IGRPEN1_EL1).
+        VENG1 OFFSET(1) NUMBITS(1) [],
+        /// Group 0 enable (ICV_IGRPEN0_EL1).
+        VENG0 OFFSET(0) NUMBITS(1) [],
+    ]
+}
+
+/// Whether the virtual CPU interface signals one of the entries `lrs` to
+/// a guest that runs with `pstate` (its SPSR_EL2), its interface's
+/// `vmcr` (ICH_VMCR_EL2) and `any_active` (an active priority bit set in
+/// ICH_AP0R<n>_EL2 / ICH_AP1R<n>_EL2), so that the guest takes it as soon
+/// as it executes: a pending entry of an enabled group whose priority is
+/// higher (numerically lower) than the priority mask, unmasked by
+/// PSTATE.I (Group 1, a virtual IRQ) or PSTATE.F (Group 0, a virtual
+/// FIQ) (Arm IHI 0069, "Virtual interrupt handling and prioritization").
+/// With an interrupt active the running priority also counts; rather than
+/// compute it, the answer is then `false`: not known to be signalled.
+pub fn signalled_at_once(
+    lrs: impl IntoIterator<Item = Lr>,
+    vmcr: u64,
+    any_active: bool,
+    pstate: u64,
+) -> bool {
+    if any_active {
+        return false;
+    }
+    let vmcr = LocalRegisterCopy::<u64, VMCR::Register>::new(vmcr);
+    let pstate = LocalRegisterCopy::<u64, SPSR_EL2::Register>::new(pstate);
+    let mask = vmcr.read(VMCR::VPMR);
+    let irq_open = vmcr.is_set(VMCR::VENG1) && !pstate.is_set(SPSR_EL2::I);
+    let fiq_open = vmcr.is_set(VMCR::VENG0) && !pstate.is_set(SPSR_EL2::F);
+    lrs.into_iter().any(|lr| {
+        lr.state == LrState::Pending
+            && u64::from(lr.priority) < mask
+            && if lr.group1 { irq_open } else { fiq_open }
+    })
+}
 
 /// The most list registers a CPU interface has: ICH_VTR_EL2.ListRegs is a
 /// 5-bit field holding the count minus one, and the architecture defines
@@ -226,5 +275,81 @@ impl ListRegisters {
             }
             None => false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Group 1 enabled, priority mask 0xf0, as Linux's GIC driver leaves
+    /// it.
+    const LINUX_VMCR: u64 = 0xf0 << 24 | 1 << 1;
+    /// EL1h, DAIF clear.
+    const EL1H: u64 = 0b0101;
+
+    fn sgi(state: LrState, priority: u8) -> Lr {
+        Lr {
+            intid: 1,
+            state,
+            priority,
+            group1: true,
+            ..Lr::default()
+        }
+    }
+
+    #[test]
+    fn a_pending_entry_above_the_mask_is_signalled_to_an_unmasked_guest() {
+        let pending = [sgi(LrState::Pending, 0xa0)];
+        assert!(signalled_at_once(pending, LINUX_VMCR, false, EL1H));
+        // Among others that are not.
+        let mixed = [sgi(LrState::Active, 0xa0), sgi(LrState::Pending, 0xa0)];
+        assert!(signalled_at_once(mixed, LINUX_VMCR, false, EL1H));
+    }
+
+    #[test]
+    fn masks_priorities_group_enables_and_active_interrupts_hold_it_back() {
+        let pending = [sgi(LrState::Pending, 0xa0)];
+        // PSTATE.I.
+        let masked = EL1H | SPSR_EL2::I::Masked.value;
+        assert!(!signalled_at_once(pending, LINUX_VMCR, false, masked));
+        // The priority mask (pseudo-NMI masks with it, PSTATE.I clear).
+        let pmr_low = 0x80 << 24 | 1 << 1;
+        assert!(!signalled_at_once(pending, pmr_low, false, EL1H));
+        assert!(!signalled_at_once(
+            [sgi(LrState::Pending, 0xf0)],
+            LINUX_VMCR,
+            false,
+            EL1H
+        ));
+        // Group 1 disabled.
+        assert!(!signalled_at_once(pending, 0xf0 << 24, false, EL1H));
+        // An interrupt active: the running priority is not computed.
+        assert!(!signalled_at_once(pending, LINUX_VMCR, true, EL1H));
+        // Nothing pending.
+        for state in [LrState::Invalid, LrState::Active, LrState::PendingActive] {
+            assert!(!signalled_at_once(
+                [sgi(state, 0xa0)],
+                LINUX_VMCR,
+                false,
+                EL1H
+            ));
+        }
+        assert!(!signalled_at_once([], LINUX_VMCR, false, EL1H));
+    }
+
+    #[test]
+    fn group_0_goes_by_the_fiq_mask_and_its_own_enable() {
+        let fiq = [Lr {
+            group1: false,
+            ..sgi(LrState::Pending, 0xa0)
+        }];
+        let both = LINUX_VMCR | 1;
+        assert!(signalled_at_once(fiq, both, false, EL1H));
+        assert!(!signalled_at_once(fiq, LINUX_VMCR, false, EL1H));
+        let irq_masked = EL1H | SPSR_EL2::I::Masked.value;
+        assert!(signalled_at_once(fiq, both, false, irq_masked));
+        let fiq_masked = EL1H | SPSR_EL2::F::Masked.value;
+        assert!(!signalled_at_once(fiq, both, false, fiq_masked));
     }
 }
