@@ -139,6 +139,9 @@ pub struct VcpuContext<S> {
     /// The guest's PMU, where it is, and its overflow line
     /// (`el2::trap::pmu`).
     pub pmu: PmuState,
+    /// Where its last WFI that blocked it returns to (its PC then), until
+    /// its next load (`el2::sched::spinwatch`, "A vCPU that did not run").
+    pub blocked_at: Option<u64>,
 }
 
 /// How an allocation transaction refuses allocations (`el2.fail-alloc=`).

@@ -421,7 +421,8 @@ impl<'h, M: Machine> Runner<'h, M> {
                 return;
             }
             let picked = if core::mem::replace(&mut self.pick_fresh, false) {
-                self.watch.start(self.machine.counter());
+                let woken_at = loaded.ctx.blocked_at.take();
+                self.watch.start(self.machine.counter(), woken_at);
                 self.pick
             } else {
                 // The WFI deadlines of vCPUs blocked on this pCPU fall due
@@ -611,7 +612,7 @@ impl<'h, M: Machine> Runner<'h, M> {
 
     /// Puts the loaded vCPU with `reason` (not a power-off): the scheduler
     /// decides; the vCPU's PV "preempted" flag follows under its lock.
-    fn put(&mut self, vm: &'h Vm<M>, loaded: Loaded<M::Saved>, reason: PutReason) {
+    fn put(&mut self, vm: &'h Vm<M>, mut loaded: Loaded<M::Saved>, reason: PutReason) {
         let vcpu = loaded.vcpu;
         let now = self.machine.counter();
         let mut s = self.host.sched.lock();
@@ -627,6 +628,9 @@ impl<'h, M: Machine> Runner<'h, M> {
                 .record_put(vcpu.index, loaded.ctx.regs.pstate, outcome);
         }
         drop(s);
+        if outcome == Ok(PutOutcome::Blocked) {
+            loaded.ctx.blocked_at = Some(loaded.ctx.regs.pc);
+        }
         match outcome {
             Ok(PutOutcome::KeepRunning) => self.loaded = Some(loaded),
             Ok(_) => self.vcpu_put(vm, vcpu, loaded),

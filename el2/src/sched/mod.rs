@@ -927,7 +927,9 @@ impl Scheduler {
     /// runs with IRQs masked). Returns the new slice end, or `None` when
     /// the extension is refused: `vcpu` is not running on `pcpu`, its slice
     /// was extended already (once per slice, so a guest that always claims
-    /// a lock gets at most one extension per slice), nobody waits for
+    /// a lock gets at most one extension per slice; a directed yield hands
+    /// the slice on with that flag, so its new holder cannot extend it
+    /// again), nobody waits for
     /// `pcpu` (the slice is renewed anyway), or a vCPU of another VM waits
     /// in `pcpu`'s queue: an extension may only make the VM's own vCPUs
     /// wait, never another VM's.

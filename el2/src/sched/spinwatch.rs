@@ -43,14 +43,19 @@
 //! other CPU runs up to the deadline just written (docs/benchmarks.md,
 //! "Spins found by sampling"). The registers cannot tell (a wait loop
 //! interrupted at one TB boundary, or parked in WFE, shows one PC
-//! too), and QEMU offers no per-CPU instruction count. One witness
-//! exists where it matters most, for a vCPU just woken by an interrupt:
-//! if an interrupt waits in its list registers that the virtual CPU
-//! interface signals to it at once (`el2::devices::vgic::signalled_at_once`:
-//! pending, above its priority mask, its group enabled and unmasked in
-//! PSTATE, nothing active), a running guest would have taken it, and its
-//! registers would show that. Two equal samples with such an interrupt
-//! waiting conclude nothing ([`Sample::Unmoved`]).
+//! too), and QEMU offers no per-CPU instruction count. Two witnesses
+//! exist where it matters most, for a vCPU just woken, and two equal
+//! samples with either conclude nothing ([`Sample::Unmoved`]):
+//! - an interrupt waits in its list registers that the virtual CPU
+//!   interface signals to it at once (`el2::devices::vgic::signalled_at_once`:
+//!   pending, above its priority mask, its group enabled and unmasked in
+//!   PSTATE, nothing active): a running guest would have taken it, and
+//!   its registers would show that;
+//! - it was woken from a WFI that blocked it, and both samples find it
+//!   exactly where that WFI returned to: a guest returns from WFI to act
+//!   on the wake-up, not to spin in place (a wait loop goes back through
+//!   its WFI, which traps). A guest that polls in a loop headed by the
+//!   instruction right after a WFI is not found spinning in that load.
 //!
 //! # The period
 //!
@@ -163,6 +168,9 @@ pub struct SpinWatch {
     due: u64,
     /// The last sample since the vCPU was loaded.
     last: Option<Snapshot>,
+    /// Where the loaded vCPU's WFI returned to, if it was woken from one
+    /// for this load.
+    woken_at: Option<u64>,
     /// The time to the next sample, between the two bounds (ticks).
     period: u64,
     min_period: u64,
@@ -178,6 +186,7 @@ impl SpinWatch {
         Self {
             due: u64::MAX,
             last: None,
+            woken_at: None,
             period: max_period,
             min_period,
             max_period,
@@ -185,11 +194,13 @@ impl SpinWatch {
     }
 
     /// A vCPU was just loaded at `now`: forget the last one's sample; the
-    /// first is due a period on.
+    /// first is due a period on. `woken_at`: where the WFI it was woken
+    /// from returned to, if it was.
     #[inline]
-    pub fn start(&mut self, now: u64) {
+    pub fn start(&mut self, now: u64, woken_at: Option<u64>) {
         self.due = now.saturating_add(self.period);
         self.last = None;
+        self.woken_at = woken_at;
     }
 
     /// The counter value at which the next sample is due (for the slice
@@ -223,7 +234,8 @@ impl SpinWatch {
         let sample = match self.last.replace(snapshot) {
             None => Sample::First,
             Some(last) if last.same_wait(&snapshot) => {
-                if interrupt_waits() {
+                let at_wake = self.woken_at == Some(snapshot.pc) && last.pc == snapshot.pc;
+                if at_wake || interrupt_waits() {
                     Sample::Unmoved
                 } else {
                     Sample::Spinning
@@ -268,7 +280,7 @@ mod tests {
     /// period; the conclusions.
     fn run(seq: &[GuestRegs]) -> alloc::vec::Vec<Sample> {
         let mut watch = SpinWatch::new(PERIOD, PERIOD);
-        watch.start(0);
+        watch.start(0, None);
         seq.iter()
             .map(|r| watch.sample(r, watch.due(), || false))
             .collect()
@@ -347,7 +359,7 @@ mod tests {
         let wait = regs(0x1000, EL1H, 1);
         // Nothing is due before the first load.
         assert_eq!(watch.sample(&wait, u64::MAX - 1, || false), Sample::NotDue);
-        watch.start(1_000);
+        watch.start(1_000, None);
         assert_eq!(watch.due(), 1_000 + PERIOD);
         // An exit before the sample is due takes none.
         assert_eq!(watch.sample(&wait, 1_050, || false), Sample::NotDue);
@@ -359,10 +371,10 @@ mod tests {
         assert_eq!(watch.due(), 1_350);
         // Another vCPU (or the same again) is loaded: no comparison with
         // what ran before.
-        watch.start(2_000);
+        watch.start(2_000, None);
         assert_eq!(watch.sample(&wait, 2_100, || false), Sample::First);
         // A counter near its end saturates rather than wrapping to "due".
-        watch.start(u64::MAX - 10);
+        watch.start(u64::MAX - 10, None);
         assert_eq!(watch.due(), u64::MAX);
         assert_eq!(watch.sample(&wait, u64::MAX - 5, || false), Sample::NotDue);
     }
@@ -378,7 +390,7 @@ mod tests {
             }
             watch.sample(&regs(0x1000, EL1H, work), watch.due(), || false)
         };
-        watch.start(0);
+        watch.start(0, None);
         assert_eq!(step(&mut watch, true), Sample::First);
         assert_eq!(watch.period(), 800);
         assert_eq!(step(&mut watch, true), Sample::Spinning);
@@ -386,7 +398,7 @@ mod tests {
         // A convoy: the next vCPU loaded spins too, and is sampled at the
         // shortest period.
         let loaded_at = watch.due() + 5;
-        watch.start(loaded_at);
+        watch.start(loaded_at, None);
         assert_eq!(watch.due(), loaded_at + 100);
         // Progress: 200, 400, 800, and there it stays.
         let periods: alloc::vec::Vec<u64> = (0..5)
@@ -406,7 +418,7 @@ mod tests {
     #[test]
     fn a_vcpu_with_an_interrupt_it_would_have_taken_did_not_run() {
         let mut watch = SpinWatch::new(100, 800);
-        watch.start(0);
+        watch.start(0, None);
         let still = regs(0x1000, EL1H, 7);
         assert_eq!(watch.sample(&still, watch.due(), || true), Sample::First);
         // Equal registers with an interrupt waiting: no conclusion, the
@@ -430,5 +442,42 @@ mod tests {
             Sample::Progressed
         );
         assert_eq!(asked.get(), 0);
+    }
+
+    #[test]
+    fn a_vcpu_found_where_its_wfi_returned_did_not_run() {
+        let mut watch = SpinWatch::new(100, 800);
+        let at_wake = regs(0x2004, EL1H, 7);
+        watch.start(0, Some(0x2004));
+        assert_eq!(watch.sample(&at_wake, watch.due(), || false), Sample::First);
+        assert_eq!(
+            watch.sample(&at_wake, watch.due(), || false),
+            Sample::Unmoved
+        );
+        assert_eq!(watch.period(), 800);
+        // Once it moved on, a wait elsewhere is a spin, and so is one
+        // that passes through that PC.
+        let wait = regs(0x3000, EL1H, 9);
+        assert_eq!(
+            watch.sample(&wait, watch.due(), || false),
+            Sample::Progressed
+        );
+        assert_eq!(watch.sample(&wait, watch.due(), || false), Sample::Spinning);
+        let around = regs(0x2008, EL1H, 7);
+        assert_eq!(
+            watch.sample(&around, watch.due(), || false),
+            Sample::Progressed
+        );
+        assert_eq!(
+            watch.sample(&at_wake, watch.due(), || false),
+            Sample::Spinning
+        );
+        // Not woken from a WFI for this load: equal samples are a spin.
+        watch.start(10_000, None);
+        assert_eq!(watch.sample(&at_wake, watch.due(), || false), Sample::First);
+        assert_eq!(
+            watch.sample(&at_wake, watch.due(), || false),
+            Sample::Spinning
+        );
     }
 }
