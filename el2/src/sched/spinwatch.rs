@@ -123,9 +123,10 @@ pub enum Sample {
     Progressed,
     /// Nothing changed in a whole period: the vCPU spins.
     Spinning,
-    /// Nothing changed, but an interrupt the vCPU would have taken at once
-    /// still waits: it did not run (module documentation, "A vCPU that
-    /// did not run"). No conclusion; the period stays.
+    /// Nothing changed, but a witness says the vCPU did not run: an
+    /// interrupt it would have taken at once still waits, or it sits
+    /// where the WFI it was woken from returned (module documentation, "A
+    /// vCPU that did not run"). No conclusion; the period stays.
     Unmoved,
 }
 
