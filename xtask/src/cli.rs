@@ -127,9 +127,9 @@ BENCH OPTIONS:
                        project's 6.12 kernel with and without the PV-lock series, 2 pCPUs,
                        2/4/8 vCPUs, alone and beside a CPU-hog VM, multi-threaded TCG (5 runs
                        per cell) and icount (3 seeds); bare QEMU as the reference; then
-                       Debian's stock 6.1 kernel's fork+exec loop at 2/4/8 vCPUs (5 runs).
+                       Debian's stock 6.1 kernel's fork+exec loop at 2/4/8 vCPUs (9 runs).
                        Writes target/xtask/bench-linux/results.json and
-                       docs/benchmarks-linux.md (about 36 minutes; --quick: 1x and 2x, no
+                       docs/benchmarks-linux.md (about 38 minutes; --quick: 1x and 2x, no
                        hog, 3 runs: 3-4)
     --quick            A reduced matrix (2 pCPUs; 1x and 2x overcommit; shorter runs): minutes
     --scale F          With --linux: the multi-threaded runs' work per test (pvlinux bench
