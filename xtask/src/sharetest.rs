@@ -207,7 +207,7 @@ pub fn check(lines: &[&str], tricky_vm: usize, owed: &[f64]) -> Result<(), Strin
     let got = shares(lines)?;
     if got.len() != owed.len() {
         return Err(format!(
-            "summary lines for {} VM(s), expected {}",
+            "run times for {} VM(s) at the first power-off, expected {}",
             got.len(),
             owed.len()
         ));
@@ -329,6 +329,14 @@ mod tests {
         lines.retain(|l| !l.contains("vm1's power-off"));
         let why = run(&lines).unwrap_err();
         assert!(why.contains("vm0 got 0.615"), "{why}");
+        let mut one_vm = lines.clone();
+        for line in &mut one_vm {
+            if line.contains("vm0's power-off") {
+                *line = "el2: run time at vm vm0's power-off: vm0 1600.0 ms".into();
+            }
+        }
+        let why = run(&one_vm).unwrap_err();
+        assert!(why.contains("run times for 1 VM(s)"), "{why}");
         lines.retain(|l| !l.contains("run time at"));
         let why = run(&lines).unwrap_err();
         assert!(why.contains("no \"el2: run time at vm"), "{why}");
