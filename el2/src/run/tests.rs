@@ -661,7 +661,14 @@ fn a_vcpu_spinning_without_exits_hands_its_slice_to_a_waiting_sibling() {
         index: 1 - spinner.index,
         ..spinner
     };
-    runner.loaded.as_mut().expect("loaded").ctx.saved.spins = u32::MAX;
+    {
+        use aarch64_cpu::registers::SPSR_EL2;
+        let ctx = &mut runner.loaded.as_mut().expect("loaded").ctx;
+        ctx.saved.spins = u32::MAX;
+        // It spins in the kernel with IRQs masked, as a spin_lock_irqsave
+        // waiter does.
+        ctx.regs.pstate = SPSR_EL2::M::EL1h.value | SPSR_EL2::I::Masked.value;
+    }
     let spins_from = now();
     let slice_end = host.sched.lock().slice_end(spinner).expect("it runs");
     let stats = || *host.vms[0].spin.lock().stats();
@@ -686,4 +693,8 @@ fn a_vcpu_spinning_without_exits_hands_its_slice_to_a_waiting_sibling() {
         found_at - spins_from
     );
     assert!(found_at < slice_end, "the slice ran out first");
+    drop(s);
+    // A waiter: its masked IRQs do not make it a boosted candidate.
+    let snapshot = host.vms[0].spin.lock().last_descheduled(spinner.index);
+    assert!(!snapshot.irqs_masked && !snapshot.in_user_mode);
 }
