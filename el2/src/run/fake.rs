@@ -192,6 +192,8 @@ pub struct FakeSaved {
     /// Interrupts it still spins through (a wait loop: no exits, no
     /// register changes; `el2::sched::spinwatch`).
     pub spins: u32,
+    /// Its next exit is a WFI (once its GIC is set up).
+    pub wfi_next: bool,
 }
 
 /// One fake pCPU.
@@ -219,6 +221,9 @@ pub struct Fake {
     /// The PMU registers in this pCPU while a vCPU's are loaded; `None`:
     /// trapped, nothing counting.
     pmu_cpu: Option<PmuRegisters>,
+    /// What [`Machine::live_interface`] reports (ICH_VMCR_EL2, any active
+    /// priority): closed unless a test opens it.
+    pub interface: (u64, bool),
 }
 
 impl Fake {
@@ -235,6 +240,7 @@ impl Fake {
             loaded_index: 0,
             debug_cpu: None,
             pmu_cpu: None,
+            interface: (0, false),
         }
     }
 
@@ -451,6 +457,9 @@ impl Fake {
                 return Self::data_abort(sgi_base + gic_regs::offset::GICR_ISENABLER0, true, 9);
             }
             _ => {}
+        }
+        if core::mem::take(&mut ctx.saved.wfi_next) {
+            return Syndrome::synchronous(IL | ESR_EL2::EC::TrappedWFIorWFE.value);
         }
         // Every vCPU unlocks its OS lock and sets MDSCR_EL1.TDCC, as Linux
         // does when a CPU comes up: neither makes it a debug user.
@@ -936,11 +945,11 @@ impl Machine for Fake {
     /// The fake guest takes its interrupts when it likes
     /// ([`Self::handle_interrupts`]), not when an interface would signal
     /// them, so its interface reads as signalling nothing (VMCR 0: both
-    /// groups off, everything masked), and the sampler's witness that a
-    /// vCPU did not run (`el2::sched::spinwatch`) never fires here; the
-    /// rule has its own tests (`el2::devices::vgic::signalled_at_once`).
+    /// groups off, everything masked) unless a test sets
+    /// [`Self::interface`]: then the sampler's witness that a vCPU did not
+    /// run (`el2::sched::spinwatch`) sees what the test put there.
     fn live_interface(&self) -> (u64, bool) {
-        (0, false)
+        self.interface
     }
 
     fn store_preempted(&self, pa: u64, width: usize, value: u64) {

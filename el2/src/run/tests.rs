@@ -698,3 +698,174 @@ fn a_vcpu_spinning_without_exits_hands_its_slice_to_a_waiting_sibling() {
     let snapshot = host.vms[0].spin.lock().last_descheduled(spinner.index);
     assert!(!snapshot.irqs_masked && !snapshot.in_user_mode);
 }
+
+/// The spin sampler's first witness that a vCPU did not run, through the
+/// runner (`el2::sched::spinwatch`, `Sample::Unmoved`): a vCPU whose
+/// registers stay the same across samples while its list registers hold
+/// an interrupt its virtual CPU interface signals at once did not execute
+/// (it would have taken the interrupt), so it is not a spin. Once the
+/// interface no longer signals it, the same unchanged registers are one.
+#[test]
+fn a_vcpu_with_an_interrupt_it_would_take_at_once_is_not_read_as_spinning() {
+    use crate::devices::vgic::VMCR;
+    use aarch64_cpu::registers::SPSR_EL2;
+    let world = World::new(1, 1, 5, u64::MAX);
+    let spec = Spec {
+        vcpus: 2,
+        pv_lock: None,
+        affinity: None,
+    };
+    // 20 ms slices: room for many samples in one.
+    let host = host_with(&world, 1, &[spec], |_, config| {
+        config.time_slice_us = 20_000;
+    });
+    let vm = &host.vms[0];
+    let mut runner = Runner::new(0, &host, Fake::new(0, world.clone()));
+    // Sample every 300 ticks: many samples inside the slice.
+    runner.set_spin_sample_ticks(300, 300);
+    let now = || world.clock.load(core::sync::atomic::Ordering::Relaxed);
+    let sibling_of = |vcpu: VcpuId| VcpuId {
+        index: 1 - vcpu.index,
+        ..vcpu
+    };
+    host.sched
+        .lock()
+        .power_on(
+            VcpuId {
+                vm: VmId(0),
+                index: 1,
+            },
+            now(),
+        )
+        .expect("vCPU 1 was off");
+    // The loaded vCPU's first exits enable its GIC group and SGI 3.
+    let spinner = loop {
+        assert_eq!(runner.step(), Step::Ran);
+        let loaded = runner.loaded.as_ref().expect("a vCPU is loaded");
+        if loaded.ctx.saved.entries >= 3 {
+            break loaded.vcpu;
+        }
+    };
+    let sibling = sibling_of(spinner);
+    assert!(
+        matches!(host.sched.lock().state(sibling), Some(VcpuState::Runnable)),
+        "the sibling waits for the pCPU, so the spinner is sampled"
+    );
+    {
+        let ctx = &mut runner.loaded.as_mut().expect("loaded").ctx;
+        ctx.saved.spins = u32::MAX;
+        // EL1h with IRQs and FIQs unmasked.
+        ctx.regs.pstate = SPSR_EL2::M::EL1h.value;
+    }
+    // SGI 3 for the spinner: the runner puts it in a list register.
+    vm.vgic.lock().raise_edge(3, spinner.index).expect("SGI 3");
+    vm.irq_attention
+        .fetch_or(1 << spinner.index, core::sync::atomic::Ordering::AcqRel);
+    runner.machine_mut().interface = (
+        (VMCR::VENG0::SET + VMCR::VENG1::SET + VMCR::VPMR.val(0xff)).value,
+        false,
+    );
+    let stats = || *vm.spin.lock().stats();
+    // Sampled until its slice is nearly over (a step runs until the next
+    // sample, up to 300 + 420 ticks later), several times.
+    let slice_end = host.sched.lock().slice_end(spinner).expect("it runs");
+    let from = now();
+    assert!(from + 4 * (300 + 420) < slice_end, "room for samples");
+    while now() + 2 * (300 + 420) < slice_end {
+        assert_eq!(runner.step(), Step::Ran);
+        assert_eq!(runner.running(), Some(spinner), "it stays loaded");
+    }
+    let ctx = &runner.loaded.as_ref().expect("loaded").ctx;
+    assert!(ctx.lrs.used > 0, "the SGI waits in a list register");
+    assert_eq!(stats().sampled_spins, 0, "{}", stats());
+    // The interface closed (both groups off): nothing shows it did not
+    // run, so its unchanged registers are a spin, found in this slice or
+    // when it runs again.
+    runner.machine_mut().interface = (0, false);
+    let from = now();
+    while stats().sampled_spins == 0 && now() < from + 20_000 {
+        assert_eq!(runner.step(), Step::Ran);
+    }
+    assert_eq!(stats().sampled_spins, 1, "{}", stats());
+}
+
+/// The spin sampler's second witness, through the runner: a vCPU woken
+/// from WFI whose samples all show it where its WFI returned did not run
+/// (under QEMU's icount a pCPU can be made to wait out a sample period
+/// without executing), so it is not a spin; the put that blocked it keeps
+/// that PC and the load hands it to the sampler. Moved elsewhere, the
+/// same unchanged registers are a spin.
+#[test]
+fn a_vcpu_woken_from_wfi_and_still_where_it_returned_is_not_read_as_spinning() {
+    let world = World::new(1, 1, 9, u64::MAX);
+    let spec = Spec {
+        vcpus: 2,
+        pv_lock: None,
+        affinity: None,
+    };
+    let host = host_with(&world, 1, &[spec], |_, config| {
+        config.time_slice_us = 20_000;
+    });
+    let vm = &host.vms[0];
+    let mut runner = Runner::new(0, &host, Fake::new(0, world.clone()));
+    runner.set_spin_sample_ticks(300, 300);
+    let now = || world.clock.load(core::sync::atomic::Ordering::Relaxed);
+    host.sched
+        .lock()
+        .power_on(
+            VcpuId {
+                vm: VmId(0),
+                index: 1,
+            },
+            now(),
+        )
+        .expect("vCPU 1 was off");
+    let waiter = loop {
+        assert_eq!(runner.step(), Step::Ran);
+        let loaded = runner.loaded.as_mut().expect("a vCPU is loaded");
+        if loaded.ctx.saved.entries >= 3 {
+            loaded.ctx.saved.wfi_next = true;
+            break loaded.vcpu;
+        }
+    };
+    // It blocks in WFI; the sibling runs.
+    while host.sched.lock().state(waiter) == Some(VcpuState::Running { pcpu: 0 }) {
+        assert_eq!(runner.step(), Step::Ran);
+    }
+    assert!(
+        matches!(host.sched.lock().state(waiter), Some(VcpuState::Blocked(_))),
+        "{waiter} blocked in WFI"
+    );
+    let woken_at = {
+        let mut slot = vm.vcpus[usize::from(waiter.index)].lock();
+        let ctx = slot.as_mut().expect("its context is in its slot");
+        // From its wake-up on, it does not execute.
+        ctx.saved.spins = u32::MAX;
+        ctx.blocked_at.expect("the put kept where its WFI returned")
+    };
+    host.sched.lock().wake(waiter, now()).expect("woken");
+    let stats = || *vm.spin.lock().stats();
+    let from = now();
+    while runner.running() != Some(waiter) {
+        assert!(now() < from + 50_000, "{waiter} never ran");
+        assert_eq!(runner.step(), Step::Ran);
+    }
+    let slice_end = host.sched.lock().slice_end(waiter).expect("it runs");
+    assert!(now() + 4 * (300 + 420) < slice_end, "room for samples");
+    while now() + 2 * (300 + 420) < slice_end {
+        assert_eq!(runner.step(), Step::Ran);
+        assert_eq!(runner.running(), Some(waiter), "it stays loaded");
+    }
+    assert_eq!(
+        runner.loaded.as_ref().expect("loaded").ctx.regs.pc,
+        woken_at
+    );
+    assert_eq!(stats().sampled_spins, 0, "{}", stats());
+    // Somewhere else, unchanged registers are a spin.
+    runner.loaded.as_mut().expect("loaded").ctx.regs.pc = woken_at + 8;
+    let from = now();
+    while stats().sampled_spins == 0 && now() < from + 20_000 {
+        assert_eq!(runner.step(), Step::Ran);
+    }
+    assert_eq!(stats().sampled_spins, 1, "{}", stats());
+}

@@ -145,7 +145,7 @@ pub mod regs;
 #[cfg(test)]
 mod tests;
 
-pub use lr::{ListRegisters, Lr, LrState, MAX_LIST_REGISTERS, signalled_at_once};
+pub use lr::{ListRegisters, Lr, LrState, MAX_LIST_REGISTERS, VMCR, signalled_at_once};
 
 use alloc::vec;
 use alloc::vec::Vec;
