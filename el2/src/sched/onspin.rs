@@ -37,7 +37,9 @@
 //! module does it the way that series' review asked:
 //! - the candidate's interrupt-mask state when it was descheduled is the
 //!   hypervisor's own observation (PSTATE.I of its saved SPSR,
-//!   [`Descheduled::irqs_masked`]; x86 `last_guest_irq_disabled`), no ABI;
+//!   [`Descheduled::irqs_masked`]; x86 `last_guest_irq_disabled`), no ABI,
+//!   and not taken for a vCPU descheduled because it spun
+//!   ([`VmSpin::descheduled_spinning`]): a waiter is no likely holder;
 //! - instead of the guest kernel's `preempt_count` — an internal the review
 //!   refused to make guest/host ABI — the guest declares held locks in an
 //!   explicit, documented field of the PV-lock record
