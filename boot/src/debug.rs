@@ -15,13 +15,13 @@ pub const COMPARATORS: usize = 16;
 /// A kind of comparator register (its op2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Comparator {
-    /// DBGBVR<n>_EL1: a breakpoint's address.
+    /// `DBGBVR<n>_EL1`: a breakpoint's address.
     BreakpointValue = 4,
-    /// DBGBCR<n>_EL1: a breakpoint's control.
+    /// `DBGBCR<n>_EL1`: a breakpoint's control.
     BreakpointControl = 5,
-    /// DBGWVR<n>_EL1: a watchpoint's address.
+    /// `DBGWVR<n>_EL1`: a watchpoint's address.
     WatchpointValue = 6,
-    /// DBGWCR<n>_EL1: a watchpoint's control.
+    /// `DBGWCR<n>_EL1`: a watchpoint's control.
     WatchpointControl = 7,
 }
 

@@ -21,7 +21,7 @@
 //! | [`mmu`] | the translation settings a CPU turns its MMU on with, and the switch-on itself | `boot::mmu::enable_el2` / `enable_el1`, or `bl boot_enable_mmu_el2` / `_el1` |
 //! | [`console`] | the PL011 console: one lock for whole lines, CR LF line ends, a fatal path that bypasses a stuck lock | `console::init`, `println!`, `console::print_fatal` |
 //! | [`handover`] | a device tree at x0 known by its header, read with the MMU off; parking a CPU for good | `handover::read_fdt_total_size`, `handover::park` |
-//! | [`debug`] | the breakpoint and watchpoint registers by number (DBGBVR<n> ... DBGWCR<n>) | `debug::read`, `debug::write`: el2 switches a vCPU's, debug-check arms its own |
+//! | [`debug`] | the breakpoint and watchpoint registers by number (`DBGBVR<n>` ... `DBGWCR<n>`) | `debug::read`, `debug::write`: el2 switches a vCPU's, debug-check arms its own |
 //! | [`pmu`] | the PMUv3's EL0/EL1 registers: fields, accessors by name, event counters by number | `pmu::read`, `pmu::write`, `pmu::read_event`: el2 switches a vCPU's PMU, pmu-check programs its own |
 //! | [`sync`] | the pause of a spin-wait loop (YIELD) and the spin lock both images use | `sync::SpinMutex`, `sync::cpu_relax` |
 //!

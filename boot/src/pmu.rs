@@ -108,9 +108,9 @@ pub enum Register {
 /// An event counter's registers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Event {
-    /// PMEVCNTR<n>_EL0.
+    /// `PMEVCNTR<n>_EL0`.
     Counter,
-    /// PMEVTYPER<n>_EL0.
+    /// `PMEVTYPER<n>_EL0`.
     Type,
 }
 

@@ -99,8 +99,8 @@ register_bitfields! {u64,
 /// The fault status code of every debug exception: 0b100010.
 pub const DEBUG_EXCEPTION_FSC: u64 = 0b10_0010;
 
-/// DBGBCR<n>_EL1 for an unlinked address breakpoint on the A64
-/// instruction at DBGBVR<n>_EL1, at EL1.
+/// `DBGBCR<n>_EL1` for an unlinked address breakpoint on the A64
+/// instruction at `DBGBVR<n>_EL1`, at EL1.
 pub fn breakpoint_control() -> u64 {
     (DBGBCR::BT.val(0) + DBGBCR::BAS.val(0b1111) + DBGBCR::PMC::El1 + DBGBCR::E::SET).value
 }
@@ -143,7 +143,7 @@ impl fmt::Display for Watch {
     }
 }
 
-/// DBGWCR<n>_EL1 for a watchpoint on the doubleword at DBGWVR<n>_EL1,
+/// `DBGWCR<n>_EL1` for a watchpoint on the doubleword at `DBGWVR<n>_EL1`,
 /// at EL1, for `watch`.
 pub fn watchpoint_control(watch: Watch) -> u64 {
     let lsc = match watch {

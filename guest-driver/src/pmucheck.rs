@@ -56,7 +56,7 @@ pub const CYCLE_TOLERANCE: f64 = 0.1;
 /// cycle check to mean anything.
 pub const MIN_STOLEN_SHARE: f64 = 0.3;
 
-/// PMEVTYPER<n>_EL0 for `event` counted at EL1 and EL0 only (NSH clear:
+/// `PMEVTYPER<n>_EL0` for `event` counted at EL1 and EL0 only (NSH clear:
 /// not at EL2, which el2 prohibits anyway).
 pub fn event_type(event: u64) -> u64 {
     PMEVTYPER::EVTCOUNT.val(event).value

@@ -1,7 +1,8 @@
 //! What pv-check verifies of QEMU `virt`'s virtio-mmio window
 //! ([`pvlock_abi::virtio_mmio`]): that each of the 32 transports reads as
 //! an empty transport and ignores writes ([`check_transports`]), and that
-//! the device tree describes them as QEMU `virt` does ([`check_nodes`]).
+//! the device tree describes them as QEMU `virt` does (`check_nodes`,
+//! with the `runtime` feature).
 //! Both take their inputs as arguments (a register reader, the tree's
 //! bytes), so the host tests run them on fakes and on QEMU's own tree.
 

@@ -19,7 +19,7 @@ USAGE:
 COMMANDS:
     build     Build el2 and the guests and make their raw images (paths printed)
     run       Build, then boot under QEMU with the console on this terminal
-    test      Host checks (fmt, clippy, tests), then the QEMU boot-test matrix
+    test      Host checks (fmt, clippy, doc, tests), then the QEMU boot-test matrix
     bench     The lock benchmark matrix under deterministic QEMU (-icount), with a JSON
               file, a table in docs/benchmarks.md and an SVG plot
     soak      The PV lock benchmark and a stock Linux VM side by side for N minutes,

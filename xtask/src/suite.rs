@@ -22,7 +22,7 @@ use crate::{
 };
 
 /// The host checks: (name, cargo arguments).
-const HOST_CHECKS: [(&str, &[&str]); 6] = [
+const HOST_CHECKS: [(&str, &[&str]); 7] = [
     ("fmt", &["fmt", "--all", "--check"]),
     (
         "clippy",
@@ -83,8 +83,14 @@ const HOST_CHECKS: [(&str, &[&str]); 6] = [
             "warnings",
         ],
     ),
+    // The docs' links and markup (with `RUSTDOCFLAGS`, [`DOC_FLAGS`]).
+    ("doc", &["doc", "--workspace", "--no-deps"]),
     ("test", &["test", "--workspace"]),
 ];
+
+/// What makes rustdoc's warnings (a broken intra-doc link, stray markup)
+/// fail the `doc` host check.
+const DOC_FLAGS: (&str, &str) = ("RUSTDOCFLAGS", "-D warnings");
 
 /// Lines of console shown under a failed boot test.
 const TAIL_LINES: usize = 30;
@@ -194,6 +200,10 @@ fn host_check(ws: &Workspace, tally: &mut Tally, name: &str, args: &[&str]) {
     let name = format!("host {name}");
     let mut cmd = Command::new(ws.cargo());
     cmd.current_dir(&ws.root).args(args);
+    if args.first() == Some(&"doc") {
+        cmd.env(DOC_FLAGS.0, DOC_FLAGS.1);
+        print!("{}={:?} ", DOC_FLAGS.0, DOC_FLAGS.1);
+    }
     println!("$ cargo {}", args.join(" "));
     let _ = std::io::stdout().flush();
     let start = Instant::now();

@@ -277,7 +277,7 @@ pub trait Machine {
     /// interrupt when `underflow`.
     fn set_interface_control(&mut self, underflow: bool);
     /// The running vCPU's ICH_VMCR_EL2, and whether any of its active
-    /// priority bits (ICH_AP0R<n>_EL2, ICH_AP1R<n>_EL2) is set.
+    /// priority bits (`ICH_AP0R<n>_EL2`, `ICH_AP1R<n>_EL2`) is set.
     fn live_interface(&self) -> (u64, bool);
 
     /// Stores the PV-lock "preempted" field of the `width`-byte record at

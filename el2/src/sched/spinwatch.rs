@@ -32,7 +32,7 @@
 //!
 //! A false positive costs the vCPU what a trapped WFE would: the rest of
 //! its slice goes to a sibling of its own VM, or, with none waiting, a
-//! plain yield; its VM's share is unchanged ([`super::share_tests`]).
+//! plain yield; its VM's share is unchanged (the scheduler's `share_tests`).
 //!
 //! # A vCPU that did not run
 //!

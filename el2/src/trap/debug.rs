@@ -51,7 +51,7 @@
 //!   debug exceptions are never generated at an Exception level above the
 //!   debug target: `AArch64.GenerateDebugExceptionsFrom(EL2, ...)` is
 //!   `UInt(target) > UInt(from)`, false for target EL1. So no breakpoint
-//!   (whatever DBGBCR<n>.HMC, SSC and PMC say), watchpoint or software
+//!   (whatever `DBGBCR<n>.HMC`, SSC and PMC say), watchpoint or software
 //!   step fires while el2 runs, even with the guest's comparators loaded
 //!   and its MDSCR_EL1.KDE set; nor can the guest route one to EL2.
 //!   (BRK at EL2 is el2's own code.)
@@ -180,8 +180,8 @@ impl DebugFeatures {
     }
 }
 
-/// One breakpoint or watchpoint: its control register (DBGBCR<n>_EL1,
-/// DBGWCR<n>_EL1) and value register (DBGBVR<n>_EL1, DBGWVR<n>_EL1).
+/// One breakpoint or watchpoint: its control register (`DBGBCR<n>_EL1`,
+/// `DBGWCR<n>_EL1`) and value register (`DBGBVR<n>_EL1`, `DBGWVR<n>_EL1`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Comparator {
     pub control: u64,
@@ -346,7 +346,7 @@ impl DebugState {
     /// Answers a trapped access to a debug register, with `value` the
     /// content of Xt for a write, from EL0 if `from_el0`; `None` for a
     /// register that is not a debug register, or a breakpoint or
-    /// watchpoint the CPU does not have (UNDEFINED, Arm ARM D19.3 "DBGBCR<n>_EL1").
+    /// watchpoint the CPU does not have (UNDEFINED, Arm ARM D19.3 "`DBGBCR<n>_EL1`").
     pub fn emulate(
         &mut self,
         access: &SysregAccess,

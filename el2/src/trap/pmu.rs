@@ -20,7 +20,7 @@
 //!
 //! MDCR_EL2.HPMD (FEAT_PMUv3p1, required: [`PmuFeatures::from_cpu`])
 //! prohibits event counting at EL2 by the guest's counters, whatever their
-//! PMEVTYPER<n>.NSH says, and with FEAT_PMUv3p5 MDCR_EL2.HCCD stops the
+//! `PMEVTYPER<n>.NSH` says, and with FEAT_PMUv3p5 MDCR_EL2.HCCD stops the
 //! cycle counter at EL2: a counter counts the guest's own execution, not
 //! el2 handling its exits. (On a PMUv3p1..p4 CPU a guest that sets
 //! PMCCFILTR_EL0.NSH and clears PMCR_EL0.DP can make its cycle counter run
@@ -142,9 +142,9 @@ pub struct PmuRegisters {
     pub pmuserenr: u64,
     pub cycles: u64,
     pub cycle_filter: u64,
-    /// PMEVCNTR<n>_EL0.
+    /// `PMEVCNTR<n>_EL0`.
     pub counts: [u64; MAX_EVENT_COUNTERS],
-    /// PMEVTYPER<n>_EL0.
+    /// `PMEVTYPER<n>_EL0`.
     pub types: [u64; MAX_EVENT_COUNTERS],
 }
 
@@ -270,8 +270,8 @@ impl PmuState {
 pub const CYCLE_COUNTER_BIT: u64 = 1 << CYCLE_COUNTER;
 
 /// The PMU's EL0 and EL1 registers: PMCR_EL0 ... PMUSERENR_EL0,
-/// PMOVSSET_EL0 (op1 3, CRn 9, CRm 12-14), PMEVCNTR<n>_EL0 and
-/// PMEVTYPER<n>_EL0 (CRn 14, CRm 8-15), PMINTENSET/CLR_EL1, PMMIR_EL1
+/// PMOVSSET_EL0 (op1 3, CRn 9, CRm 12-14), `PMEVCNTR<n>_EL0` and
+/// `PMEVTYPER<n>_EL0` (CRn 14, CRm 8-15), PMINTENSET/CLR_EL1, PMMIR_EL1
 /// (op1 0, CRn 9, CRm 14, op2 1, 2, 6).
 pub fn is_pmu_register(encoding: (u8, u8, u8, u8, u8)) -> bool {
     matches!(

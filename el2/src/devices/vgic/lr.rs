@@ -27,7 +27,7 @@ register_bitfields! {u64,
 /// Whether the virtual CPU interface signals one of the entries `lrs` to
 /// a guest that runs with `pstate` (its SPSR_EL2), its interface's
 /// `vmcr` (ICH_VMCR_EL2) and `any_active` (an active priority bit set in
-/// ICH_AP0R<n>_EL2 / ICH_AP1R<n>_EL2), so that the guest takes it as soon
+/// `ICH_AP0R<n>_EL2` / `ICH_AP1R<n>_EL2`), so that the guest takes it as soon
 /// as it executes: a pending entry of an enabled group whose priority is
 /// higher (numerically lower) than the priority mask, unmasked by
 /// PSTATE.I (Group 1, a virtual IRQ) or PSTATE.F (Group 0, a virtual
