@@ -869,3 +869,45 @@ fn a_vcpu_woken_from_wfi_and_still_where_it_returned_is_not_read_as_spinning() {
     }
     assert_eq!(stats().sampled_spins, 1, "{}", stats());
 }
+
+/// A spinner that no sibling can take over (the vCPU waiting for its pCPU
+/// is another VM's) yields plainly; it spun, so its masked IRQs do not
+/// make it a boosted candidate of its own VM later (docs/abi.md §6).
+#[test]
+fn a_spinner_that_yields_plainly_is_recorded_as_a_waiter() {
+    use aarch64_cpu::registers::SPSR_EL2;
+    let world = World::new(1, 2, 3, u64::MAX);
+    let one_vcpu = || Spec {
+        vcpus: 1,
+        pv_lock: None,
+        affinity: None,
+    };
+    let host = host_with(&world, 1, &[one_vcpu(), one_vcpu()], |_, config| {
+        config.time_slice_us = 20_000;
+    });
+    let mut runner = Runner::new(0, &host, Fake::new(0, world.clone()));
+    runner.set_spin_sample_ticks(300, 300);
+    assert_eq!(runner.step(), Step::Ran);
+    let spinner = runner.running().expect("a vCPU is loaded");
+    let vm = &host.vms[usize::from(spinner.vm.0)];
+    {
+        let ctx = &mut runner.loaded.as_mut().expect("loaded").ctx;
+        ctx.saved.spins = u32::MAX;
+        ctx.regs.pstate = SPSR_EL2::M::EL1h.value | SPSR_EL2::I::Masked.value;
+    }
+    let stats = || *vm.spin.lock().stats();
+    let now = || world.clock.load(core::sync::atomic::Ordering::Relaxed);
+    let from = now();
+    while runner.running() == Some(spinner) {
+        assert!(now() < from + 10_000, "never found: {}", stats());
+        assert_eq!(runner.step(), Step::Ran);
+    }
+    assert_eq!(stats().sampled_spins, 1, "{}", stats());
+    assert_eq!(stats().yields, 0, "no sibling to take the slice");
+    assert!(
+        matches!(host.sched.lock().state(spinner), Some(VcpuState::Runnable)),
+        "requeued"
+    );
+    let snapshot = vm.spin.lock().last_descheduled(spinner.index);
+    assert!(!snapshot.irqs_masked && !snapshot.in_user_mode);
+}
