@@ -130,8 +130,7 @@ impl<'h, M: Machine> Runner<'h, M> {
             let handover = s.yield_to(vcpu, choice.target, self.pcpu, now);
             spin.attempted(choice, handover.is_ok());
             if let Ok(handover) = handover {
-                spin.descheduled_spinning(vcpu.index, ctx.regs.pstate);
-                return self.handed_over(vm, vcpu, (choice.target, handover), &s, &mut spin);
+                return self.yielded(vm, (vcpu, ctx), (choice.target, handover), &s, &mut spin);
             }
         }
         // No sibling took the slice: yield plainly, as before (the spinner
@@ -154,21 +153,8 @@ impl<'h, M: Machine> Runner<'h, M> {
         s: &Scheduler,
         spin: &mut VmSpin,
     ) -> Applied {
-        spin.descheduled(vcpu.index, ctx.regs.pstate);
-        self.handed_over(vm, vcpu, (target, handover), s, spin)
-    }
-
-    /// [`Self::yielded`] once `vcpu`'s deschedule snapshot is taken.
-    #[inline(always)]
-    fn handed_over(
-        &mut self,
-        vm: &Vm<M>,
-        vcpu: VcpuId,
-        (target, handover): (VcpuId, Handover),
-        s: &Scheduler,
-        spin: &mut VmSpin,
-    ) -> Applied {
         vm.write_preempted(&self.machine, vcpu.index, 1);
+        spin.descheduled(vcpu.index, ctx.regs.pstate);
         spin.resumed(target.index);
         self.pick = Picked {
             slice_end: Some(handover.slice_end),

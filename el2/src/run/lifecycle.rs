@@ -8,7 +8,6 @@ use super::{Host, Runner};
 use crate::sched::{CpuSet, InitialState, SchedError, Scheduler, millis};
 use crate::vcpu::VcpuId;
 use alloc::string::String;
-use alloc::vec::Vec;
 use core::fmt::Write;
 use core::sync::atomic::Ordering;
 
@@ -123,23 +122,20 @@ impl<'h, M: Machine> Runner<'h, M> {
     #[cold]
     fn print_run_times(&self, vm: &Vm<M>) {
         let hz = self.machine.counter_frequency().max(1);
-        // Read under the scheduler lock into room reserved before it, and
-        // formatted after it: the lock is every pCPU's, held for the reads
-        // alone.
-        let mut run_ticks = Vec::with_capacity(self.host.vms.len());
-        {
-            let now = self.machine.counter();
-            let s = self.host.sched.lock();
-            run_ticks.extend(
-                self.host
-                    .vms
-                    .iter()
-                    .filter_map(|other| Some((other, s.vm_stats(other.id, now)?.total.run_ticks))),
-            );
-        }
+        let now = self.machine.counter();
         let mut line = String::new();
-        for (other, ticks) in run_ticks {
-            let _ = write!(line, " {} {}", other.name, millis(ticks, hz));
+        {
+            let s = self.host.sched.lock();
+            for other in &self.host.vms {
+                if let Some(stats) = s.vm_stats(other.id, now) {
+                    let _ = write!(
+                        line,
+                        " {} {}",
+                        other.name,
+                        millis(stats.total.run_ticks, hz)
+                    );
+                }
+            }
         }
         self.machine.console_line(format_args!(
             "el2: run time at vm {}'s power-off:{line}",

@@ -623,13 +623,9 @@ impl<'h, M: Machine> Runner<'h, M> {
             vm.write_preempted(&self.machine, vcpu.index, value);
         }
         if let Ok(outcome) = outcome {
-            let mut spin = vm.spin.lock();
-            spin.record_put(vcpu.index, loaded.ctx.regs.pstate, outcome);
-            // A plain yield is a spin no sibling could take over (or a
-            // vCPU the scheduler no longer runs here): a waiter's snapshot.
-            if reason == PutReason::Yield && outcome == PutOutcome::Requeued {
-                spin.descheduled_spinning(vcpu.index, loaded.ctx.regs.pstate);
-            }
+            vm.spin
+                .lock()
+                .record_put(vcpu.index, loaded.ctx.regs.pstate, outcome);
         }
         drop(s);
         if outcome == Ok(PutOutcome::Blocked) {

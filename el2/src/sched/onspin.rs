@@ -37,9 +37,7 @@
 //! module does it the way that series' review asked:
 //! - the candidate's interrupt-mask state when it was descheduled is the
 //!   hypervisor's own observation (PSTATE.I of its saved SPSR,
-//!   [`Descheduled::irqs_masked`]; x86 `last_guest_irq_disabled`), no ABI,
-//!   and not taken for a vCPU descheduled because it spun
-//!   ([`VmSpin::descheduled_spinning`]): a waiter is no likely holder;
+//!   [`Descheduled::irqs_masked`]; x86 `last_guest_irq_disabled`), no ABI;
 //! - instead of the guest kernel's `preempt_count` — an internal the review
 //!   refused to make guest/host ABI — the guest declares held locks in an
 //!   explicit, documented field of the PV-lock record
@@ -993,22 +991,6 @@ impl VmSpin {
         }
     }
 
-    /// [`Self::descheduled`] for a vCPU taken off because it was spinning
-    /// (a trapped WFE or a sampled spin): a waiter, so its masked IRQs do
-    /// not make it a likely lock holder, and it gets no masked-IRQ boost
-    /// (KVM's `dy_eligible` likewise passes over vCPUs caught in a spin
-    /// loop). Its mode is kept for the user-mode skip. Without this, the
-    /// waiters of a lock whose holder runs elsewhere, all spinning with
-    /// IRQs masked, hand each other their slices and none of them runs.
-    pub fn descheduled_spinning(&mut self, index: u16, spsr: u64) {
-        if let Some(slot) = self.descheduled.get_mut(usize::from(index)) {
-            *slot = Descheduled {
-                irqs_masked: false,
-                ..Descheduled::from_spsr(spsr)
-            };
-        }
-    }
-
     /// Records the outcome of `Scheduler::put` for vCPU `index`, whose
     /// saved SPSR_EL2 is `spsr`: a requeued vCPU gets its snapshot
     /// ([`Self::descheduled`]); one that blocked or powered off gets a
@@ -1700,44 +1682,6 @@ mod tests {
         assert_eq!(total.yields_for(LockHolder), 2);
         assert_eq!((total.wfe, total.kicks, total.pv_yield_calls), (2, 2, 4));
         assert_eq!((total.spins, total.sampled_spins), (2, 2));
-    }
-
-    #[test]
-    fn a_vcpu_taken_off_while_spinning_gets_no_masked_irq_boost() {
-        use aarch64_cpu::registers::SPSR_EL2;
-        let el1h = SPSR_EL2::M::EL1h.value;
-        let masked = el1h | SPSR_EL2::I::Masked.value;
-        let el0_masked = SPSR_EL2::M::EL0t.value | SPSR_EL2::I::Masked.value;
-        let mut vm = VmSpin::new(4);
-        vm.set_boost(true);
-        // vCPU 1 was preempted with IRQs masked: a likely lock holder.
-        // vCPUs 2 and 3 were taken off spinning with IRQs masked: waiters.
-        vm.descheduled(1, masked);
-        vm.descheduled_spinning(2, masked);
-        vm.descheduled_spinning(3, el0_masked);
-        assert_eq!(
-            vm.last_descheduled(2),
-            Descheduled {
-                in_user_mode: false,
-                irqs_masked: false
-            }
-        );
-        assert!(vm.last_descheduled(3).in_user_mode, "its mode is kept");
-        let candidates = [
-            vm.candidate(0, false, 0, false),
-            vm.candidate(1, true, 0, false),
-            vm.candidate(2, true, 0, false),
-            vm.candidate(3, true, 0, true),
-        ];
-        assert_eq!(
-            pairs(vm.plan(kernel(0), &candidates)),
-            [(1, IrqsMasked), (3, PendingInterrupt), (2, RoundRobin)]
-        );
-        // Taken off spinning, then preempted with IRQs masked: boosted again.
-        vm.descheduled(2, masked);
-        assert!(vm.last_descheduled(2).irqs_masked);
-        // Unknown indices are ignored.
-        vm.descheduled_spinning(9, masked);
     }
 
     #[test]
