@@ -688,6 +688,86 @@ fn a_vcpu_spinning_without_exits_hands_its_slice_to_a_waiting_sibling() {
     assert!(found_at < slice_end, "the slice ran out first");
 }
 
+/// The spin-sample period of the witness tests below, in ticks, and the
+/// most a step of the fake guest advances the clock (`Fake::run_guest`).
+const WITNESS_SAMPLE_TICKS: u64 = 300;
+const FAKE_STEP_TICKS: u64 = 420;
+
+/// The rig of the witness tests: one pCPU, one VM of two vCPUs, both on,
+/// with 20 ms slices (room for many samples in one).
+fn two_vcpus_on_one_pcpu(seed: u64) -> (Arc<World>, Host<Fake>) {
+    let world = World::new(1, 1, seed, u64::MAX);
+    let spec = Spec {
+        vcpus: 2,
+        pv_lock: None,
+        affinity: None,
+    };
+    let host = host_with(&world, 1, &[spec], |_, config| {
+        config.time_slice_us = 20_000;
+    });
+    let now = world.clock.load(core::sync::atomic::Ordering::Relaxed);
+    host.sched
+        .lock()
+        .power_on(
+            VcpuId {
+                vm: VmId(0),
+                index: 1,
+            },
+            now,
+        )
+        .expect("vCPU 1 was off");
+    (world, host)
+}
+
+/// A runner of the rig that samples every [`WITNESS_SAMPLE_TICKS`], run
+/// until the loaded vCPU's first exits have enabled its GIC group and
+/// SGI 3; with that vCPU.
+fn runner_past_gic_setup<'h>(
+    host: &'h Host<Fake>,
+    world: &Arc<World>,
+) -> (Runner<'h, Fake>, VcpuId) {
+    let mut runner = Runner::new(0, host, Fake::new(0, world.clone()));
+    runner.set_spin_sample_ticks(WITNESS_SAMPLE_TICKS, WITNESS_SAMPLE_TICKS);
+    loop {
+        assert_eq!(runner.step(), Step::Ran);
+        let loaded = runner.loaded.as_ref().expect("a vCPU is loaded");
+        if loaded.ctx.saved.entries >= 3 {
+            let vcpu = loaded.vcpu;
+            return (runner, vcpu);
+        }
+    }
+}
+
+/// Runs loaded `vcpu` until its slice is nearly over (a step runs until
+/// the next sample, up to a period and a step later), sampled several
+/// times, checking that it stays loaded.
+fn run_through_slice(runner: &mut Runner<'_, Fake>, world: &World, vcpu: VcpuId) {
+    let now = || world.clock.load(core::sync::atomic::Ordering::Relaxed);
+    let pass = WITNESS_SAMPLE_TICKS + FAKE_STEP_TICKS;
+    let slice_end = runner.host.sched.lock().slice_end(vcpu).expect("it runs");
+    assert!(now() + 4 * pass < slice_end, "room for samples");
+    while now() + 2 * pass < slice_end {
+        assert_eq!(runner.step(), Step::Ran);
+        assert_eq!(runner.running(), Some(vcpu), "it stays loaded");
+    }
+}
+
+/// Steps until VM 0 records a sampled spin or 20,000 ticks pass; its
+/// sampled spins then.
+fn run_until_a_spin_is_found(runner: &mut Runner<'_, Fake>, world: &World) -> u64 {
+    let now = || world.clock.load(core::sync::atomic::Ordering::Relaxed);
+    let from = now();
+    while runner_spins(runner) == 0 && now() < from + 20_000 {
+        assert_eq!(runner.step(), Step::Ran);
+    }
+    runner_spins(runner)
+}
+
+/// VM 0's sampled spins so far.
+fn runner_spins(runner: &Runner<'_, Fake>) -> u64 {
+    runner.host.vms[0].spin.lock().stats().sampled_spins
+}
+
 /// The spin sampler's first witness that a vCPU did not run, through the
 /// runner (`el2::sched::spinwatch`, `Sample::Unmoved`): a vCPU whose
 /// registers stay the same across samples while its list registers hold
@@ -698,44 +778,13 @@ fn a_vcpu_spinning_without_exits_hands_its_slice_to_a_waiting_sibling() {
 fn a_vcpu_with_an_interrupt_it_would_take_at_once_is_not_read_as_spinning() {
     use crate::devices::vgic::VMCR;
     use aarch64_cpu::registers::SPSR_EL2;
-    let world = World::new(1, 1, 5, u64::MAX);
-    let spec = Spec {
-        vcpus: 2,
-        pv_lock: None,
-        affinity: None,
-    };
-    // 20 ms slices: room for many samples in one.
-    let host = host_with(&world, 1, &[spec], |_, config| {
-        config.time_slice_us = 20_000;
-    });
+    let (world, host) = two_vcpus_on_one_pcpu(5);
     let vm = &host.vms[0];
-    let mut runner = Runner::new(0, &host, Fake::new(0, world.clone()));
-    // Sample every 300 ticks: many samples inside the slice.
-    runner.set_spin_sample_ticks(300, 300);
-    let now = || world.clock.load(core::sync::atomic::Ordering::Relaxed);
-    let sibling_of = |vcpu: VcpuId| VcpuId {
-        index: 1 - vcpu.index,
-        ..vcpu
+    let (mut runner, spinner) = runner_past_gic_setup(&host, &world);
+    let sibling = VcpuId {
+        index: 1 - spinner.index,
+        ..spinner
     };
-    host.sched
-        .lock()
-        .power_on(
-            VcpuId {
-                vm: VmId(0),
-                index: 1,
-            },
-            now(),
-        )
-        .expect("vCPU 1 was off");
-    // The loaded vCPU's first exits enable its GIC group and SGI 3.
-    let spinner = loop {
-        assert_eq!(runner.step(), Step::Ran);
-        let loaded = runner.loaded.as_ref().expect("a vCPU is loaded");
-        if loaded.ctx.saved.entries >= 3 {
-            break loaded.vcpu;
-        }
-    };
-    let sibling = sibling_of(spinner);
     assert!(
         matches!(host.sched.lock().state(sibling), Some(VcpuState::Runnable)),
         "the sibling waits for the pCPU, so the spinner is sampled"
@@ -754,28 +803,15 @@ fn a_vcpu_with_an_interrupt_it_would_take_at_once_is_not_read_as_spinning() {
         (VMCR::VENG0::SET + VMCR::VENG1::SET + VMCR::VPMR.val(0xff)).value,
         false,
     );
-    let stats = || *vm.spin.lock().stats();
-    // Sampled until its slice is nearly over (a step runs until the next
-    // sample, up to 300 + 420 ticks later), several times.
-    let slice_end = host.sched.lock().slice_end(spinner).expect("it runs");
-    let from = now();
-    assert!(from + 4 * (300 + 420) < slice_end, "room for samples");
-    while now() + 2 * (300 + 420) < slice_end {
-        assert_eq!(runner.step(), Step::Ran);
-        assert_eq!(runner.running(), Some(spinner), "it stays loaded");
-    }
+    run_through_slice(&mut runner, &world, spinner);
     let ctx = &runner.loaded.as_ref().expect("loaded").ctx;
     assert!(ctx.lrs.used > 0, "the SGI waits in a list register");
-    assert_eq!(stats().sampled_spins, 0, "{}", stats());
+    assert_eq!(runner_spins(&runner), 0, "{}", vm.spin.lock().stats());
     // The interface closed (both groups off): nothing shows it did not
     // run, so its unchanged registers are a spin, found in this slice or
     // when it runs again.
     runner.machine_mut().interface = (0, false);
-    let from = now();
-    while stats().sampled_spins == 0 && now() < from + 20_000 {
-        assert_eq!(runner.step(), Step::Ran);
-    }
-    assert_eq!(stats().sampled_spins, 1, "{}", stats());
+    assert_eq!(run_until_a_spin_is_found(&mut runner, &world), 1);
 }
 
 /// The spin sampler's second witness, through the runner: a vCPU woken
@@ -786,37 +822,11 @@ fn a_vcpu_with_an_interrupt_it_would_take_at_once_is_not_read_as_spinning() {
 /// same unchanged registers are a spin.
 #[test]
 fn a_vcpu_woken_from_wfi_and_still_where_it_returned_is_not_read_as_spinning() {
-    let world = World::new(1, 1, 9, u64::MAX);
-    let spec = Spec {
-        vcpus: 2,
-        pv_lock: None,
-        affinity: None,
-    };
-    let host = host_with(&world, 1, &[spec], |_, config| {
-        config.time_slice_us = 20_000;
-    });
+    let (world, host) = two_vcpus_on_one_pcpu(9);
     let vm = &host.vms[0];
-    let mut runner = Runner::new(0, &host, Fake::new(0, world.clone()));
-    runner.set_spin_sample_ticks(300, 300);
     let now = || world.clock.load(core::sync::atomic::Ordering::Relaxed);
-    host.sched
-        .lock()
-        .power_on(
-            VcpuId {
-                vm: VmId(0),
-                index: 1,
-            },
-            now(),
-        )
-        .expect("vCPU 1 was off");
-    let waiter = loop {
-        assert_eq!(runner.step(), Step::Ran);
-        let loaded = runner.loaded.as_mut().expect("a vCPU is loaded");
-        if loaded.ctx.saved.entries >= 3 {
-            loaded.ctx.saved.wfi_next = true;
-            break loaded.vcpu;
-        }
-    };
+    let (mut runner, waiter) = runner_past_gic_setup(&host, &world);
+    runner.loaded.as_mut().expect("loaded").ctx.saved.wfi_next = true;
     // It blocks in WFI; the sibling runs.
     while host.sched.lock().state(waiter) == Some(VcpuState::Running { pcpu: 0 }) {
         assert_eq!(runner.step(), Step::Ran);
@@ -833,28 +843,18 @@ fn a_vcpu_woken_from_wfi_and_still_where_it_returned_is_not_read_as_spinning() {
         ctx.blocked_at.expect("the put kept where its WFI returned")
     };
     host.sched.lock().wake(waiter, now()).expect("woken");
-    let stats = || *vm.spin.lock().stats();
     let from = now();
     while runner.running() != Some(waiter) {
         assert!(now() < from + 50_000, "{waiter} never ran");
         assert_eq!(runner.step(), Step::Ran);
     }
-    let slice_end = host.sched.lock().slice_end(waiter).expect("it runs");
-    assert!(now() + 4 * (300 + 420) < slice_end, "room for samples");
-    while now() + 2 * (300 + 420) < slice_end {
-        assert_eq!(runner.step(), Step::Ran);
-        assert_eq!(runner.running(), Some(waiter), "it stays loaded");
-    }
+    run_through_slice(&mut runner, &world, waiter);
     assert_eq!(
         runner.loaded.as_ref().expect("loaded").ctx.regs.pc,
         woken_at
     );
-    assert_eq!(stats().sampled_spins, 0, "{}", stats());
+    assert_eq!(runner_spins(&runner), 0, "{}", vm.spin.lock().stats());
     // Somewhere else, unchanged registers are a spin.
     runner.loaded.as_mut().expect("loaded").ctx.regs.pc = woken_at + 8;
-    let from = now();
-    while stats().sampled_spins == 0 && now() < from + 20_000 {
-        assert_eq!(runner.step(), Step::Ran);
-    }
-    assert_eq!(stats().sampled_spins, 1, "{}", stats());
+    assert_eq!(run_until_a_spin_is_found(&mut runner, &world), 1);
 }
