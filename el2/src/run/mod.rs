@@ -221,6 +221,9 @@ pub struct Runner<'h, M: Machine> {
     /// Samples the loaded vCPU for spins that do not trap
     /// (`el2::sched::spinwatch`) while its WFE would.
     watch: SpinWatch,
+    /// Whether the loaded vCPU's WFE traps, so that it is sampled: set by
+    /// each full pass ([`Self::arm_pass`]).
+    watching: bool,
     /// Decisions applied, for the host tests' "every exit, one decision"
     /// check (the exits the machine answered itself it counts).
     #[cfg(test)]
@@ -244,6 +247,7 @@ impl<'h, M: Machine> Runner<'h, M> {
             handover: None,
             vtimer_ppi: PhysicalIrq::Inactive,
             watch,
+            watching: false,
             #[cfg(test)]
             applied: 0,
         }
@@ -408,9 +412,10 @@ impl<'h, M: Machine> Runner<'h, M> {
     /// Runs the loaded vCPU through one full pass: the VM's state, the
     /// slice, the trap configuration and the slice timer; then the guest
     /// until an exit that needs the scheduler; then applies the decision.
-    /// A directed yield's target takes its first pass here at once, in the
-    /// same call: the yielder's frame and the way back round
-    /// [`Self::step`] would be paid on every switch.
+    /// A directed yield applied inside the guest loop switches to its
+    /// target there ([`Self::switch_in_place`]); one applied here (a spin
+    /// the sampler found) loads the target for a pass of its own at once,
+    /// in the same call.
     fn run_slice(&mut self, mut loaded: Loaded<M::Saved>) {
         let host = self.host;
         loop {
@@ -439,21 +444,11 @@ impl<'h, M: Machine> Runner<'h, M> {
                 self.put(vm, loaded, PutReason::Yield);
                 return;
             };
-            let hcr = vm.wfx.hcr_for(guest_hcr(), vcpu.index, picked.runnable);
-            self.machine.set_traps(hcr);
-            // Where WFE traps, the spins that do not execute it are looked
-            // for by sampling.
-            let watching = onspin::hcr_traps_wfe(hcr);
-            // The slice's end, or the next blocked vCPU's wake-up or the
-            // next sample if earlier: its interrupt exits the guest to the
-            // expiry above or the sample below.
-            let mut deadline = picked.next_deadline.map_or(slice_end, |d| d.min(slice_end));
-            if watching {
-                deadline = deadline.min(self.watch.due());
-            }
-            self.machine.arm_timer(deadline);
-            let mut applied = self.run_guest(vm, vcpu, &mut loaded.ctx);
-            if watching && applied == Applied::Resume {
+            self.arm_pass(vm, vcpu, &picked, slice_end);
+            let mut applied = self.run_guest(vm, &mut loaded, slice_end);
+            // A directed yield may have switched the vCPU in place.
+            let vcpu = loaded.vcpu;
+            if self.watching && applied == Applied::Resume {
                 applied = self.sample_for_spin(vm, vcpu, &mut loaded.ctx);
             }
             let reason = match applied {
@@ -512,39 +507,107 @@ impl<'h, M: Machine> Runner<'h, M> {
         self.on_spin(vm, vcpu, ctx)
     }
 
+    /// The trap configuration and the timer of one full pass of `vcpu`
+    /// (what `picked` says of it, inside a slice ending at `slice_end`):
+    /// HCR_EL2's WFx traps, and the slice timer armed for the slice's end,
+    /// or the next blocked vCPU's wake-up or the next spin sample if
+    /// earlier (its interrupt exits the guest to the timer expiry or the
+    /// sample of [`Self::run_slice`]).
+    #[inline(always)]
+    fn arm_pass(&mut self, vm: &Vm<M>, vcpu: VcpuId, picked: &Picked, slice_end: u64) {
+        let hcr = vm.wfx.hcr_for(guest_hcr(), vcpu.index, picked.runnable);
+        self.machine.set_traps(hcr);
+        // Where WFE traps, the spins that do not execute it are looked for
+        // by sampling.
+        self.watching = onspin::hcr_traps_wfe(hcr);
+        let mut deadline = picked.next_deadline.map_or(slice_end, |d| d.min(slice_end));
+        if self.watching {
+            deadline = deadline.min(self.watch.due());
+        }
+        self.machine.arm_timer(deadline);
+    }
+
     /// Enters the guest, handles each exit and applies its decision, until
     /// one that needs more than re-entering (or that re-entering in place
-    /// would not see: an interrupt, a slice end).
+    /// would not see: an interrupt, a slice end). A directed yield to a
+    /// sibling switches `loaded` to it here ([`Self::switch_in_place`]) and
+    /// goes on with the sibling, inside the same slice (`slice_end`).
     fn run_guest(
         &mut self,
         vm: &'h Vm<M>,
-        vcpu: VcpuId,
-        ctx: &mut VcpuContext<M::Saved>,
+        loaded: &mut Loaded<M::Saved>,
+        slice_end: u64,
     ) -> Applied {
-        let attention = 1u64 << vcpu.index;
-        // The shortest path, taken by the hardware layer on the exit
-        // itself: a call whose reply is fixed for the VM is answered from
-        // the dispatcher's precomputed replies. No look at the clock: the
-        // slice timer is armed, so a slice that ended meanwhile exits again
-        // at once as an interrupt, which comes here.
-        let fast = FastExit {
-            constants: vm.dispatcher.constants(),
-            counts: vm.dispatcher.vcpu_counts(vcpu.index),
-            attention: &vm.irq_attention,
-            mask: attention,
-        };
         loop {
-            // New interrupts for this vCPU (or a maintenance request) since
-            // its list registers were last written: one load when there
-            // are none.
-            if vm.irq_attention.load(Ordering::Acquire) & attention != 0 {
-                self.refresh_and_deliver(vm, vcpu, ctx);
+            let vcpu = loaded.vcpu;
+            let attention = 1u64 << vcpu.index;
+            // The shortest path, taken by the hardware layer on the exit
+            // itself: a call whose reply is fixed for the VM is answered
+            // from the dispatcher's precomputed replies. No look at the
+            // clock: the slice timer is armed, so a slice that ended
+            // meanwhile exits again at once as an interrupt, which comes
+            // here.
+            let fast = FastExit {
+                constants: vm.dispatcher.constants(),
+                counts: vm.dispatcher.vcpu_counts(vcpu.index),
+                attention: &vm.irq_attention,
+                mask: attention,
+            };
+            let applied = loop {
+                // New interrupts for this vCPU (or a maintenance request)
+                // since its list registers were last written: one load when
+                // there are none.
+                if vm.irq_attention.load(Ordering::Acquire) & attention != 0 {
+                    self.refresh_and_deliver(vm, vcpu, &mut loaded.ctx);
+                }
+                let (vector, esr) = self.machine.enter_guest(&mut loaded.ctx, &fast);
+                if let Some(applied) = self.handle_and_apply(vm, vcpu, &mut loaded.ctx, vector, esr)
+                {
+                    break applied;
+                }
+            };
+            if applied != Applied::Yielded {
+                return applied;
             }
-            let (vector, esr) = self.machine.enter_guest(ctx, &fast);
-            if let Some(applied) = self.handle_and_apply(vm, vcpu, ctx, vector, esr) {
+            if let Err(applied) = self.switch_in_place(vm, loaded, slice_end) {
                 return applied;
             }
         }
+    }
+
+    /// A directed yield just applied, seen from inside [`Self::run_guest`]:
+    /// saves the yielder, loads the target in its place in `loaded`, and
+    /// gives the target the first pass [`Self::run_slice`] would (the
+    /// sample watch restarted, the traps and the timer set), so that it
+    /// enters the guest without the way back through `run_slice`: every
+    /// directed yield's path. The slice goes on (`slice_end`, the
+    /// yielder's, which the target inherits). A VM stopped meanwhile is
+    /// seen at the target's next exit, as for any running vCPU: the pCPU
+    /// that stops it sends this one an IPI (`Runner::stop_vm`), since the
+    /// scheduler has the target running here. `Err(Applied::Yielded)`,
+    /// `loaded` still the yielder, if the target's context is not to be
+    /// had: `run_slice` then saves the yielder and reports it.
+    #[inline(always)]
+    fn switch_in_place(
+        &mut self,
+        vm: &'h Vm<M>,
+        loaded: &mut Loaded<M::Saved>,
+        slice_end: u64,
+    ) -> Result<(), Applied> {
+        let (target, steal_ticks) = self.handover.ok_or(Applied::Yielded)?;
+        debug_assert_eq!(self.pick.slice_end, Some(slice_end));
+        let Some(ctx) = self.take_context(vm, target) else {
+            return Err(Applied::Yielded);
+        };
+        self.handover = None;
+        let yielder = core::mem::replace(loaded, Loaded { vcpu: target, ctx });
+        self.vcpu_put(vm, yielder.vcpu, yielder);
+        self.vcpu_load(vm, target, &mut loaded.ctx, steal_ticks);
+        let woken_at = loaded.ctx.blocked_at.take();
+        self.watch.start(self.machine.counter(), woken_at);
+        let picked = self.pick;
+        self.arm_pass(vm, target, &picked, slice_end);
+        Ok(())
     }
 
     /// One exit after the shortest path: decode it, handle it, apply the
