@@ -561,8 +561,12 @@ impl<'h, M: Machine> Runner<'h, M> {
                     self.refresh_and_deliver(vm, vcpu, &mut loaded.ctx);
                 }
                 let (vector, esr) = self.machine.enter_guest(&mut loaded.ctx, &fast);
-                if let Some(applied) = self.handle_and_apply(vm, vcpu, &mut loaded.ctx, vector, esr)
+                let outcome = match self.directed_yield_exit(vm, vcpu, &mut loaded.ctx, vector, esr)
                 {
+                    Some(applied) => (applied != Applied::Resume).then_some(applied),
+                    None => self.handle_and_apply(vm, vcpu, &mut loaded.ctx, vector, esr),
+                };
+                if let Some(applied) = outcome {
                     break applied;
                 }
             };
@@ -610,10 +614,58 @@ impl<'h, M: Machine> Runner<'h, M> {
         Ok(())
     }
 
-    /// One exit after the shortest path: decode it, handle it, apply the
-    /// decision; `None` if the guest may go straight back in. Out of line,
-    /// so that the loop around `enter_guest` stays small for the
-    /// constant hypercalls.
+    /// PV_SCHED_YIELD_TO, the PV lock waiters' one hot call whose reply is
+    /// not constant: answered and applied in the guest loop itself,
+    /// without the exit's decode, the general dispatch and the frame of
+    /// [`Self::handle_and_apply`] (docs/benchmarks.md, "Costs"). `None`,
+    /// with nothing done, for any other exit.
+    #[inline(always)]
+    fn directed_yield_exit(
+        &mut self,
+        vm: &'h Vm<M>,
+        vcpu: VcpuId,
+        ctx: &mut VcpuContext<M::Saved>,
+        vector: u64,
+        esr: u64,
+    ) -> Option<Applied> {
+        if !crate::trap::exit::is_hvc_call(vector, esr) {
+            return None;
+        }
+        let next = vm
+            .dispatcher
+            .directed_yield(vcpu, &mut ctx.regs, vm.vcpu_count())?;
+        vm.count_exit(&Exit::Hvc { imm: 0 });
+        Some(match next {
+            // Straight to the yield; anything else (a refused call resumes)
+            // through `apply`.
+            Next::YieldTo { target } => {
+                #[cfg(test)]
+                {
+                    self.applied += 1;
+                }
+                self.yield_to(vm, vcpu, ctx, target)
+            }
+            other => self.apply_next(vm, vcpu, ctx, other),
+        })
+    }
+
+    /// [`Self::apply`] of a bare `next`, out of line: the refused directed
+    /// yields' path, kept out of the guest loop.
+    #[inline(never)]
+    fn apply_next(
+        &mut self,
+        vm: &'h Vm<M>,
+        vcpu: VcpuId,
+        ctx: &mut VcpuContext<M::Saved>,
+        next: Next,
+    ) -> Applied {
+        self.apply(vm, vcpu, ctx, Decision::new(next))
+    }
+
+    /// One exit after the shortest paths (a constant call answered in the
+    /// exit vector, [`Self::directed_yield_exit`]): decode it, handle it,
+    /// apply the decision; `None` if the guest may go straight back in.
+    /// Out of line, so that the loop around `enter_guest` stays small.
     #[inline(never)]
     fn handle_and_apply(
         &mut self,
@@ -623,29 +675,6 @@ impl<'h, M: Machine> Runner<'h, M> {
         vector: u64,
         esr: u64,
     ) -> Option<Applied> {
-        // PV_SCHED_YIELD_TO, the PV lock waiters' one hot call whose reply
-        // is not constant: answered and applied without the exit's decode
-        // and the general dispatch (docs/benchmarks.md, "Costs").
-        if crate::trap::exit::is_hvc_call(vector, esr)
-            && let Some(next) = vm
-                .dispatcher
-                .directed_yield(vcpu, &mut ctx.regs, vm.vcpu_count())
-        {
-            vm.count_exit(&Exit::Hvc { imm: 0 });
-            let applied = match next {
-                // Straight to the yield; anything else (a refused call
-                // resumes) through `apply`.
-                Next::YieldTo { target } => {
-                    #[cfg(test)]
-                    {
-                        self.applied += 1;
-                    }
-                    self.yield_to(vm, vcpu, ctx, target)
-                }
-                other => self.apply(vm, vcpu, ctx, Decision::new(other)),
-            };
-            return (applied != Applied::Resume).then_some(applied);
-        }
         // The syndrome, captured once: the fault address registers only
         // for the exits they describe.
         let (far, hpfar) = if Syndrome::has_fault_address(vector, esr) {
