@@ -605,8 +605,8 @@ impl<'h, M: Machine> Runner<'h, M> {
         };
         self.handover = None;
         let yielder = core::mem::replace(loaded, Loaded { vcpu: target, ctx });
-        self.vcpu_put(vm, yielder.vcpu, yielder);
-        self.vcpu_load(vm, target, &mut loaded.ctx, steal_ticks);
+        self.vcpu_put_inline(vm, yielder.vcpu, yielder);
+        self.vcpu_load_inline(vm, target, &mut loaded.ctx, steal_ticks);
         let woken_at = loaded.ctx.blocked_at.take();
         self.watch.start(self.machine.counter(), woken_at);
         let picked = self.pick;
@@ -798,6 +798,20 @@ impl<'h, M: Machine> Runner<'h, M> {
         ctx: &mut VcpuContext<M::Saved>,
         steal_ticks: u64,
     ) {
+        self.vcpu_load_inline(vm, vcpu, ctx, steal_ticks);
+    }
+
+    /// [`Self::vcpu_load`] inlined: the directed yield's switch
+    /// ([`Self::switch_in_place`]) would pay its call frame on every
+    /// switch.
+    #[inline(always)]
+    fn vcpu_load_inline(
+        &mut self,
+        vm: &Vm<M>,
+        vcpu: VcpuId,
+        ctx: &mut VcpuContext<M::Saved>,
+        steal_ticks: u64,
+    ) {
         vm.write_preempted(&self.machine, vcpu.index, pv::preempted_on_load());
         vm.write_stolen_time(&self.machine, vcpu.index, steal_ticks);
         self.machine.load_vcpu(vm.registers, guest_hcr(), ctx);
@@ -825,6 +839,12 @@ impl<'h, M: Machine> Runner<'h, M> {
     /// scheduler's decision, under the scheduler lock.) Takes the
     /// scheduler lock: call it without.
     fn vcpu_put(&mut self, vm: &'h Vm<M>, vcpu: VcpuId, loaded: Loaded<M::Saved>) {
+        self.vcpu_put_inline(vm, vcpu, loaded);
+    }
+
+    /// [`Self::vcpu_put`] inlined, as [`Self::vcpu_load_inline`].
+    #[inline(always)]
+    fn vcpu_put_inline(&mut self, vm: &'h Vm<M>, vcpu: VcpuId, loaded: Loaded<M::Saved>) {
         let mut ctx = loaded.ctx;
         let mut woken = VcpuMask::EMPTY;
         let mut timer_entry = None;
