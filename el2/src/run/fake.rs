@@ -194,6 +194,9 @@ pub struct FakeSaved {
     pub spins: u32,
     /// Its next exit is a WFI (once its GIC is set up).
     pub wfi_next: bool,
+    /// Its next exit is PV_SCHED_YIELD_TO to this vCPU index (once its
+    /// GIC is set up).
+    pub yield_next: Option<u16>,
 }
 
 /// One fake pCPU.
@@ -224,6 +227,11 @@ pub struct Fake {
     /// What [`Machine::live_interface`] reports (ICH_VMCR_EL2, any active
     /// priority): closed unless a test opens it.
     pub interface: (u64, bool),
+    /// HCR_EL2 as the runner last set it (`Machine::set_traps`).
+    traps: u64,
+    /// Each guest entry's vCPU index and HCR_EL2, once a test asks for
+    /// them ([`Self::record_entries`]).
+    pub entered_with: Option<Vec<(u16, u64)>>,
 }
 
 impl Fake {
@@ -241,7 +249,14 @@ impl Fake {
             debug_cpu: None,
             pmu_cpu: None,
             interface: (0, false),
+            traps: 0,
+            entered_with: None,
         }
+    }
+
+    /// Records each guest entry from now on ([`Self::entered_with`]).
+    pub fn record_entries(&mut self) {
+        self.entered_with = Some(Vec::new());
     }
 
     /// The loaded guest writes CNTV_CTL_EL0 and CNTV_CVAL_EL0 (for the
@@ -460,6 +475,13 @@ impl Fake {
         }
         if core::mem::take(&mut ctx.saved.wfi_next) {
             return Syndrome::synchronous(IL | ESR_EL2::EC::TrappedWFIorWFE.value);
+        }
+        if let Some(target) = ctx.saved.yield_next.take() {
+            return Self::hvc(
+                ctx,
+                directed_yield::PV_SCHED_YIELD_TO.raw(),
+                &[u64::from(target)],
+            );
         }
         // Every vCPU unlocks its OS lock and sets MDSCR_EL1.TDCC, as Linux
         // does when a CPU comes up: neither makes it a debug user.
@@ -831,9 +853,14 @@ impl Machine for Fake {
             .fetch_add(1, Ordering::Relaxed);
     }
 
-    fn set_traps(&mut self, _hcr: u64) {}
+    fn set_traps(&mut self, hcr: u64) {
+        self.traps = hcr;
+    }
 
     fn enter_guest(&mut self, ctx: &mut VcpuContext<FakeSaved>, fast: &FastExit<'_>) -> (u64, u64) {
+        if let Some(entries) = &mut self.entered_with {
+            entries.push((self.loaded_index, self.traps));
+        }
         loop {
             let exit = self.run_guest(ctx);
             self.world.exits.fetch_add(1, Ordering::Relaxed);

@@ -693,13 +693,14 @@ fn a_vcpu_spinning_without_exits_hands_its_slice_to_a_waiting_sibling() {
 const WITNESS_SAMPLE_TICKS: u64 = 300;
 const FAKE_STEP_TICKS: u64 = 420;
 
-/// The rig of the witness tests: one pCPU, one VM of two vCPUs, both on,
-/// with 20 ms slices (room for many samples in one).
-fn two_vcpus_on_one_pcpu(seed: u64) -> (Arc<World>, Host<Fake>) {
+/// The rig of the runner tests below: one pCPU, one VM of two vCPUs, both
+/// on, with 20 ms slices (room for many samples in one) and the PV lock
+/// `pv_lock` (with it, PV_SCHED_YIELD_TO).
+fn two_vcpus_on_one_pcpu(seed: u64, pv_lock: Option<Variant>) -> (Arc<World>, Host<Fake>) {
     let world = World::new(1, 1, seed, u64::MAX);
     let spec = Spec {
         vcpus: 2,
-        pv_lock: None,
+        pv_lock,
         affinity: None,
     };
     let host = host_with(&world, 1, &[spec], |_, config| {
@@ -778,7 +779,7 @@ fn runner_spins(runner: &Runner<'_, Fake>) -> u64 {
 fn a_vcpu_with_an_interrupt_it_would_take_at_once_is_not_read_as_spinning() {
     use crate::devices::vgic::VMCR;
     use aarch64_cpu::registers::SPSR_EL2;
-    let (world, host) = two_vcpus_on_one_pcpu(5);
+    let (world, host) = two_vcpus_on_one_pcpu(5, None);
     let vm = &host.vms[0];
     let (mut runner, spinner) = runner_past_gic_setup(&host, &world);
     let sibling = VcpuId {
@@ -822,7 +823,7 @@ fn a_vcpu_with_an_interrupt_it_would_take_at_once_is_not_read_as_spinning() {
 /// same unchanged registers are a spin.
 #[test]
 fn a_vcpu_woken_from_wfi_and_still_where_it_returned_is_not_read_as_spinning() {
-    let (world, host) = two_vcpus_on_one_pcpu(9);
+    let (world, host) = two_vcpus_on_one_pcpu(9, None);
     let vm = &host.vms[0];
     let now = || world.clock.load(core::sync::atomic::Ordering::Relaxed);
     let (mut runner, waiter) = runner_past_gic_setup(&host, &world);
@@ -857,4 +858,48 @@ fn a_vcpu_woken_from_wfi_and_still_where_it_returned_is_not_read_as_spinning() {
     // Somewhere else, unchanged registers are a spin.
     runner.loaded.as_mut().expect("loaded").ctx.regs.pc = woken_at + 8;
     assert_eq!(run_until_a_spin_is_found(&mut runner, &world), 1);
+}
+
+/// A directed yield switches the pCPU to its target inside the guest loop
+/// (`Runner::switch_in_place`) and gives the target its own first pass
+/// there: it enters with the traps its own WFE policy gives, not the
+/// yielder's. (That the target runs out the yielder's slice is the
+/// scheduler's host test `a_directed_yield_keeps_the_books_of_a_put_and_a_run`.)
+#[test]
+fn a_directed_yield_enters_its_target_with_the_targets_own_traps() {
+    use crate::sched::onspin::{TrapPolicy, hcr_traps_wfe};
+    let (world, host) = two_vcpus_on_one_pcpu(7, Some(Variant::OpenEuler));
+    let vm = &host.vms[0];
+    let (mut runner, yielder) = runner_past_gic_setup(&host, &world);
+    let target = VcpuId {
+        index: 1 - yielder.index,
+        ..yielder
+    };
+    // Two vCPUs want the pCPU: the yielder's policy (auto) traps WFE, the
+    // target's never does.
+    assert!(vm.wfx.set(Some(target.index), TrapPolicy::NoTrap));
+    runner.loaded.as_mut().expect("loaded").ctx.saved.yield_next = Some(target.index);
+    // The yield comes at the yielder's next exit of its own (a timer
+    // interrupt may end a step first).
+    for _ in 0..20 {
+        runner.machine_mut().record_entries();
+        assert_eq!(runner.step(), Step::Ran);
+        if vm.spin.lock().stats().pv_yields > 0 {
+            break;
+        }
+    }
+    assert_eq!(vm.spin.lock().stats().pv_yields, 1, "the yield was taken");
+    let entered = runner.machine().entered_with.clone().expect("recorded");
+    let first = entered
+        .iter()
+        .position(|&(index, _)| index == target.index)
+        .expect("the target entered in the yielder's step");
+    assert!(first > 0, "the yielder entered first: {entered:x?}");
+    for &(index, hcr) in &entered {
+        assert_eq!(
+            hcr_traps_wfe(hcr),
+            index == yielder.index,
+            "each vCPU enters with its own traps: {entered:x?}"
+        );
+    }
 }
