@@ -11,8 +11,8 @@
 //! The hardware is reached through two small traits, so that the probing
 //! and the record handling run unchanged in host tests with a fake:
 //!
-//! - [`Conduit`]: one SMCCC fast call (HVC or SMC). [`Smccc`] is the real
-//!   one, on top of the `smccc` crate.
+//! - [`Conduit`]: one SMCCC fast call (HVC or SMC). `HvcConduit` and
+//!   `SmcConduit` are the real ones (X0..X3 only; see their docs).
 //! - [`SharedMemory`]: turns an IPA the hypervisor handed out into an
 //!   address the guest can read (mapping it as normal write-back memory
 //!   if needed), and a guest address into its IPA.
@@ -49,7 +49,6 @@ mod tests;
 pub use driver::{CpuInit, InitError, Kick, PvDriver, YieldResult};
 
 use core::fmt;
-use core::marker::PhantomData;
 use core::ptr::NonNull;
 
 use pvlock_abi::kvm::{self, KvmFeatures};
@@ -63,8 +62,9 @@ pub const MAX_CPUS: usize = 64;
 
 /// Makes SMCCC fast calls to the hypervisor.
 pub trait Conduit {
-    /// Calls `function` with x1..x3 = `args` (x4..x17 = 0) and returns
-    /// x0..x3 as the callee left them. SMC32 calls pass the low halves of
+    /// Calls `function` with x1..x3 = `args` and returns x0..x3 as the
+    /// callee left them (no call the driver makes takes more arguments;
+    /// x4..x17 are the callee's to change under SMCCC 1.0). SMC32 calls pass the low halves of
     /// the arguments; the results come back whole, since some SMC32 calls
     /// return 64-bit values (the seed-v3 PREEMPTED IPA).
     fn call(&self, function: FunctionId, args: [u64; 3]) -> [u64; 4];
@@ -76,40 +76,75 @@ impl<C: Conduit + ?Sized> Conduit for &C {
     }
 }
 
-/// The real conduit: `smccc::Hvc` or `smccc::Smc` (the guest's device tree
-/// names which, in `/psci/method`; hypervisors use HVC).
-pub struct Smccc<C>(PhantomData<C>);
+// The real conduits, `HvcConduit` and `SmcConduit`: one SMCCC fast call
+// each, documented on the types (the part they share is in the macro).
+macro_rules! fast_call_conduit {
+    ($(#[$doc:meta])* $name:ident, $instruction:literal) => {
+        $(#[$doc])*
+        ///
+        /// A call moves only what the driver's calls use: W0 the function
+        /// id, X1..X3 the arguments, X0..X3 the results. X4..X17 are left
+        /// to the callee, which SMCCC 1.0 allows to change them (1.1 and
+        /// later preserve them): right under every version, and no
+        /// seventeen-register set-up and read-back on the lock waiters'
+        /// directed-yield path (DEN0028, "Argument passing" and "Result
+        /// passing"). Always the 64-bit register form: it reads back all of
+        /// X0..X3, which an SMC32 call that returns an address needs, and an
+        /// SMC32 callee only looks at W1..W3 anyway.
+        #[cfg(target_arch = "aarch64")]
+        #[derive(Clone, Copy, Debug, Default)]
+        pub struct $name;
 
-impl<C> Smccc<C> {
-    pub const fn new() -> Self {
-        Self(PhantomData)
-    }
+        #[cfg(target_arch = "aarch64")]
+        impl $name {
+            pub const fn new() -> Self {
+                Self
+            }
+        }
+
+        #[cfg(target_arch = "aarch64")]
+        impl Conduit for $name {
+            #[inline]
+            fn call(&self, function: FunctionId, [a1, a2, a3]: [u64; 3]) -> [u64; 4] {
+                let (r0, r1, r2, r3): (u64, u64, u64, u64);
+                // SAFETY: an SMCCC fast call through the conduit the
+                // platform names. The callee writes X0..X3 (outputs here)
+                // and may change X4..X17 (declared clobbered); it preserves
+                // X18..X30 and SP (SMCCC 1.0 onwards). It may read and
+                // write guest memory it was handed (the PV records), so
+                // memory is not declared untouched.
+                unsafe {
+                    core::arch::asm!(
+                        $instruction,
+                        inout("x0") u64::from(function.raw()) => r0,
+                        inout("x1") a1 => r1,
+                        inout("x2") a2 => r2,
+                        inout("x3") a3 => r3,
+                        out("x4") _, out("x5") _, out("x6") _, out("x7") _,
+                        out("x8") _, out("x9") _, out("x10") _, out("x11") _,
+                        out("x12") _, out("x13") _, out("x14") _, out("x15") _,
+                        out("x16") _, out("x17") _,
+                        options(nostack),
+                    );
+                }
+                [r0, r1, r2, r3]
+            }
+        }
+    };
 }
 
-impl<C> Default for Smccc<C> {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl<C: ::smccc::Call> Conduit for Smccc<C> {
-    fn call(&self, function: FunctionId, args: [u64; 3]) -> [u64; 4] {
-        // Always the 64-bit register form: it reads back all of X0..X3,
-        // which an SMC32 call that returns an address needs, and for SMC32
-        // calls the callee only looks at W1..W3 anyway.
-        let mut all = [0u64; 17];
-        all[..3].copy_from_slice(&args);
-        let r = C::call64(function.raw(), all);
-        [r[0], r[1], r[2], r[3]]
-    }
-}
-
-/// HVC, the conduit of every hypervisor this driver knows.
-#[cfg(target_arch = "aarch64")]
-pub type HvcConduit = Smccc<::smccc::Hvc>;
-/// SMC, for a guest whose device tree says `method = "smc"`.
-#[cfg(target_arch = "aarch64")]
-pub type SmcConduit = Smccc<::smccc::Smc>;
+fast_call_conduit!(
+    /// SMCCC fast calls by `HVC #0`, the conduit of every hypervisor this
+    /// driver knows.
+    HvcConduit,
+    "hvc #0"
+);
+fast_call_conduit!(
+    /// SMCCC fast calls by `SMC #0`, for a guest whose device tree says
+    /// `method = "smc"`.
+    SmcConduit,
+    "smc #0"
+);
 
 /// The guest's view of memory it shares with the hypervisor.
 pub trait SharedMemory {
