@@ -8,6 +8,7 @@ use super::{Host, Runner};
 use crate::sched::{CpuSet, InitialState, SchedError, Scheduler, millis};
 use crate::vcpu::VcpuId;
 use alloc::string::String;
+use alloc::vec::Vec;
 use core::fmt::Write;
 use core::sync::atomic::Ordering;
 
@@ -123,18 +124,20 @@ impl<'h, M: Machine> Runner<'h, M> {
     fn print_run_times(&self, vm: &Vm<M>) {
         let hz = self.machine.counter_frequency().max(1);
         let now = self.machine.counter();
-        let mut line = String::new();
-        {
+        // The figures under the scheduler lock, the formatting after it:
+        // every pCPU's next switch waits for that lock.
+        let run_ticks: Vec<Option<u64>> = {
             let s = self.host.sched.lock();
-            for other in &self.host.vms {
-                if let Some(stats) = s.vm_stats(other.id, now) {
-                    let _ = write!(
-                        line,
-                        " {} {}",
-                        other.name,
-                        millis(stats.total.run_ticks, hz)
-                    );
-                }
+            self.host
+                .vms
+                .iter()
+                .map(|other| s.vm_stats(other.id, now).map(|st| st.total.run_ticks))
+                .collect()
+        };
+        let mut line = String::new();
+        for (other, ticks) in self.host.vms.iter().zip(run_ticks) {
+            if let Some(ticks) = ticks {
+                let _ = write!(line, " {} {}", other.name, millis(ticks, hz));
             }
         }
         self.machine.console_line(format_args!(
