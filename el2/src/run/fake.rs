@@ -155,7 +155,7 @@ impl World {
         self.rng.lock().below(n.max(1))
     }
 
-    fn now(&self) -> u64 {
+    pub fn now(&self) -> u64 {
         self.clock.load(Ordering::Relaxed)
     }
 
@@ -232,6 +232,10 @@ pub struct Fake {
     /// Each guest entry's vCPU index and HCR_EL2, once a test asks for
     /// them ([`Self::record_entries`]).
     pub entered_with: Option<Vec<(u16, u64)>>,
+    /// Ticks the world's clock moves at each counter read (0: it moves
+    /// only when a test or a guest entry moves it), for the runner's
+    /// bounded waits.
+    pub ticks_per_counter_read: u64,
 }
 
 impl Fake {
@@ -251,6 +255,7 @@ impl Fake {
             interface: (0, false),
             traps: 0,
             entered_with: None,
+            ticks_per_counter_read: 0,
         }
     }
 
@@ -735,7 +740,10 @@ impl Machine for Fake {
     type Txn = FakeTxn;
 
     fn counter(&self) -> u64 {
-        self.world.now()
+        match self.ticks_per_counter_read {
+            0 => self.world.now(),
+            step => self.world.advance(step),
+        }
     }
 
     fn counter_frequency(&self) -> u64 {

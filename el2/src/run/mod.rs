@@ -392,21 +392,29 @@ impl<'h, M: Machine> Runner<'h, M> {
     ) -> Option<Loaded<M::Saved>> {
         debug_assert_eq!(vm.id, vcpu.vm);
         let Some(mut ctx) = self.take_context(vm, vcpu) else {
-            // The scheduler gave this pCPU a vCPU another pCPU holds and
-            // does not give back: a bug, caught here rather than by running
-            // it twice.
-            log::error!(
-                "{vcpu}: picked on pCPU {} while loaded elsewhere",
-                self.pcpu
-            );
-            self.pick_fresh = false;
-            let now = self.machine.counter();
-            let mut s = self.host.sched.lock();
-            let _ = s.put(vcpu, self.pcpu, now, PutReason::Yield);
+            self.context_missing(vcpu);
             return None;
         };
         self.vcpu_load(vm, vcpu, &mut ctx, steal_ticks);
         Some(Loaded { vcpu, ctx })
+    }
+
+    /// `vcpu`, which the scheduler made Running here, has no context to
+    /// load ([`Self::take_context`] gave up): the scheduler gave this pCPU
+    /// a vCPU another pCPU holds and does not give back. A bug, caught
+    /// here rather than by running it twice: logged, and the vCPU put
+    /// back as if it had yielded.
+    #[cold]
+    #[inline(never)]
+    fn context_missing(&mut self, vcpu: VcpuId) {
+        log::error!(
+            "{vcpu}: picked on pCPU {} while loaded elsewhere",
+            self.pcpu
+        );
+        self.pick_fresh = false;
+        let now = self.machine.counter();
+        let mut s = self.host.sched.lock();
+        let _ = s.put(vcpu, self.pcpu, now, PutReason::Yield);
     }
 
     /// Runs the loaded vCPU through one full pass: the VM's state, the
@@ -589,8 +597,10 @@ impl<'h, M: Machine> Runner<'h, M> {
     /// seen at the target's next exit, as for any running vCPU: the pCPU
     /// that stops it sends this one an IPI (`Runner::stop_vm`), since the
     /// scheduler has the target running here. `Err(Applied::Yielded)`,
-    /// `loaded` still the yielder, if the target's context is not to be
-    /// had: `run_slice` then saves the yielder and reports it.
+    /// `loaded` still the yielder and no hand-over left, if the target's
+    /// context is not to be had ([`Self::context_missing`] puts the target
+    /// back): `run_slice` then saves the yielder and goes back to the
+    /// scheduler.
     #[inline(always)]
     fn switch_in_place(
         &mut self,
@@ -600,10 +610,11 @@ impl<'h, M: Machine> Runner<'h, M> {
     ) -> Result<(), Applied> {
         let (target, steal_ticks) = self.handover.ok_or(Applied::Yielded)?;
         debug_assert_eq!(self.pick.slice_end, Some(slice_end));
+        self.handover = None;
         let Some(ctx) = self.take_context(vm, target) else {
+            self.context_missing(target);
             return Err(Applied::Yielded);
         };
-        self.handover = None;
         let yielder = core::mem::replace(loaded, Loaded { vcpu: target, ctx });
         self.vcpu_put_inline(vm, yielder.vcpu, yielder);
         self.vcpu_load_inline(vm, target, &mut loaded.ctx, steal_ticks);

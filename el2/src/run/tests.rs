@@ -8,7 +8,7 @@
 
 use super::fake::{Fake, HZ, World};
 use super::us_to_ticks;
-use super::{Host, Runner, Step, Vm, VmParts, VmState, register_vcpus};
+use super::{CONTEXT_WAIT_MS, Host, Runner, Step, Vm, VmParts, VmState, register_vcpus};
 use crate::devices::vgic::VGic;
 use crate::devices::vtimer::{self, PhysicalIrq};
 use crate::guest::layout;
@@ -902,4 +902,74 @@ fn a_directed_yield_enters_its_target_with_the_targets_own_traps() {
             "each vCPU enters with its own traps: {entered:x?}"
         );
     }
+}
+
+/// A directed yield whose target's context is not in its slot (a
+/// scheduler bug: another pCPU holds it) is waited for once, for
+/// `CONTEXT_WAIT_MS`; then the target is put back Runnable, the yielder
+/// saved, and the pCPU goes back to the scheduler, which can load the
+/// yielder again.
+#[test]
+fn a_directed_yield_to_a_vcpu_whose_context_is_missing_waits_once_and_gives_it_back() {
+    let (world, host) = two_vcpus_on_one_pcpu(11, Some(Variant::OpenEuler));
+    let vm = &host.vms[0];
+    let (mut runner, yielder) = runner_past_gic_setup(&host, &world);
+    let target = VcpuId {
+        index: 1 - yielder.index,
+        ..yielder
+    };
+    let held_elsewhere = vm.vcpus[usize::from(target.index)]
+        .lock()
+        .take()
+        .expect("the target's context is in its slot");
+    runner.loaded.as_mut().expect("loaded").ctx.saved.yield_next = Some(target.index);
+    // Each counter read moves the clock a thousandth of the wait, so that
+    // the wait ends and the slice does not meanwhile.
+    let wait = CONTEXT_WAIT_MS * HZ / 1000;
+    runner.machine_mut().ticks_per_counter_read = wait / 1000;
+    let mut waited = 0;
+    for _ in 0..20 {
+        let before = world.now();
+        assert_eq!(runner.step(), Step::Ran);
+        waited = world.now() - before;
+        if vm.spin.lock().stats().pv_yields > 0 {
+            break;
+        }
+    }
+    assert_eq!(vm.spin.lock().stats().pv_yields, 1, "the yield was taken");
+    assert!(
+        (wait..2 * wait).contains(&waited),
+        "one wait of {CONTEXT_WAIT_MS} ms, not two: the step took {waited} ticks"
+    );
+    assert!(
+        runner.loaded.is_none(),
+        "the pCPU went back to the scheduler"
+    );
+    assert!(
+        vm.vcpus[usize::from(yielder.index)].lock().is_some(),
+        "the yielder was saved"
+    );
+    let s = host.sched.lock();
+    assert_eq!(
+        s.state(target),
+        Some(VcpuState::Runnable),
+        "the target is put back"
+    );
+    assert_eq!(s.state(yielder), Some(VcpuState::Runnable));
+    drop(s);
+    // Given its context back, the target takes the yielder's next yield.
+    *vm.vcpus[usize::from(target.index)].lock() = Some(held_elsewhere);
+    runner.machine_mut().ticks_per_counter_read = 0;
+    for _ in 0..20 {
+        assert_eq!(runner.step(), Step::Ran);
+        let Some(loaded) = runner.loaded.as_mut() else {
+            continue;
+        };
+        if loaded.vcpu == target {
+            assert_eq!(vm.spin.lock().stats().pv_yields, 2);
+            return;
+        }
+        loaded.ctx.saved.yield_next = Some(target.index);
+    }
+    panic!("the target never ran again");
 }
