@@ -907,8 +907,8 @@ fn a_directed_yield_enters_its_target_with_the_targets_own_traps() {
 /// A directed yield whose target's context is not in its slot (a
 /// scheduler bug: another pCPU holds it) is waited for once, for
 /// `CONTEXT_WAIT_MS`; then the target is put back Runnable, the yielder
-/// saved, and the pCPU goes back to the scheduler, which can load the
-/// yielder again.
+/// saved, and the pCPU goes back to the scheduler. Given its context
+/// back, the target takes the next yield.
 #[test]
 fn a_directed_yield_to_a_vcpu_whose_context_is_missing_waits_once_and_gives_it_back() {
     let (world, host) = two_vcpus_on_one_pcpu(11, Some(Variant::OpenEuler));

@@ -64,9 +64,10 @@ pub const MAX_CPUS: usize = 64;
 pub trait Conduit {
     /// Calls `function` with x1..x3 = `args` and returns x0..x3 as the
     /// callee left them (no call the driver makes takes more arguments;
-    /// x4..x17 are the callee's to change under SMCCC 1.0). SMC32 calls pass the low halves of
-    /// the arguments; the results come back whole, since some SMC32 calls
-    /// return 64-bit values (the seed-v3 PREEMPTED IPA).
+    /// x4..x17 are the callee's to change under SMCCC 1.0). SMC32 calls
+    /// pass the low halves of the arguments; the results come back whole,
+    /// since some SMC32 calls return 64-bit values (the seed-v3 PREEMPTED
+    /// IPA).
     fn call(&self, function: FunctionId, args: [u64; 3]) -> [u64; 4];
 }
 
