@@ -73,7 +73,7 @@ impl<'h> Rig<'h> {
     }
 
     fn now(&self) -> u64 {
-        self.world.clock.load(Ordering::Relaxed)
+        self.world.now()
     }
 
     fn advance(&self, ticks: u64) {

@@ -150,7 +150,7 @@ fn check_invariants(host: &Host<Fake>, runners: &[Runner<'_, Fake>], world: &Wor
                     Some(timer.line),
                     "step {step}: {v}'s timer line in the vGIC and its context"
                 );
-                let now = world.clock.load(core::sync::atomic::Ordering::Relaxed);
+                let now = world.now();
                 assert!(
                     !timer.line
                         || vtimer::line_at(timer.ctl, timer.cval, vm.registers.cntvoff, now),
@@ -297,7 +297,7 @@ fn run(seed: u64, pcpus: usize, specs: &[Spec]) -> Vec<alloc::string::String> {
             done[pcpu] = true;
         }
         check_invariants(&host, &runners, &world, step);
-        let now = world.clock.load(core::sync::atomic::Ordering::Relaxed);
+        let now = world.now();
         for (i, before) in others {
             let vm = &host.vms[i];
             let after = Observable::of(&host, &world, vm);
@@ -316,7 +316,7 @@ fn run(seed: u64, pcpus: usize, specs: &[Spec]) -> Vec<alloc::string::String> {
     assert!(
         done.iter().all(|&d| d),
         "seed {seed}: not every VM powered off at {} ticks: {:?}\n{:#?}",
-        world.clock.load(core::sync::atomic::Ordering::Relaxed),
+        world.now(),
         host.vms.iter().map(Vm::state).collect::<Vec<_>>(),
         host.vms
             .iter()
@@ -642,7 +642,6 @@ fn a_vcpu_spinning_without_exits_hands_its_slice_to_a_waiting_sibling() {
     };
     let host = host(&world, 1, &[spec]);
     let mut runner = Runner::new(0, &host, Fake::new(0, world.clone()));
-    let now = || world.clock.load(core::sync::atomic::Ordering::Relaxed);
     // Both vCPUs want the one pCPU; the runner loads one of them, which
     // then spins from its first instruction.
     host.sched
@@ -652,17 +651,14 @@ fn a_vcpu_spinning_without_exits_hands_its_slice_to_a_waiting_sibling() {
                 vm: VmId(0),
                 index: 1,
             },
-            now(),
+            world.now(),
         )
         .expect("vCPU 1 was off");
     assert_eq!(runner.step(), Step::Ran);
     let spinner = runner.running().expect("a vCPU is loaded");
-    let sibling = VcpuId {
-        index: 1 - spinner.index,
-        ..spinner
-    };
+    let sibling = sibling_of(spinner);
     runner.loaded.as_mut().expect("loaded").ctx.saved.spins = u32::MAX;
-    let spins_from = now();
+    let spins_from = world.now();
     let slice_end = host.sched.lock().slice_end(spinner).expect("it runs");
     let stats = || *host.vms[0].spin.lock().stats();
     for _ in 0..100 {
@@ -671,7 +667,7 @@ fn a_vcpu_spinning_without_exits_hands_its_slice_to_a_waiting_sibling() {
         }
         assert_eq!(runner.step(), Step::Ran);
     }
-    let found_at = now();
+    let found_at = world.now();
     assert_eq!(stats().sampled_spins, 1);
     assert_eq!((stats().spins, stats().yields), (1, 1), "{}", stats());
     let s = host.sched.lock();
@@ -706,7 +702,7 @@ fn two_vcpus_on_one_pcpu(seed: u64, pv_lock: Option<Variant>) -> (Arc<World>, Ho
     let host = host_with(&world, 1, &[spec], |_, config| {
         config.time_slice_us = 20_000;
     });
-    let now = world.clock.load(core::sync::atomic::Ordering::Relaxed);
+    let now = world.now();
     host.sched
         .lock()
         .power_on(
@@ -718,6 +714,33 @@ fn two_vcpus_on_one_pcpu(seed: u64, pv_lock: Option<Variant>) -> (Arc<World>, Ho
         )
         .expect("vCPU 1 was off");
     (world, host)
+}
+
+/// The other vCPU of a VM of two (the rigs of the tests below).
+fn sibling_of(vcpu: VcpuId) -> VcpuId {
+    VcpuId {
+        index: 1 - vcpu.index,
+        ..vcpu
+    }
+}
+
+/// Steps until VM 0 has taken a PV directed yield, calling `before_each`
+/// before every step; asserts that it took exactly one. The yield comes
+/// at the yielder's next exit of its own, and a timer interrupt may end a
+/// step first: at most 20 steps.
+fn step_until_a_pv_yield(
+    runner: &mut Runner<'_, Fake>,
+    mut before_each: impl FnMut(&mut Runner<'_, Fake>),
+) {
+    let yields = |runner: &Runner<'_, Fake>| runner.host.vms[0].spin.lock().stats().pv_yields;
+    for _ in 0..20 {
+        before_each(runner);
+        assert_eq!(runner.step(), Step::Ran);
+        if yields(runner) > 0 {
+            break;
+        }
+    }
+    assert_eq!(yields(runner), 1, "the yield was taken");
 }
 
 /// A runner of the rig that samples every [`WITNESS_SAMPLE_TICKS`], run
@@ -743,11 +766,10 @@ fn runner_past_gic_setup<'h>(
 /// the next sample, up to a period and a step later), sampled several
 /// times, checking that it stays loaded.
 fn run_through_slice(runner: &mut Runner<'_, Fake>, world: &World, vcpu: VcpuId) {
-    let now = || world.clock.load(core::sync::atomic::Ordering::Relaxed);
     let pass = WITNESS_SAMPLE_TICKS + FAKE_STEP_TICKS;
     let slice_end = runner.host.sched.lock().slice_end(vcpu).expect("it runs");
-    assert!(now() + 4 * pass < slice_end, "room for samples");
-    while now() + 2 * pass < slice_end {
+    assert!(world.now() + 4 * pass < slice_end, "room for samples");
+    while world.now() + 2 * pass < slice_end {
         assert_eq!(runner.step(), Step::Ran);
         assert_eq!(runner.running(), Some(vcpu), "it stays loaded");
     }
@@ -756,9 +778,8 @@ fn run_through_slice(runner: &mut Runner<'_, Fake>, world: &World, vcpu: VcpuId)
 /// Steps until VM 0 records a sampled spin or 20,000 ticks pass; its
 /// sampled spins then.
 fn run_until_a_spin_is_found(runner: &mut Runner<'_, Fake>, world: &World) -> u64 {
-    let now = || world.clock.load(core::sync::atomic::Ordering::Relaxed);
-    let from = now();
-    while runner_spins(runner) == 0 && now() < from + 20_000 {
+    let from = world.now();
+    while runner_spins(runner) == 0 && world.now() < from + 20_000 {
         assert_eq!(runner.step(), Step::Ran);
     }
     runner_spins(runner)
@@ -782,10 +803,7 @@ fn a_vcpu_with_an_interrupt_it_would_take_at_once_is_not_read_as_spinning() {
     let (world, host) = two_vcpus_on_one_pcpu(5, None);
     let vm = &host.vms[0];
     let (mut runner, spinner) = runner_past_gic_setup(&host, &world);
-    let sibling = VcpuId {
-        index: 1 - spinner.index,
-        ..spinner
-    };
+    let sibling = sibling_of(spinner);
     assert!(
         matches!(host.sched.lock().state(sibling), Some(VcpuState::Runnable)),
         "the sibling waits for the pCPU, so the spinner is sampled"
@@ -825,7 +843,6 @@ fn a_vcpu_with_an_interrupt_it_would_take_at_once_is_not_read_as_spinning() {
 fn a_vcpu_woken_from_wfi_and_still_where_it_returned_is_not_read_as_spinning() {
     let (world, host) = two_vcpus_on_one_pcpu(9, None);
     let vm = &host.vms[0];
-    let now = || world.clock.load(core::sync::atomic::Ordering::Relaxed);
     let (mut runner, waiter) = runner_past_gic_setup(&host, &world);
     runner.loaded.as_mut().expect("loaded").ctx.saved.wfi_next = true;
     // It blocks in WFI; the sibling runs.
@@ -843,10 +860,10 @@ fn a_vcpu_woken_from_wfi_and_still_where_it_returned_is_not_read_as_spinning() {
         ctx.saved.spins = u32::MAX;
         ctx.blocked_at.expect("the put kept where its WFI returned")
     };
-    host.sched.lock().wake(waiter, now()).expect("woken");
-    let from = now();
+    host.sched.lock().wake(waiter, world.now()).expect("woken");
+    let from = world.now();
     while runner.running() != Some(waiter) {
-        assert!(now() < from + 50_000, "{waiter} never ran");
+        assert!(world.now() < from + 50_000, "{waiter} never ran");
         assert_eq!(runner.step(), Step::Ran);
     }
     run_through_slice(&mut runner, &world, waiter);
@@ -871,24 +888,13 @@ fn a_directed_yield_enters_its_target_with_the_targets_own_traps() {
     let (world, host) = two_vcpus_on_one_pcpu(7, Some(Variant::OpenEuler));
     let vm = &host.vms[0];
     let (mut runner, yielder) = runner_past_gic_setup(&host, &world);
-    let target = VcpuId {
-        index: 1 - yielder.index,
-        ..yielder
-    };
+    let target = sibling_of(yielder);
     // Two vCPUs want the pCPU: the yielder's policy (auto) traps WFE, the
     // target's never does.
     assert!(vm.wfx.set(Some(target.index), TrapPolicy::NoTrap));
     runner.loaded.as_mut().expect("loaded").ctx.saved.yield_next = Some(target.index);
-    // The yield comes at the yielder's next exit of its own (a timer
-    // interrupt may end a step first).
-    for _ in 0..20 {
-        runner.machine_mut().record_entries();
-        assert_eq!(runner.step(), Step::Ran);
-        if vm.spin.lock().stats().pv_yields > 0 {
-            break;
-        }
-    }
-    assert_eq!(vm.spin.lock().stats().pv_yields, 1, "the yield was taken");
+    // Only the yield's step is recorded.
+    step_until_a_pv_yield(&mut runner, |runner| runner.machine_mut().record_entries());
     let entered = runner.machine().entered_with.clone().expect("recorded");
     let first = entered
         .iter()
@@ -914,10 +920,7 @@ fn a_directed_yield_to_a_vcpu_whose_context_is_missing_waits_once_and_gives_it_b
     let (world, host) = two_vcpus_on_one_pcpu(11, Some(Variant::OpenEuler));
     let vm = &host.vms[0];
     let (mut runner, yielder) = runner_past_gic_setup(&host, &world);
-    let target = VcpuId {
-        index: 1 - yielder.index,
-        ..yielder
-    };
+    let target = sibling_of(yielder);
     let held_elsewhere = vm.vcpus[usize::from(target.index)]
         .lock()
         .take()
@@ -927,16 +930,9 @@ fn a_directed_yield_to_a_vcpu_whose_context_is_missing_waits_once_and_gives_it_b
     // the wait ends and the slice does not meanwhile.
     let wait = CONTEXT_WAIT_MS * HZ / 1000;
     runner.machine_mut().ticks_per_counter_read = wait / 1000;
-    let mut waited = 0;
-    for _ in 0..20 {
-        let before = world.now();
-        assert_eq!(runner.step(), Step::Ran);
-        waited = world.now() - before;
-        if vm.spin.lock().stats().pv_yields > 0 {
-            break;
-        }
-    }
-    assert_eq!(vm.spin.lock().stats().pv_yields, 1, "the yield was taken");
+    let mut step_start = 0;
+    step_until_a_pv_yield(&mut runner, |_| step_start = world.now());
+    let waited = world.now() - step_start;
     assert!(
         (wait..2 * wait).contains(&waited),
         "one wait of {CONTEXT_WAIT_MS} ms, not two: the step took {waited} ticks"
