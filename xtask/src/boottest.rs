@@ -2344,7 +2344,7 @@ mod tests {
         s += &format!(
             "{first}\r\nsummary: vm vm0: {vcpus} vCPUs, resets 0, exits: hvc=9\r\nsummary:   \
              wait/yield: wfi 0 wfit 0 wfe 0 wfet 0 sampled-spins 0 on-spin 0 attempts 0 yields 0 (round-robin 0 \
-             irqs-masked 0 lock-holder 0 pending-irq 0) pv-yield {el2_yields}/{el2_calls} kicks \
+             irqs-masked 0 lock-holder 0 pending-irq 0 wait-ended 0) pv-yield {el2_yields}/{el2_calls} kicks \
              {el2_kicks}\r\n{rest}"
         );
         s
@@ -2358,7 +2358,7 @@ mod tests {
     #[test]
     fn wait_yield_line_parses() {
         let line = "summary:   wait/yield: wfi 3 wfit 0 wfe 40 wfet 2 sampled-spins 0 on-spin 42 attempts 30 \
-                    yields 25 (round-robin 20 irqs-masked 1 lock-holder 4 pending-irq 0) \
+                    yields 25 (round-robin 20 irqs-masked 1 lock-holder 4 pending-irq 0 wait-ended 0) \
                     pv-yield 5/7 kicks 9 extensions 2";
         assert_eq!(
             parse_wait_yield(line),
@@ -2390,7 +2390,7 @@ mod tests {
         );
         // The real format, from el2's SpinStats Display of zero counters.
         let zero = "summary:   wait/yield: wfi 0 wfit 0 wfe 0 wfet 0 sampled-spins 0 on-spin 0 attempts 0 yields \
-                    0 (round-robin 0 irqs-masked 0 lock-holder 0 pending-irq 0) pv-yield 0/0 \
+                    0 (round-robin 0 irqs-masked 0 lock-holder 0 pending-irq 0 wait-ended 0) pv-yield 0/0 \
                     kicks 0";
         assert_eq!(
             parse_wait_yield(zero),

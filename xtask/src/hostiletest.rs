@@ -238,7 +238,7 @@ mod tests {
             ));
             lines.push(
                 "summary:   wait/yield: wfi 787 wfit 0 wfe 0 wfet 0 sampled-spins 0 on-spin 0 attempts 0 \
-                 yields 0 (round-robin 0 irqs-masked 0 lock-holder 0 pending-irq 0) pv-yield \
+                 yields 0 (round-robin 0 irqs-masked 0 lock-holder 0 pending-irq 0 wait-ended 0) pv-yield \
                  0/1 kicks 2"
                     .into(),
             );

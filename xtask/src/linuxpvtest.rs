@@ -492,7 +492,7 @@ mod tests {
             "linux-guest: kernel warnings 0",
             INIT_DONE,
             "summary:   wait/yield: wfi 21015 wfit 0 wfe 0 wfet 0 sampled-spins 0 on-spin 0 attempts 0 yields 0 \
-             (round-robin 0 irqs-masked 0 lock-holder 0 pending-irq 0) pv-yield 0/0 kicks 26 \
+             (round-robin 0 irqs-masked 0 lock-holder 0 pending-irq 0 wait-ended 0) pv-yield 0/0 kicks 26 \
              extensions 176",
             "summary:   pv-lock openeuler: handed-out 0 registered 5 refused 0 released 5",
         ]

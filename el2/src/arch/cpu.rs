@@ -136,3 +136,33 @@ pub fn counter() -> u64 {
 pub fn counter_frequency() -> u64 {
     CNTFRQ_EL0.get()
 }
+
+/// The output address of an EL1 read of guest virtual address `va`
+/// through the EL1&0 stage 1 loaded now (the loaded vCPU's; an IPA, since
+/// its HCR_EL2.VM is set), `None` if the translation faults: AT S1E1R
+/// (Arm ARM C5.5.6). Executed at EL2, the instruction reports a fault of
+/// the stage 1 walk, stage 2 faults on its table accesses included, in
+/// PAR_EL1 instead of taking it (D8.14.2, "Address translation
+/// instructions"). PAR_EL1 is the vCPU's own register while it is loaded,
+/// so its value is put back.
+pub fn translate_el1_read(va: u64) -> Option<u64> {
+    let guest_par = PAR_EL1.get();
+    // SAFETY: AT S1E1R writes nothing but PAR_EL1, whose guest value is
+    // restored below; the ISB makes its result visible to the read. It
+    // reads the guest's tables through the guest's stage 2 and cannot
+    // reach memory the guest cannot.
+    unsafe {
+        core::arch::asm!(
+            "at s1e1r, {va}",
+            "isb",
+            va = in(reg) va,
+            options(nostack, preserves_flags),
+        );
+    }
+    let par = PAR_EL1.extract();
+    PAR_EL1.set(guest_par);
+    if par.is_set(PAR_EL1::F) {
+        return None;
+    }
+    Some(par.read(PAR_EL1::PA) << 12 | (va & 0xFFF))
+}

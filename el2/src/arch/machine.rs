@@ -224,6 +224,28 @@ impl Machine for Hardware {
         }
     }
 
+    fn guest_ipa_of(&self, va: u64) -> Option<u64> {
+        cpu::translate_el1_read(va)
+    }
+
+    fn read_guest_ram(&self, pa: u64, width: u8) -> u64 {
+        use core::sync::atomic::{AtomicU8, AtomicU16, AtomicU32, AtomicU64, Ordering};
+        // SAFETY: the runner passes an address it translated through its
+        // VM's RAM window (`Vm::ram_host_address`), naturally aligned for
+        // `width`; a VM's RAM is mapped at EL2 for its lifetime. Only
+        // atomic loads touch it, so the guest's concurrent writes are
+        // harmless.
+        unsafe {
+            match width {
+                1 => u64::from((*(pa as *const AtomicU8)).load(Ordering::Relaxed)),
+                2 => u64::from((*(pa as *const AtomicU16)).load(Ordering::Relaxed)),
+                4 => u64::from((*(pa as *const AtomicU32)).load(Ordering::Relaxed)),
+                8 => (*(pa as *const AtomicU64)).load(Ordering::Relaxed),
+                _ => 0,
+            }
+        }
+    }
+
     fn store_stolen_time(&self, pa: u64, ns: u64) {
         // SAFETY: as in `store_preempted`: an aligned, hypervisor-placed
         // record in a VM's RAM, mapped at EL2; accessed atomically.

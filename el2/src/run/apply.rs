@@ -15,6 +15,7 @@ use super::vm::{Vm, reset_context};
 use super::{Applied, Decision, Picked, Runner};
 use crate::guest::layout;
 use crate::sched::onspin::{self, Spinner, VmSpin};
+use crate::sched::waitword::{self, GuestView, Wait};
 use crate::sched::{Handover, PutReason, Scheduler, Wakeup};
 use crate::trap::decision::Next;
 use crate::vcpu::{GuestRegs, PowerState, VcpuId, VmId};
@@ -100,10 +101,18 @@ impl<'h, M: Machine> Runner<'h, M> {
         vcpu: VcpuId,
         ctx: &mut VcpuContext<M::Saved>,
     ) -> Applied {
+        // The word its wait loop polls, read while it is loaded (its stage
+        // 1 is the CPU's) and before any lock is taken.
+        let memory = GuestMemory {
+            machine: &self.machine,
+            vm,
+        };
+        let word = waitword::find(&ctx.regs, &memory);
         let now = self.machine.counter();
         let host = self.host;
         let mut s = host.sched.lock();
         let mut spin = vm.spin.lock();
+        spin.spinning_on(vcpu.index, word);
         // Lock order: the scheduler, then the spin state, then the virtual
         // GIC (a leaf).
         let gic = vm.vgic.lock();
@@ -118,7 +127,11 @@ impl<'h, M: Machine> Runner<'h, M> {
                 0
             };
             let pending = waiting && (gic.has_pending(v.index) || vm.vtimer_is_due(v.index, now));
-            *slot = spin.candidate(v.index, waiting, locks, pending);
+            let wait = match spin.wait_word(v.index) {
+                Some(word) if waiting => word.state(memory.read(word.ipa, word.width)),
+                _ => Wait::Unknown,
+            };
+            *slot = spin.candidate(v.index, waiting, locks, pending, wait);
             count += 1;
         }
         drop(gic);
@@ -354,5 +367,27 @@ impl<'h, M: Machine> Runner<'h, M> {
             Wakeup::Preempting { pcpu } => self.machine.send_reschedule(pcpu),
             _ => {}
         }
+    }
+}
+
+/// A VM's memory as the loaded vCPU sees it, for [`waitword::find`]: its
+/// stage 1 through the machine's translation, its RAM through the VM's
+/// window on the host.
+struct GuestMemory<'a, M: Machine> {
+    machine: &'a M,
+    vm: &'a Vm<M>,
+}
+
+impl<M: Machine> GuestView for GuestMemory<'_, M> {
+    fn ipa_of(&self, va: u64) -> Option<u64> {
+        self.machine.guest_ipa_of(va)
+    }
+
+    fn read(&self, ipa: u64, width: u8) -> Option<u64> {
+        if !matches!(width, 1 | 2 | 4 | 8) || !ipa.is_multiple_of(u64::from(width)) {
+            return None;
+        }
+        let pa = self.vm.ram_host_address(ipa, u64::from(width))?;
+        Some(self.machine.read_guest_ram(pa, width))
     }
 }

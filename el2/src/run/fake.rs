@@ -999,6 +999,34 @@ impl Machine for Fake {
         0
     }
 
+    /// The fake guests' stage 1 is flat: every address is its own IPA.
+    fn guest_ipa_of(&self, va: u64) -> Option<u64> {
+        Some(va)
+    }
+
+    /// From the 8-byte words of the fake memory (0 where nothing was
+    /// stored).
+    fn read_guest_ram(&self, pa: u64, width: u8) -> u64 {
+        assert!(
+            matches!(width, 1 | 2 | 4 | 8) && pa.is_multiple_of(u64::from(width)),
+            "read {pa:#x}/{width}"
+        );
+        let word = self
+            .world
+            .memory
+            .lock()
+            .get(&(pa & !7))
+            .copied()
+            .unwrap_or(0);
+        let bits = u32::from(width) * 8;
+        let value = word >> ((pa & 7) * 8);
+        if bits == 64 {
+            value
+        } else {
+            value & ((1 << bits) - 1)
+        }
+    }
+
     fn store_stolen_time(&self, pa: u64, ns: u64) {
         let mut memory = self.world.memory.lock();
         let old = memory.insert(pa, ns).unwrap_or(0);

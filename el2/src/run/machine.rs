@@ -288,6 +288,15 @@ pub trait Machine {
     /// Stores the stolen time (ns) of the PV-time record at `pa`
     /// (docs/abi.md §4), release-ordered.
     fn store_stolen_time(&self, pa: u64, ns: u64);
+    /// The IPA that guest virtual address `va` translates to for a read at
+    /// EL1 through the loaded vCPU's stage 1 (AT S1E1R; the vCPU's
+    /// PAR_EL1 is kept), `None` if the translation faults. Only while a
+    /// vCPU is loaded.
+    fn guest_ipa_of(&self, va: u64) -> Option<u64>;
+    /// The `width` bytes (1, 2, 4 or 8, naturally aligned) at host
+    /// address `pa` of a VM's RAM, little-endian, read single-copy
+    /// atomically (the guest may be writing them).
+    fn read_guest_ram(&self, pa: u64, width: u8) -> u64;
     /// Zeroes host memory `range` (a VM's RAM, none of whose vCPUs runs).
     fn zero(&self, range: MemRange);
     /// Copies host memory `from` (a boot module) to `to`.

@@ -14,6 +14,7 @@ use crate::devices::vtimer::{self, PhysicalIrq};
 use crate::guest::layout;
 use crate::guest::placement::VmPlacement;
 use crate::memory::ownership::OwnershipMap;
+use crate::sched::onspin::YieldReason;
 use crate::sched::spinwatch;
 use crate::sched::{BlockReason, CpuSet, Scheduler, VcpuState};
 use crate::services::smccc::CpuVulnerabilities;
@@ -682,6 +683,106 @@ fn a_vcpu_spinning_without_exits_hands_its_slice_to_a_waiting_sibling() {
         found_at - spins_from
     );
     assert!(found_at < slice_end, "the slice ran out first");
+}
+
+/// A spinner found by sampling yields to the sibling whose wait has ended
+/// (the word it was found polling holds another value now), ahead of the
+/// sibling KVM's round robin names first, and skips one whose word is
+/// unchanged; the spinner's own wait word, read through its loop's
+/// instructions in guest memory, is kept for when it is a candidate
+/// itself (`el2::sched::waitword`).
+#[test]
+fn a_spinner_yields_to_the_sibling_whose_wait_ended() {
+    use crate::sched::waitword::{Wait, WaitWord};
+    // `ldxr w16, [x0]; wfe`, as GNU as assembles it.
+    const LDXR_W16_X0: u64 = 0x885f_7c10;
+    const WFE: u64 = 0xd503_205f;
+    let world = World::new(1, 1, 5, u64::MAX);
+    let spec = Spec {
+        vcpus: 4,
+        pv_lock: None,
+        affinity: None,
+    };
+    let host = host(&world, 1, &[spec]);
+    let now = world.now();
+    for index in 1..4 {
+        host.sched
+            .lock()
+            .power_on(VcpuId { vm: VmId(0), index }, now)
+            .expect("the vCPU was off");
+    }
+    let mut runner = Runner::new(0, &host, Fake::new(0, world.clone()));
+    runner.set_spin_sample_ticks(WITNESS_SAMPLE_TICKS, WITNESS_SAMPLE_TICKS);
+    assert_eq!(runner.step(), Step::Ran);
+    let spinner = runner.running().expect("a vCPU is loaded");
+    // The others in KVM's round-robin order (after `last_boosted`, 0).
+    let order: Vec<u16> = [1, 2, 3, 0]
+        .into_iter()
+        .filter(|&i| i != spinner.index)
+        .collect();
+    let (waiting, plain, ended) = (order[0], order[1], order[2]);
+    let vm = &host.vms[0];
+    let ram = |ipa: u64| vm.ram_host_address(ipa, 8).expect("in RAM");
+    let code = layout::RAM_BASE + 0x10_0000;
+    let spinner_word = layout::RAM_BASE + 0x20_0000;
+    let ended_word = spinner_word + 0x40;
+    let waiting_word = spinner_word + 0x80;
+    {
+        let mut memory = world.memory.lock();
+        memory.insert(ram(code), LDXR_W16_X0 | WFE << 32);
+        memory.insert(ram(spinner_word), 7);
+        // Handed over since it was found polling 0; still 0.
+        memory.insert(ram(ended_word), 1);
+        memory.insert(ram(waiting_word), 0);
+    }
+    let word = |ipa| WaitWord {
+        ipa,
+        width: 4,
+        value: 0,
+    };
+    {
+        let mut spin = vm.spin.lock();
+        spin.spinning_on(ended, Some(word(ended_word)));
+        spin.spinning_on(waiting, Some(word(waiting_word)));
+    }
+    let loaded = runner.loaded.as_mut().expect("loaded");
+    loaded.ctx.saved.spins = u32::MAX;
+    loaded.ctx.regs.pc = code + 4;
+    loaded.ctx.regs.x[0] = spinner_word;
+    let stats = || *vm.spin.lock().stats();
+    for _ in 0..100 {
+        if stats().sampled_spins > 0 {
+            break;
+        }
+        assert_eq!(runner.step(), Step::Ran);
+    }
+    assert_eq!(stats().yields_for(YieldReason::WaitEnded), 1, "{}", stats());
+    assert_eq!(runner.running().map(|v| v.index), Some(ended));
+    let s = host.sched.lock();
+    let yielded_to = |index| {
+        s.stats(VcpuId { vm: VmId(0), index }, world.now())
+            .map(|v| v.yielded_to)
+    };
+    assert_eq!(yielded_to(ended), Some(1));
+    assert_eq!((yielded_to(plain), yielded_to(waiting)), (Some(0), Some(0)));
+    drop(s);
+    let spin = vm.spin.lock();
+    // The spinner's own wait, as its `ldxr` names it; the target's word is
+    // forgotten now that it runs; the waiting sibling's stays.
+    assert_eq!(
+        spin.wait_word(spinner.index),
+        Some(WaitWord {
+            ipa: spinner_word,
+            width: 4,
+            value: 7
+        })
+    );
+    assert_eq!(spin.wait_word(ended), None);
+    assert_eq!(spin.wait_word(waiting), Some(word(waiting_word)));
+    assert_eq!(
+        spin.candidate(waiting, true, 0, false, Wait::Waiting).wait,
+        Wait::Waiting
+    );
 }
 
 /// The spin-sample period of the witness tests below, in ticks, and the

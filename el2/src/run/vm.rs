@@ -368,6 +368,14 @@ impl<M: Machine> Vm<M> {
         }
     }
 
+    /// The host address of the `len` bytes of the VM's RAM at `ipa`,
+    /// `None` unless all of them are in its RAM.
+    pub(super) fn ram_host_address(&self, ipa: u64, len: u64) -> Option<u64> {
+        let offset = ipa.checked_sub(RAM_BASE)?;
+        let ram = self.placement.ram;
+        (offset.checked_add(len)? <= ram.size).then(|| ram.base + offset)
+    }
+
     /// The `lock_count` hint in vCPU `index`'s PV-lock record (0 without
     /// one); untrusted, `el2::sched::onspin` sanitises it.
     pub(super) fn lock_count_hint(&self, machine: &M, index: u16) -> u32 {

@@ -216,6 +216,7 @@ mod stats;
 #[cfg(test)]
 mod tests;
 mod timers;
+pub mod waitword;
 
 pub use cpuset::CpuSet;
 pub use stats::{VcpuStats, VmStats, millis};

@@ -138,6 +138,8 @@ use core::fmt;
 use core::ops::AddAssign;
 use core::sync::atomic::{AtomicU8, Ordering};
 
+use super::waitword::{Wait, WaitWord};
+
 use aarch64_cpu::registers::{HCR_EL2, SPSR_EL2};
 use tock_registers::LocalRegisterCopy;
 
@@ -237,6 +239,13 @@ pub struct Candidate {
     /// (`lock_count_hint()`), 0 without a record. Untrusted: see
     /// [`plausible_lock_count`].
     pub lock_count_hint: u32,
+    /// Whether it was taken off while spinning, and if so whether the word
+    /// its wait loop polls still holds the value it spun on
+    /// ([`super::waitword`]): [`Wait::Ended`], what it waited for has
+    /// happened (a queued lock was handed to it) and it makes progress as
+    /// soon as it runs; [`Wait::Waiting`], it would only spin again.
+    /// [`Wait::Unknown`] with boosts off.
+    pub wait: Wait,
 }
 
 impl Candidate {
@@ -249,6 +258,7 @@ impl Candidate {
             has_pending_virtual_interrupt: false,
             irqs_masked_when_descheduled: desched.irqs_masked,
             lock_count_hint,
+            wait: Wait::Unknown,
         }
     }
 
@@ -259,6 +269,7 @@ impl Candidate {
         has_pending_virtual_interrupt: false,
         irqs_masked_when_descheduled: false,
         lock_count_hint: 0,
+        wait: Wait::Unknown,
     };
 
     /// Whether it holds a guest lock by its (plausible) lock count.
@@ -385,11 +396,14 @@ pub enum YieldReason {
     LockHolder,
     /// Boost: a virtual interrupt is pending for it (seed 003).
     PendingInterrupt,
+    /// First of all: the wait it was taken off in has ended
+    /// ([`Wait::Ended`]: [`Candidate::wait`]).
+    WaitEnded,
 }
 
 impl YieldReason {
     /// Number of reasons.
-    pub const COUNT: usize = 4;
+    pub const COUNT: usize = 5;
 
     /// Every reason, in [`Self::index`] order.
     pub const ALL: [Self; Self::COUNT] = [
@@ -397,6 +411,7 @@ impl YieldReason {
         Self::IrqsMasked,
         Self::LockHolder,
         Self::PendingInterrupt,
+        Self::WaitEnded,
     ];
 
     /// Its position in [`Self::ALL`] (a statistics index).
@@ -406,6 +421,7 @@ impl YieldReason {
             Self::IrqsMasked => 1,
             Self::LockHolder => 2,
             Self::PendingInterrupt => 3,
+            Self::WaitEnded => 4,
         }
     }
 
@@ -416,6 +432,7 @@ impl YieldReason {
             Self::IrqsMasked => "irqs-masked",
             Self::LockHolder => "lock-holder",
             Self::PendingInterrupt => "pending-irq",
+            Self::WaitEnded => "wait-ended",
         }
     }
 
@@ -518,38 +535,53 @@ pub fn on_spin(
         state.enter();
     }
     let count = vcpus.len();
+    let mut first = YieldPlan::EMPTY;
     let mut boosted = YieldPlan::EMPTY;
     let mut plain = YieldPlan::EMPTY;
     if count < 2 || me >= count {
-        return boosted;
+        return first;
     }
     let start = (usize::from(last_boosted) + 1) % count;
-    for i in 0..count {
-        let index = (start + i) % count;
-        if index == me {
-            continue;
-        }
-        let candidate = &vcpus[index];
-        if !candidate.preempted {
-            continue;
-        }
-        if spinner.in_kernel
-            && candidate.preempted_in_user_mode
-            && !candidate.has_pending_virtual_interrupt
-        {
-            continue;
-        }
-        if !spin.get_mut(index).is_none_or(SpinState::look) {
-            continue;
-        }
-        // `index < count <= vcpus.len()`, and vCPU indices are u16.
-        let Ok(index) = u16::try_from(index) else {
-            continue;
+    // The siblings that may take the spinner's slice, in round-robin
+    // order: (slot, vCPU index, candidate).
+    let siblings = (0..count)
+        .map(|i| (start + i) % count)
+        .filter(|&slot| slot != me)
+        .filter_map(|slot| {
+            let candidate = &vcpus[slot];
+            let skipped = !candidate.preempted
+                || candidate.wait == Wait::Waiting
+                || (spinner.in_kernel
+                    && candidate.preempted_in_user_mode
+                    && !candidate.has_pending_virtual_interrupt);
+            // `slot < count <= vcpus.len()`, and vCPU indices are u16.
+            let index = u16::try_from(slot).ok()?;
+            (!skipped).then_some((slot, index, candidate))
+        });
+    let target = |index| VcpuId {
+        vm: spinner.vcpu.vm,
+        index,
+    };
+    // First the siblings whose wait has ended: each is past its spin,
+    // whatever its spin-loop flags say, so it is not looked at.
+    let ended = |c: &Candidate| c.wait == Wait::Ended;
+    for (_, index, _) in siblings.clone().filter(|(_, _, c)| ended(c)) {
+        let choice = Choice {
+            target: target(index),
+            reason: YieldReason::WaitEnded,
         };
-        let target = VcpuId {
-            vm: spinner.vcpu.vm,
-            index,
-        };
+        if !first.push(choice) {
+            break;
+        }
+    }
+    for (slot, index, candidate) in siblings.filter(|(_, _, c)| !ended(c)) {
+        if first.is_full() {
+            break;
+        }
+        if !spin.get_mut(slot).is_none_or(SpinState::look) {
+            continue;
+        }
+        let target = target(index);
         match candidate.boost() {
             Some(reason) => {
                 boosted.push(Choice { target, reason });
@@ -565,12 +597,12 @@ pub fn on_spin(
             }
         }
     }
-    for choice in plain.iter() {
-        if !boosted.push(choice) {
+    for choice in boosted.iter().chain(plain.iter()) {
+        if !first.push(choice) {
             break;
         }
     }
-    boosted
+    first
 }
 
 /// Whether a vCPU about to enter the guest on a pCPU with
@@ -869,7 +901,7 @@ impl AddAssign<&SpinStats> for SpinStats {
 
 /// One line for the end-of-run summary, e.g. `wfi 3 wfit 0 wfe 40 wfet 2
 /// sampled-spins 0 on-spin 42 attempts 30 yields 25 (round-robin 20 irqs-masked 1
-/// lock-holder 4 pending-irq 0) pv-yield 5/7 kicks 9 extensions 2`.
+/// lock-holder 4 pending-irq 0 wait-ended 0) pv-yield 5/7 kicks 9 extensions 2`.
 impl fmt::Display for SpinStats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
@@ -908,6 +940,9 @@ pub struct VmSpin {
     last_boosted: u16,
     spin: Vec<SpinState>,
     descheduled: Vec<Descheduled>,
+    /// Per vCPU, the word it polls in the spin it was last found in, until
+    /// it runs again ([`super::waitword`]).
+    waits: Vec<Option<WaitWord>>,
     stats: SpinStats,
     /// The VM's `boost` switch: critical-section boosts on.
     boost: bool,
@@ -922,6 +957,7 @@ impl VmSpin {
             last_boosted: 0,
             spin: vec![SpinState::new(); count],
             descheduled: vec![Descheduled::default(); count],
+            waits: vec![None; count],
             stats: SpinStats::default(),
             boost: true,
         }
@@ -1016,35 +1052,64 @@ impl VmSpin {
         if let Some(state) = self.spin.get_mut(i) {
             *state = SpinState::new();
         }
+        if let Some(wait) = self.waits.get_mut(i) {
+            *wait = None;
+        }
     }
 
     /// vCPU `index` runs again (vcpu_load) or its spin ended without a
     /// yield: it leaves its spin loop ([`SpinState::leave`]).
     pub fn resumed(&mut self, index: u16) {
-        if let Some(state) = self.spin.get_mut(usize::from(index)) {
+        let i = usize::from(index);
+        if let Some(state) = self.spin.get_mut(i) {
             state.leave();
+        }
+        if let Some(wait) = self.waits.get_mut(i) {
+            *wait = None;
         }
     }
 
-    /// The snapshot entry for vCPU `index`: `preempted`, `lock_count_hint`
-    /// and `pending_interrupt` (a virtual interrupt or a due virtual timer
-    /// waits for it) from the caller (scheduler, PV-lock record, virtual
-    /// GIC), the rest from [`Self::descheduled`]. With boosts off, only
-    /// what KVM itself looks at (preempted, and in user mode): no lock
-    /// count, no masked IRQs and no pending interrupt, so neither the boost
-    /// order nor the pending-interrupt exception to the user-mode skip
-    /// applies.
+    /// vCPU `index` was found spinning, polling `word` if its wait loop
+    /// showed one ([`super::waitword::find`]); kept until it runs again
+    /// ([`Self::resumed`]). Unknown indices are ignored.
+    pub fn spinning_on(&mut self, index: u16, word: Option<WaitWord>) {
+        if let Some(wait) = self.waits.get_mut(usize::from(index)) {
+            *wait = word;
+        }
+    }
+
+    /// The word vCPU `index` polled when it was last found spinning, if it
+    /// has not run since; `None` with boosts off, since only the boosts
+    /// look at it ([`Candidate::wait`]).
+    pub fn wait_word(&self, index: u16) -> Option<WaitWord> {
+        if !self.boost {
+            return None;
+        }
+        self.waits.get(usize::from(index)).copied().flatten()
+    }
+
+    /// The snapshot entry for vCPU `index`: `preempted`, `lock_count_hint`,
+    /// `pending_interrupt` (a virtual interrupt or a due virtual timer
+    /// waits for it) and `wait` (the word of [`Self::wait_word`] read
+    /// again: [`WaitWord::state`]) from the caller (scheduler, PV-lock
+    /// record, virtual GIC, guest memory), the rest from
+    /// [`Self::descheduled`]. With boosts off, only what KVM itself looks
+    /// at (preempted, and in user mode): no lock count, no masked IRQs, no
+    /// pending interrupt and no ended wait, so neither the boost order nor
+    /// the pending-interrupt exception to the user-mode skip applies.
     pub fn candidate(
         &self,
         index: u16,
         preempted: bool,
         lock_count_hint: u32,
         pending_interrupt: bool,
+        wait: Wait,
     ) -> Candidate {
         match (preempted, self.boost) {
             (false, _) => Candidate::NOT_PREEMPTED,
             (true, true) => Candidate {
                 has_pending_virtual_interrupt: pending_interrupt,
+                wait,
                 ..Candidate::preempted(self.last_descheduled(index), lock_count_hint)
             },
             (true, false) => {
@@ -1086,6 +1151,7 @@ impl VmSpin {
         self.last_boosted = 0;
         self.spin.fill(SpinState::new());
         self.descheduled.fill(Descheduled::default());
+        self.waits.fill(None);
     }
 
     /// The VM's counters.
@@ -1132,6 +1198,7 @@ mod tests {
         has_pending_virtual_interrupt: false,
         irqs_masked_when_descheduled: false,
         lock_count_hint: 0,
+        wait: Wait::Unknown,
     };
 
     const USER: Candidate = Candidate {
@@ -1170,7 +1237,7 @@ mod tests {
         plan.iter().map(|&(i, _)| i).collect()
     }
 
-    use YieldReason::{IrqsMasked, LockHolder, PendingInterrupt, RoundRobin};
+    use YieldReason::{IrqsMasked, LockHolder, PendingInterrupt, RoundRobin, WaitEnded};
 
     #[test]
     fn pstate_modes_and_irq_mask() {
@@ -1304,6 +1371,109 @@ mod tests {
     }
 
     #[test]
+    fn a_sibling_whose_wait_ended_goes_first_and_one_still_waiting_never() {
+        let ended = Candidate {
+            wait: Wait::Ended,
+            ..PLAIN
+        };
+        //            0      1       2      3      4
+        let vcpus = [PLAIN, MASKED, PLAIN, ended, holder(1)];
+        let mut spin = [SpinState::new(); 5];
+        // vCPU 3 was taken off spinning: KVM's rule skips it every other
+        // look, but its wait has ended; it is not looked at.
+        spin[3].enter();
+        for _ in 0..3 {
+            let p = pairs(on_spin(kernel(0), 0, &vcpus, &mut spin));
+            assert_eq!(p, [(3, WaitEnded), (1, IrqsMasked), (4, LockHolder)]);
+            assert!(spin[3].in_spin_loop() && !spin[3].dy_eligible());
+        }
+        // Several: in round-robin order, before any boost; three settle
+        // the plan, and a spinning sibling is then not looked at.
+        let vcpus = [PLAIN, ended, MASKED, ended, PLAIN, ended, ended];
+        let mut spin = [SpinState::new(); 7];
+        spin[4].enter();
+        let p = pairs(on_spin(kernel(0), 4, &vcpus, &mut spin));
+        assert_eq!(p, [(5, WaitEnded), (6, WaitEnded), (1, WaitEnded)]);
+        assert!(!spin[4].dy_eligible(), "not looked at");
+        // Not the spinner itself, not one that is not waiting for a pCPU,
+        // and, for a kernel spinner, not one in user mode.
+        let vcpus = [
+            ended,
+            Candidate {
+                preempted: false,
+                ..ended
+            },
+            Candidate {
+                wait: Wait::Ended,
+                ..USER
+            },
+            PLAIN,
+        ];
+        assert_eq!(plan(kernel(0), 0, &vcpus), [(3, RoundRobin)]);
+        assert_eq!(plan(user(0), 0, &vcpus), [(2, WaitEnded), (3, RoundRobin)]);
+        // One whose word still holds what it spun on would only spin
+        // again: never tried, boosted or not, looked at or not.
+        let waiting = Candidate {
+            wait: Wait::Waiting,
+            ..MASKED
+        };
+        let vcpus = [PLAIN, waiting, holder(1), waiting, PLAIN];
+        let mut spin = [SpinState::new(); 5];
+        let p = pairs(on_spin(kernel(0), 0, &vcpus, &mut spin));
+        assert_eq!(p, [(2, LockHolder), (4, RoundRobin)]);
+        assert_eq!(plan(kernel(0), 0, &[PLAIN, waiting]), []);
+    }
+
+    #[test]
+    fn wait_words_last_until_the_vcpu_runs_and_count_only_with_boosts() {
+        let word = WaitWord {
+            ipa: 0x4000_0040,
+            width: 4,
+            value: 1,
+        };
+        let mut vm = VmSpin::new(3);
+        vm.spinning_on(1, Some(word));
+        assert_eq!(vm.wait_word(1), Some(word));
+        assert_eq!(vm.wait_word(0), None);
+        assert_eq!(
+            vm.candidate(1, true, 0, false, Wait::Ended).wait,
+            Wait::Ended
+        );
+        assert_eq!(
+            vm.candidate(1, true, 0, false, Wait::Waiting).wait,
+            Wait::Waiting
+        );
+        assert_eq!(
+            vm.candidate(1, false, 0, false, Wait::Ended),
+            Candidate::NOT_PREEMPTED
+        );
+        // It runs again: its spin, and the word, are behind it.
+        vm.resumed(1);
+        assert_eq!(vm.wait_word(1), None);
+        // Found spinning without a word it polls: none.
+        vm.spinning_on(1, Some(word));
+        vm.spinning_on(1, None);
+        assert_eq!(vm.wait_word(1), None);
+        // CPU_ON and SYSTEM_RESET forget it; unknown vCPUs are ignored.
+        vm.spinning_on(2, Some(word));
+        vm.reset_vcpu(2);
+        assert_eq!(vm.wait_word(2), None);
+        vm.spinning_on(2, Some(word));
+        vm.reset();
+        assert_eq!(vm.wait_word(2), None);
+        vm.spinning_on(7, Some(word));
+        assert_eq!(vm.wait_word(7), None);
+        // Boosts off: KVM's rule alone.
+        vm.set_boost(false);
+        vm.spinning_on(1, Some(word));
+        assert_eq!(vm.wait_word(1), None);
+        assert_eq!(
+            vm.candidate(1, true, 0, false, Wait::Ended).wait,
+            Wait::Unknown
+        );
+    }
+
+    #[test]
     fn at_most_three_candidates() {
         let all = [PLAIN; 16];
         let p = plan(kernel(7), 7, &all);
@@ -1400,6 +1570,7 @@ mod tests {
         assert_eq!(alloc::format!("{IrqsMasked}"), "boost: irqs-masked");
         assert_eq!(alloc::format!("{LockHolder}"), "boost: lock-holder");
         assert_eq!(alloc::format!("{PendingInterrupt}"), "boost: pending-irq");
+        assert_eq!(alloc::format!("{WaitEnded}"), "boost: wait-ended");
         for (i, r) in YieldReason::ALL.iter().enumerate() {
             assert_eq!(r.index(), i);
             assert_eq!(r.is_boost(), i != 0);
@@ -1426,6 +1597,11 @@ mod tests {
                             0 => 0,
                             1 => (r >> 8) as u32 % 60,
                             _ => (r >> 32) as u32,
+                        },
+                        wait: match (r >> 40) % 3 {
+                            0 => Wait::Unknown,
+                            1 => Wait::Waiting,
+                            _ => Wait::Ended,
                         },
                     }
                 })
@@ -1455,7 +1631,12 @@ mod tests {
                 (usize::from(last) + 1) % count
             };
             let position = |i: u16| (usize::from(i) + count - start) % count;
-            let first_plain = p.iter().position(|&(_, r)| r == RoundRobin);
+            // Ended waits, then the other boosts, then the plain round.
+            let group = |r: YieldReason| match r {
+                WaitEnded => 0,
+                RoundRobin => 2,
+                _ => 1,
+            };
             for (k, &(i, reason)) in p.iter().enumerate() {
                 let c = vcpus[usize::from(i)];
                 assert_ne!(i, spinner.vcpu.index);
@@ -1465,13 +1646,39 @@ mod tests {
                         || !c.preempted_in_user_mode
                         || c.has_pending_virtual_interrupt
                 );
-                assert_eq!(c.boost().unwrap_or(RoundRobin), reason);
-                if let Some(fp) = first_plain {
-                    assert_eq!(reason == RoundRobin, k >= fp, "boosts first");
+                assert_ne!(c.wait, Wait::Waiting, "a waiting sibling is never tried");
+                let expected = if c.wait == Wait::Ended {
+                    WaitEnded
+                } else {
+                    c.boost().unwrap_or(RoundRobin)
+                };
+                assert_eq!(expected, reason);
+                if k > 0 {
+                    let (before, before_reason) = p[k - 1];
+                    assert!(
+                        group(before_reason) <= group(reason),
+                        "ended, boosts, plain"
+                    );
+                    if group(before_reason) == group(reason) {
+                        assert!(position(before) < position(i), "round-robin order");
+                    }
                 }
-                if k > 0 && p[k - 1].1.is_boost() == reason.is_boost() {
-                    assert!(position(p[k - 1].0) < position(i), "round-robin order");
-                }
+            }
+            // Every ended wait that may take the slice is in the plan
+            // (up to its size), whatever its spin-loop flags said.
+            let may_take = |i: usize| {
+                let c = vcpus[i];
+                i != usize::from(spinner.vcpu.index)
+                    && c.preempted
+                    && c.wait == Wait::Ended
+                    && (!spinner.in_kernel
+                        || !c.preempted_in_user_mode
+                        || c.has_pending_virtual_interrupt)
+            };
+            if usize::from(spinner.vcpu.index) < count {
+                let ended = (0..count).filter(|&i| may_take(i)).count();
+                let planned = p.iter().filter(|&&(_, r)| r == WaitEnded).count();
+                assert_eq!(planned, ended.min(MAX_ATTEMPTS));
             }
         }
     }
@@ -1673,8 +1880,8 @@ mod tests {
         assert_eq!(
             alloc::format!("{s}"),
             "wfi 0 wfit 0 wfe 1 wfet 0 sampled-spins 1 on-spin 1 attempts 2 yields 1 \
-             (round-robin 0 irqs-masked 0 lock-holder 1 pending-irq 0) pv-yield 1/2 kicks 1 \
-             extensions 0"
+             (round-robin 0 irqs-masked 0 lock-holder 1 pending-irq 0 wait-ended 0) pv-yield 1/2 \
+             kicks 1 extensions 0"
         );
         let mut total = SpinStats::default();
         total += &s;
@@ -1698,10 +1905,10 @@ mod tests {
             vm.descheduled(2, el1h);
             vm.descheduled(3, el1h);
             let candidates = [
-                vm.candidate(0, false, 0, false),
-                vm.candidate(1, true, 0, false),
-                vm.candidate(2, true, 0, false),
-                vm.candidate(3, true, 1, false),
+                vm.candidate(0, false, 0, false, Wait::Unknown),
+                vm.candidate(1, true, 0, false, Wait::Unknown),
+                vm.candidate(2, true, 0, false, Wait::Unknown),
+                vm.candidate(3, true, 1, false, Wait::Unknown),
             ];
             let p = vm.plan(kernel(0), &candidates);
             let expected: &[(u16, YieldReason)] = if boost {
@@ -1731,10 +1938,10 @@ mod tests {
             vm.descheduled(2, el1h);
             vm.descheduled(3, el1h);
             let candidates = [
-                vm.candidate(0, false, 0, true),
-                vm.candidate(1, true, 0, true),
-                vm.candidate(2, true, 0, true),
-                vm.candidate(3, true, 0, false),
+                vm.candidate(0, false, 0, true, Wait::Unknown),
+                vm.candidate(1, true, 0, true, Wait::Unknown),
+                vm.candidate(2, true, 0, true, Wait::Unknown),
+                vm.candidate(3, true, 0, false, Wait::Unknown),
             ];
             assert_eq!(candidates[1].has_pending_virtual_interrupt, boost);
             // A kernel-mode spinner: with boosts, the interrupt makes both
@@ -1781,13 +1988,18 @@ mod tests {
         vm.descheduled(1, 0x0); // EL0t
         vm.descheduled(2, 0x85); // EL1h, I
         vm.descheduled(9, 0x85); // unknown: ignored
-        assert_eq!(vm.candidate(1, true, 0, false), USER);
-        assert_eq!(vm.candidate(2, true, 0, false), MASKED);
-        assert_eq!(vm.candidate(3, true, 7, false), holder(7));
-        assert_eq!(vm.candidate(2, false, 7, false), Candidate::NOT_PREEMPTED);
-        assert_eq!(vm.candidate(9, true, 0, false), PLAIN);
+        assert_eq!(vm.candidate(1, true, 0, false, Wait::Unknown), USER);
+        assert_eq!(vm.candidate(2, true, 0, false, Wait::Unknown), MASKED);
+        assert_eq!(vm.candidate(3, true, 7, false, Wait::Unknown), holder(7));
+        assert_eq!(
+            vm.candidate(2, false, 7, false, Wait::Unknown),
+            Candidate::NOT_PREEMPTED
+        );
+        assert_eq!(vm.candidate(9, true, 0, false, Wait::Unknown), PLAIN);
         // A failed attempt does not move last_boosted; a success does.
-        let vcpus: Vec<Candidate> = (0..4).map(|i| vm.candidate(i, i != 0, 0, false)).collect();
+        let vcpus: Vec<Candidate> = (0..4)
+            .map(|i| vm.candidate(i, i != 0, 0, false, Wait::Unknown))
+            .collect();
         let p = vm.plan(kernel(0), &vcpus);
         assert_eq!(pairs(p), [(2, IrqsMasked), (3, RoundRobin)]);
         assert!(vm.spin_state(0).in_spin_loop());
@@ -1817,20 +2029,20 @@ mod tests {
         // Puts: a requeue records the PSTATE, a block or power-off clears
         // it (an idle WFI runs with IRQs masked), a renewed slice keeps it.
         vm.record_put(3, 0x3C5, PutOutcome::Requeued);
-        assert_eq!(vm.candidate(3, true, 0, false), MASKED);
+        assert_eq!(vm.candidate(3, true, 0, false, Wait::Unknown), MASKED);
         vm.record_put(3, 0x5, PutOutcome::KeepRunning);
-        assert_eq!(vm.candidate(3, true, 0, false), MASKED);
+        assert_eq!(vm.candidate(3, true, 0, false, Wait::Unknown), MASKED);
         vm.record_put(3, 0x3C5, PutOutcome::Blocked);
-        assert_eq!(vm.candidate(3, true, 0, false), PLAIN);
+        assert_eq!(vm.candidate(3, true, 0, false, Wait::Unknown), PLAIN);
         vm.record_put(2, 0x0, PutOutcome::Requeued);
-        assert_eq!(vm.candidate(2, true, 0, false), USER);
+        assert_eq!(vm.candidate(2, true, 0, false, Wait::Unknown), USER);
         vm.record_put(2, 0x0, PutOutcome::PoweredOff);
-        assert_eq!(vm.candidate(2, true, 0, false), PLAIN);
+        assert_eq!(vm.candidate(2, true, 0, false, Wait::Unknown), PLAIN);
         vm.record_put(77, 0x0, PutOutcome::Requeued);
         // CPU_ON: a fresh start.
         vm.record_put(1, 0x85, PutOutcome::Requeued);
         vm.reset_vcpu(1);
-        assert_eq!(vm.candidate(1, true, 0, false), PLAIN);
+        assert_eq!(vm.candidate(1, true, 0, false, Wait::Unknown), PLAIN);
         assert_eq!(vm.spin_state(1), SpinState::new());
         vm.reset_vcpu(300);
         vm.reset();
@@ -1872,7 +2084,13 @@ mod tests {
             .iter()
             .map(|&v| {
                 let ok = s.can_yield_to(spinner, v, 0, now).is_ok();
-                vm.candidate(v.index, ok, lock_counts[usize::from(v.index)], false)
+                vm.candidate(
+                    v.index,
+                    ok,
+                    lock_counts[usize::from(v.index)],
+                    false,
+                    Wait::Unknown,
+                )
             })
             .collect();
         let plan = vm.plan(Spinner::from_pstate(spinner, 0x5), &snapshot);
