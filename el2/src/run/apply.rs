@@ -102,12 +102,17 @@ impl<'h, M: Machine> Runner<'h, M> {
         ctx: &mut VcpuContext<M::Saved>,
     ) -> Applied {
         // The word its wait loop polls, read while it is loaded (its stage
-        // 1 is the CPU's) and before any lock is taken.
+        // 1 is the CPU's) and before any lock is taken; only the boosts
+        // use it (`boost` is fixed for the VM's life).
         let memory = GuestMemory {
             machine: &self.machine,
             vm,
         };
-        let word = waitword::find(&ctx.regs, &memory);
+        let word = if vm.config.boost {
+            waitword::find(&ctx.regs, &memory)
+        } else {
+            None
+        };
         let now = self.machine.counter();
         let host = self.host;
         let mut s = host.sched.lock();

@@ -1060,21 +1060,21 @@ impl VmSpin {
     /// vCPU `index` runs again (vcpu_load) or its spin ended without a
     /// yield: it leaves its spin loop ([`SpinState::leave`]).
     pub fn resumed(&mut self, index: u16) {
-        let i = usize::from(index);
-        if let Some(state) = self.spin.get_mut(i) {
+        if let Some(state) = self.spin.get_mut(usize::from(index)) {
             state.leave();
-        }
-        if let Some(wait) = self.waits.get_mut(i) {
-            *wait = None;
         }
     }
 
     /// vCPU `index` was found spinning, polling `word` if its wait loop
-    /// showed one ([`super::waitword::find`]); kept until it runs again
-    /// ([`Self::resumed`]). Unknown indices are ignored.
+    /// showed one ([`super::waitword::find`]); it counts while the vCPU
+    /// is in that spin loop, until it runs again ([`Self::resumed`], which
+    /// does not touch it: one store less on every load). Unknown indices
+    /// are ignored.
     pub fn spinning_on(&mut self, index: u16, word: Option<WaitWord>) {
-        if let Some(wait) = self.waits.get_mut(usize::from(index)) {
+        let i = usize::from(index);
+        if let (Some(wait), Some(state)) = (self.waits.get_mut(i), self.spin.get_mut(i)) {
             *wait = word;
+            state.enter();
         }
     }
 
@@ -1082,7 +1082,7 @@ impl VmSpin {
     /// has not run since; `None` with boosts off, since only the boosts
     /// look at it ([`Candidate::wait`]).
     pub fn wait_word(&self, index: u16) -> Option<WaitWord> {
-        if !self.boost {
+        if !self.boost || !self.spin_state(index).in_spin_loop() {
             return None;
         }
         self.waits.get(usize::from(index)).copied().flatten()
