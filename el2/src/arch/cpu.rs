@@ -140,10 +140,9 @@ pub fn counter_frequency() -> u64 {
 /// The output address of an EL1 read of guest virtual address `va`
 /// through the EL1&0 stage 1 loaded now (the loaded vCPU's; an IPA, since
 /// its HCR_EL2.VM is set), `None` if the translation faults: AT S1E1R
-/// (Arm ARM C5.5.6). Executed at EL2, the instruction reports a fault of
-/// the stage 1 walk, stage 2 faults on its table accesses included, in
-/// PAR_EL1 instead of taking it (D8.14.2, "Address translation
-/// instructions"). PAR_EL1 is the vCPU's own register while it is loaded,
+/// (Arm ARM, "Address translation instructions"). Executed at EL2, the
+/// instruction reports a fault of the stage 1 walk, stage 2 faults on its
+/// table accesses included, in PAR_EL1 instead of taking it. PAR_EL1 is the vCPU's own register while it is loaded,
 /// so its value is put back.
 pub fn translate_el1_read(va: u64) -> Option<u64> {
     let guest_par = PAR_EL1.get();

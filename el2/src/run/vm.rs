@@ -221,13 +221,7 @@ impl<M: Machine> Vm<M> {
             u16::try_from(layout.vcpus).map_err(|_| fail("vcpus", "too many vCPUs".into()))?;
         let registry = PvRegistry::new(vcpu_count, services.pv, layout.pv_area)
             .map_err(|e| fail("pv-lock", alloc::format!("{e}")))?
-            .backed_by(
-                HostWindow {
-                    ipa_base: RAM_BASE,
-                    host: placement.ram,
-                },
-                machine.counter_frequency(),
-            );
+            .backed_by(ram_window(&placement), machine.counter_frequency());
         let pv = Arc::new(registry);
         let dispatcher =
             crate::services::smccc::dispatcher_for(services, pv.clone(), vulnerabilities)
@@ -371,9 +365,7 @@ impl<M: Machine> Vm<M> {
     /// The host address of the `len` bytes of the VM's RAM at `ipa`,
     /// `None` unless all of them are in its RAM.
     pub(super) fn ram_host_address(&self, ipa: u64, len: u64) -> Option<u64> {
-        let offset = ipa.checked_sub(RAM_BASE)?;
-        let ram = self.placement.ram;
-        (offset.checked_add(len)? <= ram.size).then(|| ram.base + offset)
+        ram_window(&self.placement).host_address(ipa, len)
     }
 
     /// The `lock_count` hint in vCPU `index`'s PV-lock record (0 without
@@ -461,4 +453,13 @@ pub fn guest_hcr() -> u64 {
         + HCR_EL2::FB::SET
         + HCR_EL2::BSU::InnerShareable)
         .value
+}
+
+/// Where a VM placed at `placement` has its RAM on the host: guest RAM
+/// from IPA `RAM_BASE` is its placement's RAM block.
+fn ram_window(placement: &VmPlacement) -> HostWindow {
+    HostWindow {
+        ipa_base: RAM_BASE,
+        host: placement.ram,
+    }
 }

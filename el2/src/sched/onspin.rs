@@ -49,6 +49,13 @@
 //!   order, then the plain round robin. The series instead *skipped* every
 //!   candidate that was not boosted, which turns a hint into a veto.
 //!
+//! Ahead of every boost, with boosts on, come the candidates whose wait
+//! has ended: taken off while spinning, and the word their wait loop
+//! polls has changed since ([`super::waitword`], [`Candidate::wait`]);
+//! they are not looked at (their `dy_eligible` does not toggle). A
+//! candidate whose word has not changed would only spin again and is left
+//! out: the one skip this module adds to KVM's.
+//!
 //! The answer is a [`YieldPlan`] of at most [`MAX_ATTEMPTS`] (3)
 //! candidates, each with its reason. Candidates come from the spinner's
 //! own VM only — the API takes one VM's vCPUs, indexed by vCPU index — and
@@ -940,8 +947,9 @@ pub struct VmSpin {
     last_boosted: u16,
     spin: Vec<SpinState>,
     descheduled: Vec<Descheduled>,
-    /// Per vCPU, the word it polls in the spin it was last found in, until
-    /// it runs again ([`super::waitword`]).
+    /// Per vCPU, the word it polled in the spin it was last found in
+    /// ([`super::waitword`]); it counts only while the vCPU is still in
+    /// that spin loop ([`Self::wait_word`]).
     waits: Vec<Option<WaitWord>>,
     stats: SpinStats,
     /// The VM's `boost` switch: critical-section boosts on.

@@ -44,6 +44,7 @@
 //! declares a lock in its PV-lock record gains, its own vCPUs tried in
 //! another order within its share.
 
+use crate::trap::mmio::SPSR_AARCH32;
 use crate::vcpu::GuestRegs;
 
 use super::spinwatch::LOOP_SPAN_BYTES;
@@ -117,16 +118,17 @@ pub struct PolledLoad {
 }
 
 /// LDXR, LDAXR (B, H, W, X): "Load/store exclusive" with o2 = 0, L = 1,
-/// o1 = 0, Rs = Rt2 = 0b11111, any size and o0 (Arm ARM C4.1.66,
-/// "Load/store exclusive register"; C6.2 LDXR, LDAXR).
+/// o1 = 0, Rs = Rt2 = 0b11111, any size and o0 (Arm ARM, "Load/store
+/// exclusive register" encodings; LDXR, LDAXR).
 const EXCLUSIVE_MASK: u32 = 0x3FFF_7C00;
 const EXCLUSIVE_BITS: u32 = 0x085F_7C00;
 /// LDAR (B, H, W, X): the ordered form with o2 = 1, L = 1, o1 = 0, o0 = 1
-/// (C6.2 LDAR).
+/// (Arm ARM, LDAR).
 const ACQUIRE_MASK: u32 = 0x3FFF_FC00;
 const ACQUIRE_BITS: u32 = 0x08DF_FC00;
 /// LDAPR (B, H, W, X), FEAT_LRCPC: "Load/store register (atomic)" with
-/// V = 0, A = 1, R = 0, Rs = 0b11111, o3 = 1, opc = 0b100 (C6.2 LDAPR).
+/// V = 0, A = 1, R = 0, Rs = 0b11111, o3 = 1, opc = 0b100 (Arm ARM,
+/// LDAPR).
 const RCPC_MASK: u32 = 0x3FFF_FC00;
 const RCPC_BITS: u32 = 0x38BF_C000;
 
@@ -154,9 +156,8 @@ pub fn nearest_polling_load(code: &[u32], pc_index: usize) -> Option<PolledLoad>
 /// The word the loaded vCPU, found spinning with registers `regs`, polls
 /// (module documentation, "Finding the word").
 pub fn find(regs: &GuestRegs, view: &impl GuestView) -> Option<WaitWord> {
-    // SPSR_EL2.M[4] set: AArch32, whose loads this does not decode.
-    const AARCH32: u64 = 1 << 4;
-    if regs.pstate & AARCH32 != 0 || !regs.pc.is_multiple_of(4) {
+    // AArch32, whose loads this does not decode.
+    if regs.pstate & SPSR_AARCH32 != 0 || !regs.pc.is_multiple_of(4) {
         return None;
     }
     let pc = regs.pc;

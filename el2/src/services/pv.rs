@@ -263,8 +263,14 @@ impl HostWindow {
     /// The host address of the record at `ipa`, if all of its
     /// [`RECORD_SIZE`] bytes are in the window.
     pub fn record_pa(&self, ipa: u64) -> Option<u64> {
+        self.host_address(ipa, RECORD_SIZE)
+    }
+
+    /// The host address of the `len` bytes at `ipa`, if all of them are
+    /// in the window.
+    pub fn host_address(&self, ipa: u64, len: u64) -> Option<u64> {
         let offset = ipa.checked_sub(self.ipa_base)?;
-        (self.host.size.checked_sub(offset)? >= RECORD_SIZE).then(|| self.host.base + offset)
+        (self.host.size.checked_sub(offset)? >= len).then(|| self.host.base + offset)
     }
 }
 

@@ -199,8 +199,9 @@ pub fn write_value(regs: &GuestRegs, access: &MmioAccess) -> u64 {
     regs.reg(access.register) & access.size_mask()
 }
 
-/// SPSR_EL2.M[4]: the guest was in AArch32 state.
-const SPSR_AARCH32: u64 = 1 << 4;
+/// SPSR_EL2.M[4]: the guest was in AArch32 state (aarch64-cpu's
+/// `SPSR_EL2::M` covers M[3:0] only).
+pub(crate) const SPSR_AARCH32: u64 = 1 << 4;
 /// SPSR_EL2.T (AArch32): T32 instruction set.
 const SPSR_T32: u64 = 1 << 5;
 /// SPSR_EL2.SS: software step state.
