@@ -104,10 +104,7 @@ impl<'h, M: Machine> Runner<'h, M> {
         // The word its wait loop polls, read while it is loaded (its stage
         // 1 is the CPU's) and before any lock is taken; only the boosts
         // use it (`boost` is fixed for the VM's life).
-        let memory = GuestMemory {
-            machine: &self.machine,
-            vm,
-        };
+        let memory = GuestMemory::new(&self.machine, vm);
         let word = if vm.config.boost {
             waitword::find(&ctx.regs, &memory)
         } else {
@@ -378,9 +375,15 @@ impl<'h, M: Machine> Runner<'h, M> {
 /// A VM's memory as the loaded vCPU sees it, for [`waitword::find`]: its
 /// stage 1 through the machine's translation, its RAM through the VM's
 /// window on the host.
-struct GuestMemory<'a, M: Machine> {
+pub(super) struct GuestMemory<'a, M: Machine> {
     machine: &'a M,
     vm: &'a Vm<M>,
+}
+
+impl<'a, M: Machine> GuestMemory<'a, M> {
+    pub(super) fn new(machine: &'a M, vm: &'a Vm<M>) -> Self {
+        Self { machine, vm }
+    }
 }
 
 impl<M: Machine> GuestView for GuestMemory<'_, M> {

@@ -53,6 +53,7 @@ use crate::guest::layout;
 use crate::memory::ownership::OwnershipMap;
 use crate::sched::onspin;
 use crate::sched::spinwatch::{self, Sample, SpinWatch};
+use crate::sched::waitword;
 use crate::sched::{PutOutcome, PutReason, Scheduler, Wakeup};
 use crate::services::pv;
 use crate::services::wallclock::WallClock;
@@ -61,6 +62,7 @@ use crate::trap::exit::{Exit, Syndrome};
 use crate::vcpu::VcpuId;
 use alloc::boxed::Box;
 use alloc::vec::Vec;
+use apply::GuestMemory;
 use boot::sync::SpinMutex as Mutex;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -508,7 +510,16 @@ impl<'h, M: Machine> Runner<'h, M> {
             let lrs = (0..ctx.lrs.used).map(|index| Lr::decode(machine.read_lr(index)));
             signalled_at_once(lrs, vmcr, any_active, ctx.regs.pstate)
         };
-        if self.watch.sample(&ctx.regs, now, interrupt_waits) != Sample::Spinning {
+        // The guest's code is read only for the boosts (as its wait words
+        // are: `on_spin`).
+        let looks_like_wait = || {
+            vm.config.boost && waitword::looks_like_wait(&ctx.regs, &GuestMemory::new(machine, vm))
+        };
+        if self
+            .watch
+            .sample(&ctx.regs, now, interrupt_waits, looks_like_wait)
+            != Sample::Spinning
+        {
             return Applied::Resume;
         }
         vm.spin.lock().stats_mut().record_sampled_spin();

@@ -785,6 +785,54 @@ fn a_spinner_yields_to_the_sibling_whose_wait_ended() {
     );
 }
 
+/// Ticks from the load of a vCPU spinning at the second of the two
+/// instructions `code` (little-endian, `x0` naming a word in RAM) until
+/// it is found spinning, sampled every 300 to 2,400 ticks (the longest
+/// first), in a VM with its boosts on or off.
+fn ticks_to_find_a_spin(boost: bool, code: u64) -> u64 {
+    const SHORTEST: u64 = 300;
+    const LONGEST: u64 = 2_400;
+    let (world, host) = two_vcpus_on_one_pcpu_with(11, None, |config| config.boost = boost);
+    let mut runner = Runner::new(0, &host, Fake::new(0, world.clone()));
+    runner.set_spin_sample_ticks(SHORTEST, LONGEST);
+    assert_eq!(runner.step(), Step::Ran);
+    let pc = layout::RAM_BASE + 0x10_0000;
+    let ram = host.vms[0].ram_host_address(pc, 8).expect("in RAM");
+    world.memory.lock().insert(ram, code);
+    let loaded = runner.loaded.as_mut().expect("loaded");
+    loaded.ctx.saved.spins = u32::MAX;
+    loaded.ctx.regs.pc = pc + 4;
+    loaded.ctx.regs.x[0] = layout::RAM_BASE + 0x20_0000;
+    // The watch starts with the vCPU's first pass, next.
+    let loaded_at = world.now();
+    assert_eq!(run_until_a_spin_is_found(&mut runner, &world), 1);
+    world.now() - loaded_at
+}
+
+/// A sample that lands in a wait loop brings the next forward to the
+/// shortest period (`el2::sched::spinwatch`, "The period"): a spin that
+/// starts while a pCPU samples at the longest is found one short period
+/// after the first sample, not one long one. Only for boost-on VMs (el2
+/// reads the guest's code for the boosts only), and only where the loop
+/// has a WFE, WFET or YIELD.
+#[test]
+fn a_sample_in_a_wait_loop_is_confirmed_one_short_period_later() {
+    // GNU as: `ldxr w16, [x0]`, `wfe`, `nop`.
+    const LDXR_W16_X0: u64 = 0x885f_7c10;
+    const WFE: u64 = 0xd503_205f;
+    const NOP: u64 = 0xd503_201f;
+    let wait_loop = LDXR_W16_X0 | WFE << 32;
+    // Two samples decide: a long period and a short one, or two long
+    // ones (each sample lands a few fake guest steps, of at most 420
+    // ticks, after it falls due).
+    let with_hint = ticks_to_find_a_spin(true, wait_loop);
+    assert!(with_hint < 2 * 2_400, "{with_hint} ticks");
+    let boosts_off = ticks_to_find_a_spin(false, wait_loop);
+    assert!(boosts_off >= 2 * 2_400, "{boosts_off} ticks");
+    let no_wait = ticks_to_find_a_spin(true, LDXR_W16_X0 | NOP << 32);
+    assert!(no_wait >= 2 * 2_400, "{no_wait} ticks");
+}
+
 /// The spin-sample period of the witness tests below, in ticks, and the
 /// most a step of the fake guest advances the clock (`Fake::run_guest`).
 const WITNESS_SAMPLE_TICKS: u64 = 300;
@@ -794,6 +842,16 @@ const FAKE_STEP_TICKS: u64 = 420;
 /// on, with 20 ms slices (room for many samples in one) and the PV lock
 /// `pv_lock` (with it, PV_SCHED_YIELD_TO).
 fn two_vcpus_on_one_pcpu(seed: u64, pv_lock: Option<Variant>) -> (Arc<World>, Host<Fake>) {
+    two_vcpus_on_one_pcpu_with(seed, pv_lock, |_| {})
+}
+
+/// [`two_vcpus_on_one_pcpu`] with the VM's description changed by
+/// `configure` too.
+fn two_vcpus_on_one_pcpu_with(
+    seed: u64,
+    pv_lock: Option<Variant>,
+    configure: impl Fn(&mut VmConfig),
+) -> (Arc<World>, Host<Fake>) {
     let world = World::new(1, 1, seed, u64::MAX);
     let spec = Spec {
         vcpus: 2,
@@ -802,6 +860,7 @@ fn two_vcpus_on_one_pcpu(seed: u64, pv_lock: Option<Variant>) -> (Arc<World>, Ho
     };
     let host = host_with(&world, 1, &[spec], |_, config| {
         config.time_slice_us = 20_000;
+        configure(config);
     });
     let now = world.now();
     host.sched

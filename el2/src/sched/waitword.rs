@@ -153,29 +153,69 @@ pub fn nearest_polling_load(code: &[u32], pc_index: usize) -> Option<PolledLoad>
     before.chain(after).find_map(|&insn| polling_load(insn))
 }
 
+/// WFE, "Wait For Event" (Arm ARM, WFE): a hint instruction, one encoding.
+const WFE: u32 = 0xD503_205F;
+/// YIELD (Arm ARM, YIELD): a hint instruction, one encoding; arm64 Linux's
+/// `cpu_relax()`.
+const YIELD: u32 = 0xD503_203F;
+/// WFET, FEAT_WFxT (Arm ARM, WFET): "System instructions with register
+/// argument", CRm = 0, op2 = 0, any Rd.
+const WFET_MASK: u32 = 0xFFFF_FFE0;
+const WFET_BITS: u32 = 0xD503_1000;
+
+/// Whether `insn` is what a wait loop executes while it waits: WFE,
+/// WFET or YIELD.
+pub fn waits(insn: u32) -> bool {
+    insn == WFE || insn == YIELD || insn & WFET_MASK == WFET_BITS
+}
+
+/// The instructions around a vCPU's PC: at most [`LOOP_SPAN_WORDS`]
+/// either side, inside the PC's page (module documentation, "Finding the
+/// word").
+struct CodeWindow {
+    code: [u32; 2 * LOOP_SPAN_WORDS as usize + 1],
+    count: usize,
+    pc_index: usize,
+}
+
+impl CodeWindow {
+    /// Read through the loaded vCPU's stage 1; `None` for AArch32 or a
+    /// misaligned PC, a PC that does not translate, or code outside RAM.
+    fn read(regs: &GuestRegs, view: &impl GuestView) -> Option<Self> {
+        // AArch32, whose code this does not decode.
+        if regs.pstate & SPSR_AARCH32 != 0 || !regs.pc.is_multiple_of(4) {
+            return None;
+        }
+        let pc = regs.pc;
+        let page = pc & !(PAGE_BYTES - 1);
+        let first = pc.saturating_sub(LOOP_SPAN_BYTES).max(page);
+        let last = pc
+            .saturating_add(LOOP_SPAN_BYTES)
+            .min(page + (PAGE_BYTES - 4));
+        let page_ipa = view.ipa_of(pc)? & !(PAGE_BYTES - 1);
+        let mut window = Self {
+            code: [0; 2 * LOOP_SPAN_WORDS as usize + 1],
+            count: 0,
+            pc_index: usize::try_from((pc - first) / 4).ok()?,
+        };
+        for (slot, va) in window.code.iter_mut().zip((first..=last).step_by(4)) {
+            let ipa = page_ipa.checked_add(va - page)?;
+            *slot = u32::try_from(view.read(ipa, 4)?).ok()?;
+            window.count += 1;
+        }
+        Some(window)
+    }
+
+    fn code(&self) -> &[u32] {
+        &self.code[..self.count]
+    }
+}
+
 /// The word the loaded vCPU, found spinning with registers `regs`, polls
 /// (module documentation, "Finding the word").
 pub fn find(regs: &GuestRegs, view: &impl GuestView) -> Option<WaitWord> {
-    // AArch32, whose loads this does not decode.
-    if regs.pstate & SPSR_AARCH32 != 0 || !regs.pc.is_multiple_of(4) {
-        return None;
-    }
-    let pc = regs.pc;
-    let page = pc & !(PAGE_BYTES - 1);
-    let first = pc.saturating_sub(LOOP_SPAN_BYTES).max(page);
-    let last = pc
-        .saturating_add(LOOP_SPAN_BYTES)
-        .min(page + (PAGE_BYTES - 4));
-    let page_ipa = view.ipa_of(pc)? & !(PAGE_BYTES - 1);
-    let mut code = [0u32; 2 * LOOP_SPAN_WORDS as usize + 1];
-    let mut count = 0;
-    for (slot, va) in code.iter_mut().zip((first..=last).step_by(4)) {
-        let ipa = page_ipa.checked_add(va - page)?;
-        *slot = u32::try_from(view.read(ipa, 4)?).ok()?;
-        count += 1;
-    }
-    let pc_index = usize::try_from((pc - first) / 4).ok()?;
-    let load = nearest_polling_load(&code[..count], pc_index)?;
+    let window = CodeWindow::read(regs, view)?;
+    let load = nearest_polling_load(window.code(), window.pc_index)?;
     let va = regs.reg(load.base);
     if !va.is_multiple_of(u64::from(load.width)) {
         return None;
@@ -187,6 +227,15 @@ pub fn find(regs: &GuestRegs, view: &impl GuestView) -> Option<WaitWord> {
         width: load.width,
         value,
     })
+}
+
+/// Whether the loaded vCPU, with registers `regs`, looks like it is in a
+/// wait loop: a WFE, WFET or YIELD ([`waits`]) among the instructions
+/// [`find`] would read. A hint, not a finding (code that merely passes
+/// a YIELD looks the same): [`super::spinwatch`] takes its next sample
+/// sooner on it, and two equal samples still decide.
+pub fn looks_like_wait(regs: &GuestRegs, view: &impl GuestView) -> bool {
+    CodeWindow::read(regs, view).is_some_and(|window| window.code().iter().any(|&i| waits(i)))
 }
 
 #[cfg(test)]
@@ -435,6 +484,62 @@ mod tests {
             find(&spinner(CODE_VA + 0x3804, DATA_VA + 0x40), &guest),
             None
         );
+    }
+
+    #[test]
+    fn wait_instructions_are_wfe_wfet_and_yield() {
+        // GNU as: `wfet x3`, `wfi`, `wfit x0`.
+        const WFET_X3: u32 = 0xd503_1003;
+        const WFI: u32 = 0xd503_207f;
+        const WFIT_X0: u32 = 0xd503_1020;
+        for insn in [WFE, YIELD, WFET_X3] {
+            assert!(waits(insn), "{insn:#010x}");
+        }
+        // A WFI blocks (it traps), a SEV or NOP does not wait.
+        for insn in [WFI, WFIT_X0, SEVL, NOP, LDAR_W1_X0, 0, u32::MAX] {
+            assert!(!waits(insn), "{insn:#010x}");
+        }
+    }
+
+    #[test]
+    fn a_wait_loop_looks_like_one_from_anywhere_in_it() {
+        let mut guest = guest();
+        for index in 0..COND_LOAD.len() as u64 {
+            let regs = spinner(CODE_VA + 0x100 + 4 * index, 0);
+            assert!(looks_like_wait(&regs, &guest), "at instruction {index}");
+        }
+        // A YIELD loop without a polling load (optimistic spinning) too.
+        let plain = CODE_IPA + 0x3000;
+        guest.map(CODE_VA + 0x3000, plain);
+        guest.code(plain + 0x800, &[LDR_W1_X0, YIELD, B_NE_BACK]);
+        assert!(looks_like_wait(&spinner(CODE_VA + 0x3800, 0), &guest));
+        // Seventeen instructions from the YIELD is outside the window.
+        assert!(!looks_like_wait(
+            &spinner(CODE_VA + 0x3804 + 4 * 17, 0),
+            &guest
+        ));
+        assert!(looks_like_wait(
+            &spinner(CODE_VA + 0x3804 + 4 * 16, 0),
+            &guest
+        ));
+    }
+
+    #[test]
+    fn code_without_a_wait_or_out_of_reach_does_not_look_like_one() {
+        let mut guest = guest();
+        // Straight-line code (the page is NOPs).
+        assert!(!looks_like_wait(&spinner(CODE_VA + 0x800, 0), &guest));
+        // A WFE in the next page is not read: the window stays in the PC's.
+        guest.map(CODE_VA + 0x1000, CODE_IPA + 0x1000);
+        guest.code(CODE_IPA + 0x1000, &[WFE]);
+        assert!(!looks_like_wait(&spinner(CODE_VA + 0xffc, 0), &guest));
+        assert!(looks_like_wait(&spinner(CODE_VA + 0x1004, 0), &guest));
+        // Unmapped code, a misaligned PC, AArch32.
+        assert!(!looks_like_wait(&spinner(0xffff_8000_0900_0000, 0), &guest));
+        assert!(!looks_like_wait(&spinner(CODE_VA + 0x102, 0), &guest));
+        let mut regs = spinner(CODE_VA + 0x110, 0);
+        regs.pstate = 0x13; // AArch32 SVC
+        assert!(!looks_like_wait(&regs, &guest));
     }
 
     #[test]
