@@ -785,11 +785,11 @@ fn a_spinner_yields_to_the_sibling_whose_wait_ended() {
     );
 }
 
-/// Ticks from the load of a vCPU spinning at the second of the two
-/// instructions `code` (little-endian, `x0` naming a word in RAM) until
-/// it is found spinning, sampled every 300 to 2,400 ticks (the longest
-/// first), in a VM with its boosts on or off.
-fn ticks_to_find_a_spin(boost: bool, code: u64) -> u64 {
+/// Ticks from the load of a vCPU spinning at the second instruction of
+/// `code` (`x0` naming a word in RAM) until it is found spinning, sampled
+/// every 300 to 2,400 ticks (the longest first), in a VM with its boosts
+/// on or off.
+fn ticks_to_find_a_spin(boost: bool, code: [u32; 4]) -> u64 {
     const SHORTEST: u64 = 300;
     const LONGEST: u64 = 2_400;
     let (world, host) = two_vcpus_on_one_pcpu_with(11, None, |config| config.boost = boost);
@@ -798,7 +798,13 @@ fn ticks_to_find_a_spin(boost: bool, code: u64) -> u64 {
     assert_eq!(runner.step(), Step::Ran);
     let pc = layout::RAM_BASE + 0x10_0000;
     let ram = host.vms[0].ram_host_address(pc, 8).expect("in RAM");
-    world.memory.lock().insert(ram, code);
+    {
+        let mut memory = world.memory.lock();
+        for (i, pair) in code.chunks(2).enumerate() {
+            let value = u64::from(pair[0]) | u64::from(pair[1]) << 32;
+            memory.insert(ram + 8 * i as u64, value);
+        }
+    }
     let loaded = runner.loaded.as_mut().expect("loaded");
     loaded.ctx.saved.spins = u32::MAX;
     loaded.ctx.regs.pc = pc + 4;
@@ -813,15 +819,17 @@ fn ticks_to_find_a_spin(boost: bool, code: u64) -> u64 {
 /// shortest period (`el2::sched::spinwatch`, "The period"): a spin that
 /// starts while a pCPU samples at the longest is found one short period
 /// after the first sample, not one long one. Only for boost-on VMs (el2
-/// reads the guest's code for the boosts only), and only where the loop
-/// has a WFE, WFET or YIELD.
+/// reads the guest's code for the boosts only), and only inside a loop
+/// that executes a WFE, WFET or YIELD.
 #[test]
 fn a_sample_in_a_wait_loop_is_confirmed_one_short_period_later() {
-    // GNU as: `ldxr w16, [x0]`, `wfe`, `nop`.
-    const LDXR_W16_X0: u64 = 0x885f_7c10;
-    const WFE: u64 = 0xd503_205f;
-    const NOP: u64 = 0xd503_201f;
-    let wait_loop = LDXR_W16_X0 | WFE << 32;
+    // GNU as: `1: ldxr w16, [x0]; wfe; cbnz w16, 1b; nop`, and the same
+    // loop with a NOP for the WFE.
+    const LDXR_W16_X0: u32 = 0x885f_7c10;
+    const WFE: u32 = 0xd503_205f;
+    const CBNZ_W16_BACK_2: u32 = 0x35ff_ffd0;
+    const NOP: u32 = 0xd503_201f;
+    let wait_loop = [LDXR_W16_X0, WFE, CBNZ_W16_BACK_2, NOP];
     // Two samples decide: a long period and a short one, or two long
     // ones (each sample lands a few fake guest steps, of at most 420
     // ticks, after it falls due).
@@ -829,7 +837,7 @@ fn a_sample_in_a_wait_loop_is_confirmed_one_short_period_later() {
     assert!(with_hint < 2 * 2_400, "{with_hint} ticks");
     let boosts_off = ticks_to_find_a_spin(false, wait_loop);
     assert!(boosts_off >= 2 * 2_400, "{boosts_off} ticks");
-    let no_wait = ticks_to_find_a_spin(true, LDXR_W16_X0 | NOP << 32);
+    let no_wait = ticks_to_find_a_spin(true, [LDXR_W16_X0, NOP, CBNZ_W16_BACK_2, NOP]);
     assert!(no_wait >= 2 * 2_400, "{no_wait} ticks");
 }
 

@@ -229,13 +229,55 @@ pub fn find(regs: &GuestRegs, view: &impl GuestView) -> Option<WaitWord> {
     })
 }
 
+/// B (imm26), B.cond and BC.cond (imm19), CBZ and CBNZ (imm19), TBZ and
+/// TBNZ (imm14): Arm ARM, "Branches, Exception Generating and System
+/// instructions"; each as (mask, bits, offset field's low bit, its width).
+const BRANCHES: [(u32, u32, u32, u32); 4] = [
+    (0xFC00_0000, 0x1400_0000, 0, 26),
+    (0xFF00_0000, 0x5400_0000, 5, 19),
+    (0x7E00_0000, 0x3400_0000, 5, 19),
+    (0x7E00_0000, 0x3600_0000, 5, 14),
+];
+
+/// Where the direct branch `insn`, at `code[index]`, jumps back to: the
+/// index of its target if it is at or before `index` (a loop's closing
+/// branch; `b .` included), `None` for any other instruction, a forward
+/// branch, or a target before `code`.
+pub fn backward_branch_target(insn: u32, index: usize) -> Option<usize> {
+    let &(_, _, low, width) = BRANCHES
+        .iter()
+        .find(|&&(mask, bits, _, _)| insn & mask == bits)?;
+    let field = (insn >> low) & ((1 << width) - 1);
+    // Sign-extend the word offset.
+    let shift = 32 - width;
+    let offset = ((field << shift) as i32) >> shift;
+    if offset > 0 {
+        return None;
+    }
+    index.checked_sub(offset.unsigned_abs() as usize)
+}
+
+/// Whether `code[pc_index]` lies inside a loop that waits: a branch at or
+/// after it jumps back to it or before it, and a WFE, WFET or YIELD
+/// ([`waits`]) lies between that target and that branch.
+pub fn inside_waiting_loop(code: &[u32], pc_index: usize) -> bool {
+    code.iter()
+        .enumerate()
+        .skip(pc_index)
+        .filter_map(|(index, &insn)| Some((backward_branch_target(insn, index)?, index)))
+        .filter(|&(target, _)| target <= pc_index)
+        .any(|(target, branch)| code[target..=branch].iter().any(|&i| waits(i)))
+}
+
 /// Whether the loaded vCPU, with registers `regs`, looks like it is in a
-/// wait loop: a WFE, WFET or YIELD ([`waits`]) among the instructions
-/// [`find`] would read. A hint, not a finding (code that merely passes
-/// a YIELD looks the same): [`super::spinwatch`] takes its next sample
-/// sooner on it, and two equal samples still decide.
+/// wait loop: its PC inside a loop of the instructions [`find`] would
+/// read that executes a WFE, WFET or YIELD ([`inside_waiting_loop`]). A
+/// hint, not a finding (a loop that yields while it makes progress looks
+/// the same): [`super::spinwatch`] takes its next sample sooner on it,
+/// and two equal samples still decide.
 pub fn looks_like_wait(regs: &GuestRegs, view: &impl GuestView) -> bool {
-    CodeWindow::read(regs, view).is_some_and(|window| window.code().iter().any(|&i| waits(i)))
+    CodeWindow::read(regs, view)
+        .is_some_and(|window| inside_waiting_loop(window.code(), window.pc_index))
 }
 
 #[cfg(test)]
@@ -501,45 +543,118 @@ mod tests {
         }
     }
 
+    // GNU as: `1: ldxr w16, [x0]; wfe; cbnz w16, 1b`, `1: wfe; ldar w1,
+    // [x0]; tbz w1, #0, 1b`, `1: ldr w1, [x0]; yield; b.ne 1b`, `1: add
+    // x0, x0, #1; cmp x0, x1; b.ne 1b`, `cbnz w1, 1f; yield; 1: nop`,
+    // `1: yield; b 1b`.
+    const CBNZ_LOOP: [u32; 3] = [LDXR_W16_X0, WFE, 0x35ff_ffd0];
+    const TBZ_LOOP: [u32; 3] = [WFE, LDAR_W1_X0, 0x3607_ffc1];
+    const YIELD_LOOP: [u32; 3] = [LDR_W1_X0, YIELD, 0x54ff_ffc1];
+    const BUSY_LOOP: [u32; 3] = [0x9100_0400, 0xeb01_001f, 0x54ff_ffc1];
+    const YIELD_SKIPPED: [u32; 3] = [0x3500_0041, YIELD, NOP];
+    const YIELD_FOREVER: [u32; 2] = [YIELD, 0x17ff_ffff];
+
     #[test]
-    fn a_wait_loop_looks_like_one_from_anywhere_in_it() {
+    fn backward_branches_name_their_targets() {
+        assert_eq!(backward_branch_target(CBNZ_LOOP[2], 2), Some(0));
+        assert_eq!(backward_branch_target(TBZ_LOOP[2], 2), Some(0));
+        assert_eq!(backward_branch_target(YIELD_LOOP[2], 2), Some(0));
+        assert_eq!(backward_branch_target(YIELD_FOREVER[1], 1), Some(0));
+        // `b .`
+        assert_eq!(backward_branch_target(0x1400_0000, 7), Some(7));
+        // COND_LOAD's `b 1b`, nine back.
+        assert_eq!(backward_branch_target(COND_LOAD[9], 9), Some(0));
+        // Forward: COND_LOAD's `b.ne 2f` and `cbnz w16, 3f`, a forward CBNZ.
+        assert_eq!(backward_branch_target(COND_LOAD[2], 2), None);
+        assert_eq!(backward_branch_target(CBNZ_W16_8, 7), None);
+        assert_eq!(backward_branch_target(YIELD_SKIPPED[0], 0), None);
+        // Beyond the start of the code.
+        assert_eq!(backward_branch_target(CBNZ_LOOP[2], 1), None);
+        // Not branches.
+        for insn in [NOP, WFE, YIELD, LDAR_W1_X0, BUSY_LOOP[0], BUSY_LOOP[1]] {
+            assert_eq!(backward_branch_target(insn, 5), None, "{insn:#010x}");
+        }
+    }
+
+    #[test]
+    fn a_pc_inside_a_loop_that_waits_is_in_a_wait() {
+        for code in [&CBNZ_LOOP[..], &TBZ_LOOP, &YIELD_LOOP, &YIELD_FOREVER] {
+            for pc_index in 0..code.len() {
+                assert!(
+                    inside_waiting_loop(code, pc_index),
+                    "{code:x?} at {pc_index}"
+                );
+            }
+        }
+        // Linux's `smp_cond_load_acquire`: inside its loop, not after it.
+        for pc_index in 0..=9 {
+            assert!(inside_waiting_loop(&COND_LOAD, pc_index), "at {pc_index}");
+        }
+        assert!(!inside_waiting_loop(&COND_LOAD, 10));
+        // A loop that does not wait, a YIELD outside any loop.
+        for pc_index in 0..3 {
+            assert!(!inside_waiting_loop(&BUSY_LOOP, pc_index));
+            assert!(!inside_waiting_loop(&YIELD_SKIPPED, pc_index));
+        }
+        // A waiting loop before the PC, then straight code.
+        let mut code = YIELD_LOOP.to_vec();
+        code.extend([NOP, NOP]);
+        assert!(!inside_waiting_loop(&code, 3));
+        assert!(!inside_waiting_loop(&code, 5), "past the end");
+    }
+
+    #[test]
+    fn a_wait_loop_in_guest_memory_looks_like_one() {
         let mut guest = guest();
-        for index in 0..COND_LOAD.len() as u64 {
+        for index in 0..10 {
             let regs = spinner(CODE_VA + 0x100 + 4 * index, 0);
             assert!(looks_like_wait(&regs, &guest), "at instruction {index}");
         }
-        // A YIELD loop without a polling load (optimistic spinning) too.
+        // The NOP after the loop, and the NOPs around it.
+        for pc in [0x100 + 4 * 10, 0x100 - 4, 0x800] {
+            assert!(
+                !looks_like_wait(&spinner(CODE_VA + pc, 0), &guest),
+                "{pc:#x}"
+            );
+        }
+        // A YIELD loop in another page, at its very start and end: the
+        // window stays inside the PC's page.
         let plain = CODE_IPA + 0x3000;
         guest.map(CODE_VA + 0x3000, plain);
-        guest.code(plain + 0x800, &[LDR_W1_X0, YIELD, B_NE_BACK]);
-        assert!(looks_like_wait(&spinner(CODE_VA + 0x3800, 0), &guest));
-        // Seventeen instructions from the YIELD is outside the window.
-        assert!(!looks_like_wait(
-            &spinner(CODE_VA + 0x3804 + 4 * 17, 0),
-            &guest
-        ));
+        guest.code(plain, &YIELD_LOOP);
+        guest.code(plain + 0xff4, &YIELD_LOOP);
+        assert!(looks_like_wait(&spinner(CODE_VA + 0x3004, 0), &guest));
+        assert!(looks_like_wait(&spinner(CODE_VA + 0x3ffc, 0), &guest));
+        // A loop whose closing branch is more than 16 instructions after
+        // the PC is not read.
+        let long = CODE_IPA + 0x5000;
+        guest.map(CODE_VA + 0x5000, long);
+        let mut code = [NOP; 19];
+        code[0] = YIELD;
+        code[18] = 0x54ff_fdc1; // b.ne back 18, to the YIELD
+        assert_eq!(backward_branch_target(code[18], 18), Some(0));
+        guest.code(long + 0x100, &code);
         assert!(looks_like_wait(
-            &spinner(CODE_VA + 0x3804 + 4 * 16, 0),
+            &spinner(CODE_VA + 0x5100 + 4 * 2, 0),
             &guest
         ));
+        assert!(!looks_like_wait(&spinner(CODE_VA + 0x5100, 0), &guest));
     }
 
     #[test]
     fn code_without_a_wait_or_out_of_reach_does_not_look_like_one() {
         let mut guest = guest();
-        // Straight-line code (the page is NOPs).
-        assert!(!looks_like_wait(&spinner(CODE_VA + 0x800, 0), &guest));
-        // A WFE in the next page is not read: the window stays in the PC's.
-        guest.map(CODE_VA + 0x1000, CODE_IPA + 0x1000);
-        guest.code(CODE_IPA + 0x1000, &[WFE]);
-        assert!(!looks_like_wait(&spinner(CODE_VA + 0xffc, 0), &guest));
-        assert!(looks_like_wait(&spinner(CODE_VA + 0x1004, 0), &guest));
         // Unmapped code, a misaligned PC, AArch32.
         assert!(!looks_like_wait(&spinner(0xffff_8000_0900_0000, 0), &guest));
         assert!(!looks_like_wait(&spinner(CODE_VA + 0x102, 0), &guest));
         let mut regs = spinner(CODE_VA + 0x110, 0);
         regs.pstate = 0x13; // AArch32 SVC
         assert!(!looks_like_wait(&regs, &guest));
+        // A busy loop.
+        let busy = CODE_IPA + 0x6000;
+        guest.map(CODE_VA + 0x6000, busy);
+        guest.code(busy + 0x200, &BUSY_LOOP);
+        assert!(!looks_like_wait(&spinner(CODE_VA + 0x6204, 0), &guest));
     }
 
     #[test]
