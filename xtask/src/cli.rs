@@ -59,8 +59,10 @@ RUN OPTIONS (run, gdb):
     --sample MS        Sample every physical CPU's PC through QEMU's monitor every MS
                        milliseconds and report where the time went: el2, guest kernel, guest
                        user space; guest-kernel functions for --linux-pv/--linux-baseline and
-                       the callers of their spinlock slow paths; el2's functions (run only;
-                       installs llvm; samples in target/xtask/samples.txt)
+                       --linux (Debian's symbols: its -dbg package, about 260 MB, fetched
+                       once as root) and the callers of their spinlock slow paths; el2's
+                       functions (run only; installs llvm; samples in
+                       target/xtask/samples.txt)
 
 GUEST OPTIONS (run, gdb):
     --guest GUEST      Boot el2 with VMs running GUEST: a built guest (smp-demo, pv-check,

@@ -54,6 +54,9 @@ pub const IMAGE_FILE: &str = "Image";
 /// The initramfs's file name in the cache.
 pub const INITRD_FILE: &str = "initramfs.cpio";
 
+/// The Debian kernel's `System.map` in the cache ([`debug_system_map`]).
+pub const SYSTEM_MAP_FILE: &str = "System.map";
+
 /// Where the guest is cached: `target/xtask/linux/`.
 pub fn cache_dir(ws: &Workspace) -> Result<PathBuf> {
     Ok(ws.xtask_dir()?.join("linux"))
@@ -151,6 +154,82 @@ fn fetch(dir: &Path, image: &Path, busybox: &Path, package_file: &Path) -> Resul
     let _ = fs::remove_dir_all(&unpacked);
     let _ = fs::remove_dir_all(&debs);
     Ok(())
+}
+
+/// The cached Debian kernel's symbols, for `cargo xtask run --linux
+/// --sample`. The `linux-image` package's own `/boot/System.map-*` is a
+/// one-line stub ("The real System.map is in the linux-image-<version>-dbg
+/// package"), so the first call downloads that package (about 260 MB,
+/// needs root and the network), keeps its `System.map` in the cache and
+/// drops the rest.
+pub fn debug_system_map(ws: &Workspace) -> Result<PathBuf> {
+    let dir = cache_dir(ws)?;
+    let map = dir.join(SYSTEM_MAP_FILE);
+    if map.is_file() {
+        return Ok(map);
+    }
+    let package_file = dir.join("kernel-package");
+    let package = fs::read_to_string(&package_file)
+        .with_context(|| format!("cannot read {}", package_file.display()))?
+        .trim()
+        .to_string();
+    let version = package.strip_prefix("linux-image-").with_context(|| {
+        format!(
+            "{}: {package:?} is not a linux-image package",
+            package_file.display()
+        )
+    })?;
+    let debug_package = format!("{package}-dbg");
+    if !nix_is_root() {
+        bail!(
+            "naming the Debian kernel's functions needs its symbols from {debug_package} \
+             (about 260 MB); fetching it needs root: run this command as root, or run \
+             `apt-get download {debug_package}:arm64` and extract \
+             ./usr/lib/debug/boot/System.map-{version} to {}",
+            map.display()
+        );
+    }
+    println!("xtask: fetching {debug_package} (about 260 MB) for the kernel's symbols");
+    let work = dir.join("dbg");
+    let _ = fs::remove_dir_all(&work);
+    fs::create_dir_all(&work)?;
+    run(Command::new("apt-get")
+        .current_dir(&work)
+        .args(["download", &format!("{debug_package}:arm64")]))
+    .context("apt-get download failed: is the network reachable?")?;
+    let deb = fs::read_dir(&work)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.extension().is_some_and(|e| e == "deb"))
+        .with_context(|| format!("apt-get download left no .deb in {}", work.display()))?;
+    let member = format!("./usr/lib/debug/boot/System.map-{version}");
+    let mut unpack = Command::new("dpkg-deb")
+        .arg("--fsys-tarfile")
+        .arg(&deb)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .context("cannot run dpkg-deb")?;
+    let tarfile = unpack.stdout.take().context("dpkg-deb gave no output")?;
+    let extracted = Command::new("tar")
+        .current_dir(&work)
+        .args(["-x", &member])
+        .stdin(tarfile)
+        .status()
+        .context("cannot run tar");
+    let unpacked = unpack.wait().context("dpkg-deb failed")?;
+    ensure!(
+        extracted?.success() && unpacked.success(),
+        "{} has no {member}",
+        deb.display()
+    );
+    let text = fs::read_to_string(work.join(&member))?;
+    ensure!(
+        text.lines().any(|line| line.ends_with(" T _text")),
+        "{member} of {} names no _text: not a kernel's System.map",
+        deb.display()
+    );
+    fs::write(&map, text).with_context(|| format!("cannot write {}", map.display()))?;
+    let _ = fs::remove_dir_all(&work);
+    Ok(map)
 }
 
 /// The newest `linux-image-6.1.0-N-cloud-arm64` apt knows, if any.

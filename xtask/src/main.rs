@@ -394,10 +394,20 @@ fn report_samples(
     let raw = ws.xtask_dir()?.join("samples.txt");
     fs::write(&raw, sample::raw(polls))
         .with_context(|| format!("cannot write {}", raw.display()))?;
-    let guest = match o.guest.linux_pv {
-        Some(flavor) => {
-            let map = kernel::system_map(ws, flavor)
-                .context("no System.map of that kernel (cargo xtask linux-build makes it)")?;
+    let map = match o.guest.linux_pv {
+        Some(flavor) => Some(
+            kernel::system_map(ws, flavor)
+                .context("no System.map of that kernel (cargo xtask linux-build makes it)")?,
+        ),
+        // Debian's kernel: its symbols come from its -dbg package; without
+        // them the report still counts, it only cannot name.
+        None if o.guest.linux => linux::debug_system_map(ws)
+            .map_err(|e| eprintln!("xtask: guest functions stay unnamed: {e:#}"))
+            .ok(),
+        None => None,
+    };
+    let guest = match map {
+        Some(map) => {
             let text = fs::read_to_string(&map)
                 .with_context(|| format!("cannot read {}", map.display()))?;
             Some(sample::Symbols::from_system_map(&text))
