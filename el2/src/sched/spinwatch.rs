@@ -66,15 +66,18 @@
 //! pCPU whose vCPUs do not spin is sampled eight times less often.
 //!
 //! A sample that decides nothing (the first since the load, or one that
-//! found progress) but finds the vCPU's PC among the instructions of a
-//! wait loop (a WFE, WFET or YIELD within [`LOOP_SPAN_BYTES`] of it:
-//! `super::waitword::looks_like_wait`, asked by the runner of boost-on
-//! VMs only) takes the next sample at the shortest period, leaving the
-//! period as it was. A spin that starts while the period is the longest
-//! is then found one short period after a sample first lands in it,
-//! instead of one long one: 0.2 ms instead of 1.6 ms under
-//! `MAX_SAMPLE_PERIOD_US`. Code that merely passes a YIELD costs one
-//! sample more.
+//! found progress) but finds the vCPU's PC inside a loop that waits (a
+//! backward branch at or after the PC, within [`LOOP_SPAN_BYTES`], whose
+//! body holds a WFE, WFET or YIELD: `super::waitword::looks_like_wait`,
+//! asked by the runner of boost-on VMs only) takes the next sample at
+//! the shortest period, leaving the period as it was. A spin that starts
+//! while the period is the longest is then found one short period after
+//! a sample first lands in it, instead of one long one: 0.2 ms instead of
+//! 1.6 ms under `MAX_SAMPLE_PERIOD_US`. A loop that yields while it makes
+//! progress costs one sample more. (Any WFE or YIELD near the PC was
+//! tried first: Rust guests inline `spin_loop()`'s YIELD beside
+//! unrelated code, CPU hogs were sampled at the shortest period
+//! throughout, and under icount that starved vCPUs: docs/benchmarks.md.)
 //!
 //! The watch belongs to the pCPU, not the vCPU: its samples start afresh
 //! at every load ([`SpinWatch::start`]), so they never compare two vCPUs

@@ -38,6 +38,15 @@
 //! RAM, or a translation that faults give no word, and the spinner is
 //! then a candidate as before.
 //!
+//! # Looking like a wait ([`looks_like_wait`])
+//!
+//! The same window, read at a sample that found nothing yet, says
+//! whether the PC lies inside a loop that waits: a direct branch at or
+//! after the PC jumps back to it or before it ([`backward_branch_target`])
+//! and a WFE, WFET or YIELD ([`waits`]) lies in that loop's body. The
+//! sampler then takes its next sample sooner ([`super::spinwatch`], "The
+//! period"); no decision rests on it.
+//!
 //! Everything read is the guest's own memory and registers, and only
 //! reorders the guest's own vCPUs (as every boost: [`super::onspin`]); a
 //! guest that makes its words change all the time gains what a guest that
