@@ -158,8 +158,8 @@ fn fetch(dir: &Path, image: &Path, busybox: &Path, package_file: &Path) -> Resul
 
 /// The cached Debian kernel's symbols, for `cargo xtask run --linux
 /// --sample`. The `linux-image` package's own `/boot/System.map-*` is a
-/// one-line stub ("The real System.map is in the linux-image-<version>-dbg
-/// package"), so the first call downloads that package (about 260 MB,
+/// one-line stub that points at the `linux-image-<version>-dbg` package,
+/// so the first call downloads that package (about 260 MB,
 /// needs root and the network), keeps its `System.map` in the cache and
 /// drops the rest.
 pub fn debug_system_map(ws: &Workspace) -> Result<PathBuf> {
