@@ -142,8 +142,8 @@ pub fn counter_frequency() -> u64 {
 /// its HCR_EL2.VM is set), `None` if the translation faults: AT S1E1R
 /// (Arm ARM, "Address translation instructions"). Executed at EL2, the
 /// instruction reports a fault of the stage 1 walk, stage 2 faults on its
-/// table accesses included, in PAR_EL1 instead of taking it. PAR_EL1 is the vCPU's own register while it is loaded,
-/// so its value is put back.
+/// table accesses included, in PAR_EL1 instead of taking it. PAR_EL1 is
+/// the vCPU's own register while it is loaded, so its value is put back.
 pub fn translate_el1_read(va: u64) -> Option<u64> {
     let guest_par = PAR_EL1.get();
     // SAFETY: AT S1E1R writes nothing but PAR_EL1, whose guest value is

@@ -84,7 +84,8 @@
 //! or two separate runs of one; its period carries over, since a convoy
 //! involves the pCPU's next vCPU as much as the last. A CPU hog of another
 //! VM on the pCPU lengthens it, so a convoying VM's waiter loaded after a
-//! hog's slice can spin two long periods (3.2 ms) before it is found.
+//! hog's slice can spin a long period and a short one (1.8 ms; two long
+//! ones, 3.2 ms, in a VM with boosts off) before it is found.
 //! Two other owners were measured and not kept (docs/benchmarks.md,
 //! "Spins found by sampling"): one period per VM (the hog's progress no
 //! longer counts, but two vCPUs passing interrupts back and forth kept

@@ -626,14 +626,24 @@ mod tests {
                 "{pc:#x}"
             );
         }
-        // A YIELD loop in another page, at its very start and end: the
-        // window stays inside the PC's page.
+        // A YIELD loop at the very start and at the very end of a page.
         let plain = CODE_IPA + 0x3000;
         guest.map(CODE_VA + 0x3000, plain);
         guest.code(plain, &YIELD_LOOP);
         guest.code(plain + 0xff4, &YIELD_LOOP);
         assert!(looks_like_wait(&spinner(CODE_VA + 0x3004, 0), &guest));
         assert!(looks_like_wait(&spinner(CODE_VA + 0x3ffc, 0), &guest));
+        // One that straddles two pages, `1: yield` at the end of one and
+        // `b.ne 1b` at the start of the next: the window stays inside the
+        // PC's page, so from either side the loop is not seen.
+        const B_NE_BACK_1: u32 = 0x54ff_ffe1;
+        assert_eq!(backward_branch_target(B_NE_BACK_1, 1), Some(0));
+        guest.map(CODE_VA + 0x7000, CODE_IPA + 0x7000);
+        guest.map(CODE_VA + 0x8000, CODE_IPA + 0x8000);
+        guest.code(CODE_IPA + 0x7ffc, &[YIELD]);
+        guest.code(CODE_IPA + 0x8000, &[B_NE_BACK_1]);
+        assert!(!looks_like_wait(&spinner(CODE_VA + 0x7ffc, 0), &guest));
+        assert!(!looks_like_wait(&spinner(CODE_VA + 0x8000, 0), &guest));
         // A loop whose closing branch is more than 16 instructions after
         // the PC is not read.
         let long = CODE_IPA + 0x5000;
