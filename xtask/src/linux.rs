@@ -54,9 +54,6 @@ pub const IMAGE_FILE: &str = "Image";
 /// The initramfs's file name in the cache.
 pub const INITRD_FILE: &str = "initramfs.cpio";
 
-/// The Debian kernel's `System.map` in the cache ([`debug_system_map`]).
-pub const SYSTEM_MAP_FILE: &str = "System.map";
-
 /// Where the guest is cached: `target/xtask/linux/`.
 pub fn cache_dir(ws: &Workspace) -> Result<PathBuf> {
     Ok(ws.xtask_dir()?.join("linux"))
@@ -159,15 +156,12 @@ fn fetch(dir: &Path, image: &Path, busybox: &Path, package_file: &Path) -> Resul
 /// The cached Debian kernel's symbols, for `cargo xtask run --linux
 /// --sample`. The `linux-image` package's own `/boot/System.map-*` is a
 /// one-line stub that points at the `linux-image-<version>-dbg` package,
-/// so the first call downloads that package (about 260 MB,
-/// needs root and the network), keeps its `System.map` in the cache and
-/// drops the rest.
+/// so the first call for a kernel downloads that package (about 260 MB;
+/// needs root and the network), keeps its `System.map-<version>` in the
+/// cache (named by version, so a newer kernel fetched later is never
+/// named with an older kernel's symbols) and drops the rest.
 pub fn debug_system_map(ws: &Workspace) -> Result<PathBuf> {
     let dir = cache_dir(ws)?;
-    let map = dir.join(SYSTEM_MAP_FILE);
-    if map.is_file() {
-        return Ok(map);
-    }
     let package_file = dir.join("kernel-package");
     let package = fs::read_to_string(&package_file)
         .with_context(|| format!("cannot read {}", package_file.display()))?
@@ -179,6 +173,10 @@ pub fn debug_system_map(ws: &Workspace) -> Result<PathBuf> {
             package_file.display()
         )
     })?;
+    let map = dir.join(format!("System.map-{version}"));
+    if map.is_file() {
+        return Ok(map);
+    }
     let debug_package = format!("{package}-dbg");
     if !nix_is_root() {
         bail!(
