@@ -237,18 +237,14 @@ impl<'h, M: Machine> Runner<'h, M> {
         {
             return Applied::Resume;
         }
-        let lend = self.machine.counter_frequency() * crate::sched::KICK_LEND_US / 1_000_000;
-        match s.lend_to(caller, target, self.pcpu, now, lend) {
-            Ok(handover) => {
-                self.yielded(
-                    vm,
-                    (caller, ctx),
-                    (target, handover),
-                    s,
-                    &mut vm.spin.lock(),
-                );
-                Applied::Lent
-            }
+        match s.yield_to(caller, target, self.pcpu, now) {
+            Ok(handover) => self.yielded(
+                vm,
+                (caller, ctx),
+                (target, handover),
+                s,
+                &mut vm.spin.lock(),
+            ),
             Err(_) => Applied::Resume,
         }
     }
