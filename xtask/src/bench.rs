@@ -32,6 +32,8 @@ use std::fs;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -456,6 +458,73 @@ fn run_line(cell: &Cell) -> String {
     )
 }
 
+/// Makes every run of `plans`, printing a line as each ends; the
+/// outcomes in `plans`' order. The icount runs go `cores` at a time: each
+/// is one single-threaded QEMU whose figures count instructions, not host
+/// time (`-icount shift=0,sleep=off`), so a neighbour cannot change them,
+/// and their half of the matrix takes half the wall time on two cores
+/// (docs/benchmarks.md, "How it is measured"). The multi-threaded runs
+/// measure the host's parallelism and go one at a time, after them.
+fn run_plans(
+    b: &Bench,
+    plans: &[Plan],
+    duration_ms: u64,
+    steal: Option<bool>,
+    cores: u32,
+) -> Vec<Result<Cell, String>> {
+    run_plans_with(plans, cores, |plan| run_plan(b, plan, duration_ms, steal))
+}
+
+/// [`run_plans`] with `run` making each run.
+fn run_plans_with(
+    plans: &[Plan],
+    cores: u32,
+    run: impl Fn(&Plan) -> Result<Cell, String> + Sync,
+) -> Vec<Result<Cell, String>> {
+    let outcomes: Vec<Mutex<Option<Result<Cell, String>>>> =
+        plans.iter().map(|_| Mutex::new(None)).collect();
+    let finished = AtomicUsize::new(0);
+    let report = |index: usize, outcome: Result<Cell, String>| {
+        let done = finished.fetch_add(1, Ordering::Relaxed) + 1;
+        let line = match &outcome {
+            Ok(cell) => run_line(cell),
+            Err(why) => format!("FAILED: {why}"),
+        };
+        println!(
+            "[{done:>3}/{}] {:<48} {line}",
+            plans.len(),
+            plans[index].name()
+        );
+        *outcomes[index].lock().unwrap_or_else(|e| e.into_inner()) = Some(outcome);
+    };
+    let icount: Vec<usize> = (0..plans.len())
+        .filter(|&i| plans[i].point.timing == Timing::Icount)
+        .collect();
+    let next = AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..cores.max(1) {
+            scope.spawn(|| {
+                while let Some(&index) = icount.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    report(index, run(&plans[index]));
+                }
+            });
+        }
+    });
+    for (index, plan) in plans.iter().enumerate() {
+        if plan.point.timing != Timing::Icount {
+            report(index, run(plan));
+        }
+    }
+    outcomes
+        .into_iter()
+        .map(|slot| {
+            slot.into_inner()
+                .unwrap_or_else(|e| e.into_inner())
+                .unwrap_or_else(|| Err("not run".into()))
+        })
+        .collect()
+}
+
 /// Makes one run of `plan`.
 fn run_plan(b: &Bench, plan: &Plan, duration_ms: u64, steal: Option<bool>) -> Result<Cell, String> {
     // What the host's cores did, beside each multi-threaded run
@@ -538,22 +607,19 @@ pub fn bench(ws: &Workspace, o: &BenchOpts) -> Result<ExitCode> {
     let wall = Instant::now();
     let mut failures: Vec<String> = Vec::new();
     let mut cells: Vec<Cell> = Vec::new();
-    for (i, plan) in plans.iter().enumerate() {
+    for (plan, outcome) in plans
+        .iter()
+        .zip(run_plans(&b, &plans, duration_ms, o.steal, cores))
+    {
         let name = plan.name();
-        print!("[{:>3}/{}] {name:<48} ", i + 1, plans.len());
-        let _ = std::io::stdout().flush();
-        match run_plan(&b, plan, duration_ms, o.steal) {
+        match outcome {
             Ok(cell) => {
-                println!("{}", run_line(&cell));
                 if !cell.data_ok {
                     failures.push(format!("{name}: lost updates"));
                 }
                 cells.push(cell);
             }
-            Err(why) => {
-                println!("FAILED: {why}");
-                failures.push(format!("{name}: {why}"));
-            }
+            Err(why) => failures.push(format!("{name}: {why}")),
         }
     }
     print!("[cost] null hypercall and directed yield, 2 vCPUs on 1 pCPU ");
@@ -875,6 +941,74 @@ fn group_thousands(x: f64) -> String {
 mod tests {
     use super::*;
     use guest_driver::bootargs::BootArgs;
+
+    /// The icount runs go two at a time on two cores, the multi-threaded
+    /// ones alone and after them; every run is made once, and the
+    /// outcomes come back in the plans' order, failures included.
+    #[test]
+    fn icount_runs_share_the_cores_and_multithreaded_runs_run_alone() {
+        use std::sync::atomic::AtomicU32;
+        let plans = matrix(true, false);
+        let icount = plans
+            .iter()
+            .filter(|p| p.point.timing == Timing::Icount)
+            .count();
+        assert!(
+            icount > 2 && icount < plans.len(),
+            "both modes in the matrix"
+        );
+        let running = AtomicU32::new(0);
+        let most = AtomicU32::new(0);
+        let made = Mutex::new(Vec::new());
+        let outcomes = run_plans_with(&plans, 2, |plan| {
+            let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+            most.fetch_max(now, Ordering::SeqCst);
+            if plan.point.timing == Timing::Mttcg {
+                assert_eq!(now, 1, "{} ran beside another run", plan.name());
+            }
+            std::thread::sleep(Duration::from_millis(5));
+            made.lock().unwrap().push(plan.name());
+            running.fetch_sub(1, Ordering::SeqCst);
+            if plan.run == 1 {
+                return Err(format!("failed {}", plan.name()));
+            }
+            Ok(Cell {
+                point: plan.point,
+                run: plan.run,
+                seed: plan.seed(),
+                acquisitions: 1,
+                contended: 0,
+                per_vcpu: vec![1],
+                virtual_ns: 1,
+                worst_wait_ns: 0,
+                yields: 0,
+                kicks: 0,
+                data_ok: true,
+                wall_secs: 0.0,
+                host_round_trip_ns: None,
+            })
+        });
+        assert_eq!(most.load(Ordering::SeqCst), 2, "two icount runs at once");
+        let made = made.into_inner().unwrap();
+        assert_eq!(made.len(), plans.len());
+        let first_mttcg = made
+            .iter()
+            .position(|name| name.starts_with(Timing::Mttcg.name()))
+            .expect("multi-threaded runs");
+        assert!(
+            made[first_mttcg..]
+                .iter()
+                .all(|name| name.starts_with(Timing::Mttcg.name())),
+            "the multi-threaded runs come after every icount run"
+        );
+        assert_eq!(outcomes.len(), plans.len());
+        for (plan, outcome) in plans.iter().zip(&outcomes) {
+            match outcome {
+                Ok(cell) => assert_eq!((cell.point, cell.run), (plan.point, plan.run)),
+                Err(why) => assert_eq!(why, &format!("failed {}", plan.name())),
+            }
+        }
+    }
 
     fn point(timing: Timing, vcpus: u32, mode: Mode) -> Point {
         Point {
