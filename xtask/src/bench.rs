@@ -463,7 +463,7 @@ fn run_line(cell: &Cell) -> String {
 /// is one single-threaded QEMU whose figures count instructions, not host
 /// time (`-icount shift=0,sleep=off`), so a neighbour cannot change them,
 /// and their half of the matrix takes half the wall time on two cores
-/// (docs/benchmarks.md, "How it is measured"). The multi-threaded runs
+/// (docs/benchmarks.md, its opening section). The multi-threaded runs
 /// measure the host's parallelism and go one at a time, after them.
 fn run_plans(
     b: &Bench,
