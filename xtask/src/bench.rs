@@ -461,8 +461,9 @@ fn run_line(cell: &Cell) -> String {
 /// Makes every run of `plans`, printing a line as each ends; the
 /// outcomes in `plans`' order. The icount runs go `cores` at a time: each
 /// is one single-threaded QEMU whose figures count instructions, not host
-/// time (`-icount shift=0,sleep=off`), so a neighbour cannot change them,
-/// and their half of the matrix takes half the wall time on two cores
+/// time (`-icount shift=0,sleep=off`), so a neighbour does not move them
+/// (the few that vary with host timing vary one at a time too), and their
+/// half of the matrix takes half the wall time on two cores
 /// (docs/benchmarks.md, its opening section). The multi-threaded runs
 /// measure the host's parallelism and go one at a time, after them.
 fn run_plans(
