@@ -237,14 +237,18 @@ impl<'h, M: Machine> Runner<'h, M> {
         {
             return Applied::Resume;
         }
-        match s.yield_to(caller, target, self.pcpu, now) {
-            Ok(handover) => self.yielded(
-                vm,
-                (caller, ctx),
-                (target, handover),
-                s,
-                &mut vm.spin.lock(),
-            ),
+        let lend = self.machine.counter_frequency() * crate::sched::KICK_LEND_US / 1_000_000;
+        match s.lend_to(caller, target, self.pcpu, now, lend) {
+            Ok(handover) => {
+                self.yielded(
+                    vm,
+                    (caller, ctx),
+                    (target, handover),
+                    s,
+                    &mut vm.spin.lock(),
+                );
+                Applied::Lent
+            }
             Err(_) => Applied::Resume,
         }
     }

@@ -197,6 +197,9 @@ pub struct FakeSaved {
     /// Its next exit is PV_SCHED_YIELD_TO to this vCPU index (once its
     /// GIC is set up).
     pub yield_next: Option<u16>,
+    /// Its next exit is openEuler's PV_SCHED_KICK_CPU of this vCPU index
+    /// (once its GIC is set up).
+    pub kick_next: Option<u16>,
 }
 
 /// One fake pCPU.
@@ -480,6 +483,13 @@ impl Fake {
         }
         if core::mem::take(&mut ctx.saved.wfi_next) {
             return Syndrome::synchronous(IL | ESR_EL2::EC::TrappedWFIorWFE.value);
+        }
+        if let Some(target) = ctx.saved.kick_next.take() {
+            return Self::hvc(
+                ctx,
+                pvlock::openeuler::PV_SCHED_KICK_CPU.raw(),
+                &[u64::from(target)],
+            );
         }
         if let Some(target) = ctx.saved.yield_next.take() {
             return Self::hvc(

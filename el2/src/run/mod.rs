@@ -155,6 +155,11 @@ enum Applied {
     /// directed yield handed it the rest of the slice): save the vCPU and
     /// load the sibling ([`Runner::load_handover`]).
     Yielded,
+    /// As [`Self::Yielded`], after a kick: the sibling runs only for a
+    /// short lend (`Scheduler::lend_to`), so it is loaded through a full
+    /// pass of its own, which arms the timer for the lend's end, not in
+    /// place for the rest of the slice ([`Runner::switch_in_place`]).
+    Lent,
 }
 
 /// What one [`Runner::step`] did.
@@ -476,7 +481,7 @@ impl<'h, M: Machine> Runner<'h, M> {
                     return;
                 }
                 Applied::Put(reason) => reason,
-                Applied::Yielded => {
+                Applied::Yielded | Applied::Lent => {
                     self.vcpu_put(vm, vcpu, loaded);
                     match self.load_handover(vm) {
                         Some(target) => {

@@ -1078,6 +1078,70 @@ fn a_directed_yield_enters_its_target_with_the_targets_own_traps() {
     }
 }
 
+/// A kick of a sibling that waits for this pCPU lends it a short run
+/// here (`Scheduler::lend_to`): the sibling runs at once with the slice
+/// timer armed for the lend's end, not the kicker's slice end, and the
+/// kicker runs again when the lend is over.
+#[test]
+fn a_kick_lends_the_kicked_sibling_a_short_run_then_the_kicker_goes_on() {
+    let (world, host) = two_vcpus_on_one_pcpu(7, Some(Variant::OpenEuler));
+    let (mut runner, kicker) = runner_past_gic_setup(&host, &world);
+    let target = sibling_of(kicker);
+    // A slice each, so that the sibling is not owed enough to preempt the
+    // kicker (`Wakeup::Preempting`, which needs no hand-over).
+    for vcpu in [target, kicker] {
+        for _ in 0..200 {
+            if runner.running() == Some(vcpu) {
+                break;
+            }
+            assert_eq!(runner.step(), Step::Ran);
+        }
+        assert_eq!(runner.running(), Some(vcpu));
+    }
+    assert_eq!(
+        host.sched.lock().state(target),
+        Some(VcpuState::Runnable),
+        "the sibling waits for the pCPU"
+    );
+    let kicker_slice_end = host.sched.lock().slice_end(kicker).expect("it runs");
+    runner.loaded.as_mut().expect("loaded").ctx.saved.kick_next = Some(target.index);
+    let kicks = || host.vms[0].spin.lock().stats().kicks;
+    for _ in 0..20 {
+        if kicks() > 0 {
+            break;
+        }
+        assert_eq!(runner.step(), Step::Ran);
+    }
+    assert_eq!(kicks(), 1);
+    assert_eq!(runner.running(), Some(target), "the kicked sibling runs");
+    let lent_at = world.now();
+    let lend = HZ * crate::sched::KICK_LEND_US / 1_000_000;
+    let run_end = host.sched.lock().slice_end(target).expect("it runs");
+    assert!(run_end <= lent_at + lend, "{run_end} > {lent_at} + {lend}");
+    // The kicker runs again within a few fake steps of the lend's end
+    // (and the one slice extension the sibling may get there), long before
+    // its own slice would have ended: the timer was armed for the lend.
+    let kicker_runs = || {
+        host.sched
+            .lock()
+            .stats(kicker, world.now())
+            .expect("a vCPU")
+            .scheduled_in
+    };
+    let runs_before = kicker_runs();
+    let extension = HZ * crate::sched::onspin::SLICE_EXTENSION_US / 1_000_000;
+    let by = run_end + extension + 4 * FAKE_STEP_TICKS;
+    while kicker_runs() == runs_before && world.now() <= by {
+        assert_eq!(runner.step(), Step::Ran);
+    }
+    assert!(
+        kicker_runs() > runs_before,
+        "the kicker had not run again at {}, the lend ended at {run_end}",
+        world.now()
+    );
+    assert!(by < kicker_slice_end);
+}
+
 /// A directed yield whose target's context is not in its slot (a
 /// scheduler bug: another pCPU holds it) is waited for once, for
 /// `CONTEXT_WAIT_MS`; then the target is put back Runnable, the yielder

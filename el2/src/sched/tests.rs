@@ -829,6 +829,79 @@ fn runnable_on_counts_running_and_queued() {
 
 /// `can_yield_to` answers exactly what `yield_to` then does, over a long
 /// pseudo-random run with pinned and free vCPUs of two VMs.
+/// A kick's hand-over (`lend_to`): the kicked sibling runs at once, but
+/// only for the lend (at most to the kicker's slice end), and the kicker
+/// waits at the head of its queue, so it runs next; a directed yield
+/// sends it to the tail instead. Refusals are a directed yield's.
+#[test]
+fn a_kick_lends_a_short_run_and_the_kicker_runs_next() {
+    let lend = SLICE / 8;
+    let setup = || {
+        let mut s = Scheduler::new(CpuSet::first_n(1), SLICE);
+        let vm = s.add_vm(DEFAULT_WEIGHT).unwrap();
+        let [a, b, c] = [0; 3].map(|_| {
+            s.add_vcpu(vm, None, InitialState::Runnable, 0)
+                .expect("room for a vCPU")
+        });
+        assert_eq!(s.pick_next(0, 0), Some(a));
+        (s, a, b, c)
+    };
+    let (mut s, a, _, c) = setup();
+    assert_eq!(s.lend_to(a, a, 0, 100, lend), Err(YieldError::ToSelf));
+    assert_eq!(
+        s.lend_to(a, c, 0, SLICE, lend),
+        Err(YieldError::NoSliceLeft)
+    );
+    assert_eq!(
+        s.lend_to(a, c, 0, 100, lend),
+        Ok(Handover {
+            slice_end: 100 + lend,
+            steal_ticks: 100
+        })
+    );
+    assert_eq!(s.current(0), Some(c));
+    assert_eq!(s.slice_end(c), Some(100 + lend));
+    assert_eq!(s.state(a), Some(VcpuState::Runnable));
+    assert_eq!(s.queue_len(0), 2);
+    // The lend ends: the kicker, not b (queued before it), runs next.
+    assert_eq!(
+        s.put(c, 0, 100 + lend, PutReason::SliceExpired),
+        Ok(PutOutcome::Requeued)
+    );
+    assert_eq!(s.pick_next(0, 100 + lend), Some(a));
+    assert_eq!(s.stats(c, 100 + lend).unwrap().run_ticks, lend);
+    // Or the lent run yields: the kicker again.
+    let (mut s, a, _, c) = setup();
+    assert!(s.lend_to(a, c, 0, 100, lend).is_ok());
+    assert_eq!(s.put(c, 0, 150, PutReason::Yield), Ok(PutOutcome::Requeued));
+    assert_eq!(s.pick_next(0, 150), Some(a));
+    // Two vCPUs only.
+    let mut s = Scheduler::new(CpuSet::first_n(1), SLICE);
+    let vm = s.add_vm(DEFAULT_WEIGHT).unwrap();
+    let a = s.add_vcpu(vm, None, InitialState::Runnable, 0).unwrap();
+    let c = s.add_vcpu(vm, None, InitialState::Runnable, 0).unwrap();
+    assert_eq!(s.pick_next(0, 0), Some(a));
+    assert!(s.lend_to(a, c, 0, 100, lend).is_ok());
+    assert_eq!(s.put(c, 0, 150, PutReason::Yield), Ok(PutOutcome::Requeued));
+    assert_eq!(s.pick_next(0, 150), Some(a));
+    // A directed yield in its place: the yielder goes behind b.
+    let (mut s, a, b, c) = setup();
+    assert!(s.yield_to(a, c, 0, 100).is_ok());
+    assert_eq!(s.slice_end(c), Some(SLICE));
+    assert_eq!(
+        s.put(c, 0, SLICE, PutReason::SliceExpired),
+        Ok(PutOutcome::Requeued)
+    );
+    assert_eq!(s.pick_next(0, SLICE), Some(b));
+    // A lend longer than what is left of the slice ends with the slice.
+    let (mut s, a, _, c) = setup();
+    let late = SLICE - lend / 2;
+    assert_eq!(
+        s.lend_to(a, c, 0, late, lend).map(|h| h.slice_end),
+        Ok(SLICE)
+    );
+}
+
 #[test]
 fn can_yield_to_agrees_with_yield_to() {
     let mut s = Scheduler::new(CpuSet::first_n(3), SLICE);
