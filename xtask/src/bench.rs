@@ -32,8 +32,6 @@ use std::fs;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -46,6 +44,7 @@ use crate::bench_report::{self, Cell, Costs, MIN_CONTENDED, Mode, Point, Range, 
 use crate::boottest::{BootTest, Check, Kernel, Outcome as Expected};
 use crate::cli::BenchOpts;
 use crate::guests::{self, Guests};
+use crate::measure;
 use crate::qemu::{self, Console, Echo, Machine, RunSpec};
 use crate::setup::{self, Tool};
 use crate::vm::{PvLock, VmConfig};
@@ -435,7 +434,7 @@ impl Bench {
 }
 
 /// The host's cores: a multi-threaded group with more pCPUs is marked.
-fn host_cores() -> u32 {
+pub(crate) fn host_cores() -> u32 {
     std::thread::available_parallelism().map_or(1, |n| n.get() as u32)
 }
 
@@ -459,13 +458,9 @@ fn run_line(cell: &Cell) -> String {
 }
 
 /// Makes every run of `plans`, printing a line as each ends; the
-/// outcomes in `plans`' order. The icount runs go `cores` at a time: each
-/// is one single-threaded QEMU whose figures count instructions, not host
-/// time (`-icount shift=0,sleep=off`), so a neighbour does not move them
-/// (the few that vary with host timing vary one at a time too), and their
-/// half of the matrix takes half the wall time on two cores
-/// (docs/benchmarks.md, its opening section). The multi-threaded runs
-/// measure the host's parallelism and go one at a time, after them.
+/// outcomes in `plans`' order. The icount runs go `cores` at a time, the
+/// multi-threaded runs one at a time after them
+/// ([`measure::run_side_by_side`]).
 fn run_plans(
     b: &Bench,
     plans: &[Plan],
@@ -482,47 +477,20 @@ fn run_plans_with(
     cores: u32,
     run: impl Fn(&Plan) -> Result<Cell, String> + Sync,
 ) -> Vec<Result<Cell, String>> {
-    let outcomes: Vec<Mutex<Option<Result<Cell, String>>>> =
-        plans.iter().map(|_| Mutex::new(None)).collect();
-    let finished = AtomicUsize::new(0);
-    let report = |index: usize, outcome: Result<Cell, String>| {
-        let done = finished.fetch_add(1, Ordering::Relaxed) + 1;
-        let line = match &outcome {
+    let report = |index: usize, outcome: &Result<Cell, String>, ended: usize| {
+        let line = match outcome {
             Ok(cell) => run_line(cell),
             Err(why) => format!("FAILED: {why}"),
         };
         println!(
-            "[{done:>3}/{}] {:<48} {line}",
+            "[{ended:>3}/{}] {:<48} {line}",
             plans.len(),
             plans[index].name()
         );
-        *outcomes[index].lock().unwrap_or_else(|e| e.into_inner()) = Some(outcome);
     };
-    let icount: Vec<usize> = (0..plans.len())
-        .filter(|&i| plans[i].point.timing == Timing::Icount)
-        .collect();
-    let next = AtomicUsize::new(0);
-    std::thread::scope(|scope| {
-        for _ in 0..cores.max(1) {
-            scope.spawn(|| {
-                while let Some(&index) = icount.get(next.fetch_add(1, Ordering::Relaxed)) {
-                    report(index, run(&plans[index]));
-                }
-            });
-        }
-    });
-    for (index, plan) in plans.iter().enumerate() {
-        if plan.point.timing != Timing::Icount {
-            report(index, run(plan));
-        }
-    }
-    outcomes
+    measure::run_side_by_side(plans, cores, |plan| plan.point.timing, run, report)
         .into_iter()
-        .map(|slot| {
-            slot.into_inner()
-                .unwrap_or_else(|e| e.into_inner())
-                .unwrap_or_else(|| Err("not run".into()))
-        })
+        .map(|outcome| outcome.unwrap_or_else(|| Err("not run".into())))
         .collect()
 }
 
@@ -948,7 +916,8 @@ mod tests {
     /// outcomes come back in the plans' order, failures included.
     #[test]
     fn icount_runs_share_the_cores_and_multithreaded_runs_run_alone() {
-        use std::sync::atomic::AtomicU32;
+        use std::sync::Mutex;
+        use std::sync::atomic::{AtomicU32, Ordering};
         let plans = matrix(true, false);
         let icount = plans
             .iter()

@@ -48,6 +48,13 @@ pub struct Plan {
     pub run: u32,
 }
 
+impl Plan {
+    /// The run's name in progress lines and for `--cells`.
+    pub fn name(&self) -> String {
+        format!("debian-6.1 forkexec {} vCPUs run {}", self.vcpus, self.run)
+    }
+}
+
 /// The runs, repetition by repetition (every overcommit once, then again),
 /// so that a slow spell of the host spreads over the overcommits.
 pub fn plans(quick: bool) -> Vec<Plan> {

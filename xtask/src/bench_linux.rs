@@ -26,6 +26,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::io::Write as _;
 use std::process::ExitCode;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -43,7 +44,7 @@ use crate::cli::BenchOpts;
 use crate::kernel::Flavor;
 use crate::linux::{self, INIT_DONE, KERNEL_TROUBLE, LinuxGuest};
 use crate::linuxpvtest::{PVLOCK_PREFIX, QSPINLOCK_LINE};
-use crate::measure::Range;
+use crate::measure::{self, Range};
 use crate::qemu::{self, Machine};
 use crate::vm::{PvLock, VmConfig};
 use crate::{Workspace, bench_forkexec, linuxpv};
@@ -355,10 +356,28 @@ pub fn bench(ws: &Workspace, o: &BenchOpts) -> Result<ExitCode> {
         patched: linuxpv::obtain(ws, Flavor::Patched)?,
     };
     let debian = linux::obtain(ws)?;
-    let plans = matrix(o.quick);
-    let forkexec_plans = bench_forkexec::plans(o.quick);
+    let picked = |name: String| o.cells.is_empty() || o.cells.iter().any(|c| name.contains(c));
+    let plans: Vec<Plan> = matrix(o.quick)
+        .into_iter()
+        .filter(|plan| picked(plan.name()))
+        .collect();
+    let forkexec_plans: Vec<bench_forkexec::Plan> = bench_forkexec::plans(o.quick)
+        .into_iter()
+        .filter(|plan| picked(plan.name()))
+        .collect();
+    anyhow::ensure!(
+        !plans.is_empty() || !forkexec_plans.is_empty(),
+        "--cells {:?}: no run has such a name (names look like \"icount patched 2x run 0 \
+         seed 1\" or \"debian-6.1 forkexec 4 vCPUs run 0\")",
+        o.cells
+    );
     let started = Instant::now();
-    let mttcg_scale = mttcg_scale(&b, &guests, o.scale)?;
+    // Only multi-threaded runs need the calibration.
+    let mttcg_scale = if plans.iter().any(|p| p.cell.timing == Timing::Mttcg) {
+        mttcg_scale(&b, &guests, o.scale)?
+    } else {
+        o.scale.unwrap_or(1.0)
+    };
     println!(
         "bench --linux: {} runs, 2 pCPUs; multi-threaded TCG (scale {mttcg_scale}){}; then {} \
          runs of Debian's 6.1 kernel's fork+exec loop",
@@ -370,38 +389,55 @@ pub fn bench(ws: &Workspace, o: &BenchOpts) -> Result<ExitCode> {
         },
         forkexec_plans.len()
     );
+    // Each run's progress line gives its index against the runs that ended
+    // before it (the reference a cell's median will use).
+    let ended: Mutex<Vec<Run>> = Mutex::new(Vec::new());
+    let report = |i: usize, outcome: &(Result<Run, String>, f64), count: usize| {
+        let plan = &plans[i];
+        let (outcome, wall) = outcome;
+        let line = match outcome {
+            Ok(run) => {
+                let mut ended = ended.lock().unwrap_or_else(|e| e.into_inner());
+                let reference = report::reference(&ended, plan.cell.timing);
+                let index = report::index(run, &reference)
+                    .map_or("   -".to_string(), |x| format!("{x:.3}"));
+                ended.push(run.clone());
+                format!(
+                    "index {index}  {} tests  ({wall:.1} s)",
+                    run.ops_per_sec.len()
+                )
+            }
+            Err(why) => format!("FAILED: {why} ({wall:.1} s)"),
+        };
+        println!("[{count:>2}/{}] {:<34} {line}", plans.len(), plan.name());
+    };
+    let outcomes = measure::run_side_by_side(
+        &plans,
+        bench::host_cores(),
+        |plan| plan.cell.timing,
+        |plan| {
+            let start = Instant::now();
+            let outcome = run_plan(&b, &guests, plan, mttcg_scale);
+            (outcome, start.elapsed().as_secs_f64())
+        },
+        report,
+    );
     let mut runs: Vec<Run> = Vec::new();
     let mut failures: Vec<String> = Vec::new();
-    for (i, plan) in plans.iter().enumerate() {
-        print!("[{:>2}/{}] {:<34} ", i + 1, plans.len(), plan.name());
-        let _ = std::io::stdout().flush();
-        let start = Instant::now();
-        match run_plan(&b, &guests, plan, mttcg_scale) {
-            Ok(run) => {
-                let reference = report::reference(&runs, plan.cell.timing);
-                let index = report::index(&run, &reference)
-                    .map_or("   -".to_string(), |x| format!("{x:.3}"));
-                println!(
-                    "index {index}  {} tests  ({:.1} s)",
-                    run.ops_per_sec.len(),
-                    start.elapsed().as_secs_f64()
-                );
-                runs.push(run);
-            }
-            Err(why) => {
-                println!("FAILED: {why} ({:.1} s)", start.elapsed().as_secs_f64());
-                failures.push(format!("{}: {why}", plan.name()));
-            }
+    for (plan, outcome) in plans.iter().zip(outcomes) {
+        match outcome.map(|(outcome, _)| outcome) {
+            Some(Ok(run)) => runs.push(run),
+            Some(Err(why)) => failures.push(format!("{}: {why}", plan.name())),
+            None => failures.push(format!("{}: not run", plan.name())),
         }
     }
     let mut forkexec_runs = Vec::new();
     for (i, plan) in forkexec_plans.iter().enumerate() {
         print!(
-            "[{:>2}/{}] debian-6.1 forkexec {} vCPUs run {:<8} ",
+            "[{:>2}/{}] {:<39} ",
             i + 1,
             forkexec_plans.len(),
-            plan.vcpus,
-            plan.run
+            plan.name()
         );
         let _ = std::io::stdout().flush();
         let start = Instant::now();
@@ -416,10 +452,7 @@ pub fn bench(ws: &Workspace, o: &BenchOpts) -> Result<ExitCode> {
             }
             Err(why) => {
                 println!("FAILED: {why} ({:.1} s)", start.elapsed().as_secs_f64());
-                failures.push(format!(
-                    "debian-6.1 forkexec {} vCPUs run {}: {why}",
-                    plan.vcpus, plan.run
-                ));
+                failures.push(format!("{}: {why}", plan.name()));
             }
         }
     }

@@ -3,6 +3,9 @@
 //! is never one run: a chaotic system gives a different answer each time,
 //! so a cell is its median with the smallest and largest run beside it.
 
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use serde::{Deserialize, Serialize};
 
 /// How QEMU kept time.
@@ -81,9 +84,116 @@ pub fn paired_by_round(
     Range::of(&ratios)
 }
 
+/// Makes every run of `plans` (a benchmark's matrix, `timing` telling each
+/// run's mode) and returns the outcomes in `plans`' order; `report` sees
+/// each outcome as its run ends, with its plan's index and how many runs
+/// have ended. The icount runs go first, `cores` at a time: each is one
+/// single-threaded QEMU whose figures count instructions, not host time
+/// (`-icount shift=0,sleep=off`), so a neighbour does not move them, and
+/// they take a `cores`-th of the wall time (docs/benchmarks.md, its
+/// opening section, has the check). The multi-threaded runs measure the
+/// host's parallelism, so they go one at a time after them, in order.
+/// `None` only for a run that never ended (a worker panicked).
+pub fn run_side_by_side<P: Sync, R: Send>(
+    plans: &[P],
+    cores: u32,
+    timing: impl Fn(&P) -> Timing,
+    run: impl Fn(&P) -> R + Sync,
+    report: impl Fn(usize, &R, usize) + Sync,
+) -> Vec<Option<R>> {
+    let outcomes: Vec<Mutex<Option<R>>> = plans.iter().map(|_| Mutex::new(None)).collect();
+    let ended = AtomicUsize::new(0);
+    let make = |index: usize| {
+        let outcome = run(&plans[index]);
+        report(index, &outcome, ended.fetch_add(1, Ordering::Relaxed) + 1);
+        *outcomes[index].lock().unwrap_or_else(|e| e.into_inner()) = Some(outcome);
+    };
+    let icount: Vec<usize> = (0..plans.len())
+        .filter(|&i| timing(&plans[i]) == Timing::Icount)
+        .collect();
+    let next = AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..cores.max(1) {
+            scope.spawn(|| {
+                while let Some(&index) = icount.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    make(index);
+                }
+            });
+        }
+    });
+    for index in 0..plans.len() {
+        if timing(&plans[index]) != Timing::Icount {
+            make(index);
+        }
+    }
+    outcomes
+        .into_iter()
+        .map(|slot| slot.into_inner().unwrap_or_else(|e| e.into_inner()))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn icount_runs_go_side_by_side_and_multithreaded_runs_alone_after_them() {
+        use std::sync::atomic::AtomicU32;
+        use std::time::Duration;
+        // Modes interleaved: the runner, not the plans' order, puts the
+        // icount runs first.
+        let plans: Vec<(usize, Timing)> = (0..12)
+            .map(|i| {
+                (
+                    i,
+                    if i % 3 == 0 {
+                        Timing::Mttcg
+                    } else {
+                        Timing::Icount
+                    },
+                )
+            })
+            .collect();
+        let running = AtomicU32::new(0);
+        let most = AtomicU32::new(0);
+        let made = Mutex::new(Vec::new());
+        let reported = Mutex::new(Vec::new());
+        let outcomes = run_side_by_side(
+            &plans,
+            2,
+            |p| p.1,
+            |&(i, timing)| {
+                let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                if timing == Timing::Mttcg {
+                    assert_eq!(now, 1, "multi-threaded run {i} ran beside another");
+                }
+                std::thread::sleep(Duration::from_millis(5));
+                made.lock().unwrap().push((i, timing));
+                running.fetch_sub(1, Ordering::SeqCst);
+                i * 10
+            },
+            |index, &outcome, ended| {
+                assert_eq!(outcome, index * 10, "reported with its own plan");
+                reported.lock().unwrap().push(ended);
+            },
+        );
+        assert_eq!(most.load(Ordering::SeqCst), 2, "two icount runs at once");
+        let made = made.into_inner().unwrap();
+        let first_mttcg = made.iter().position(|m| m.1 == Timing::Mttcg).unwrap();
+        assert_eq!(
+            first_mttcg, 8,
+            "every icount run before the first multi-threaded"
+        );
+        let mttcg: Vec<usize> = made[first_mttcg..].iter().map(|m| m.0).collect();
+        assert_eq!(mttcg, [0, 3, 6, 9], "multi-threaded runs in order");
+        // Counted once each (two runs may report out of order).
+        let mut reported = reported.into_inner().unwrap();
+        reported.sort_unstable();
+        assert_eq!(reported, (1..=12).collect::<Vec<_>>());
+        let expected: Vec<Option<usize>> = (0..12).map(|i| Some(i * 10)).collect();
+        assert_eq!(outcomes, expected, "outcomes in the plans' order");
+    }
 
     #[test]
     fn ratios_by_round_pair_samples_of_one_round() {
