@@ -121,8 +121,8 @@ pub fn run_side_by_side<P: Sync, R: Send>(
             });
         }
     });
-    for index in 0..plans.len() {
-        if timing(&plans[index]) != Timing::Icount {
+    for (index, plan) in plans.iter().enumerate() {
+        if timing(plan) != Timing::Icount {
             make(index);
         }
     }
