@@ -89,10 +89,12 @@ pub fn paired_by_round(
 /// each outcome as its run ends, with its plan's index and how many runs
 /// have ended. The icount runs go first, `cores` at a time: each is one
 /// single-threaded QEMU whose figures count instructions, not host time
-/// (`-icount shift=0,sleep=off`), so a neighbour does not move them, and
-/// they take a `cores`-th of the wall time (docs/benchmarks.md, its
-/// opening section, has the check). The multi-threaded runs measure the
-/// host's parallelism, so they go one at a time after them, in order.
+/// (`-icount shift=0,sleep=off`), and `cores` of them take a `cores`-th
+/// of the wall time; whether a neighbour moves a benchmark's icount runs
+/// is that benchmark's to check (the lock benchmark's do not move,
+/// docs/benchmarks.md, its opening section; the Linux benchmark's do, so
+/// it passes 1). The multi-threaded runs measure the host's parallelism,
+/// so they go one at a time after them, in order.
 /// `None` only for a run that never ended (a worker panicked).
 pub fn run_side_by_side<P: Sync, R: Send>(
     plans: &[P],
