@@ -911,34 +911,21 @@ mod tests {
     use super::*;
     use guest_driver::bootargs::BootArgs;
 
-    /// The icount runs go two at a time on two cores, the multi-threaded
-    /// ones alone and after them; every run is made once, and the
-    /// outcomes come back in the plans' order, failures included.
+    /// The lock benchmark's part of the side-by-side runner (whose order
+    /// and concurrency `measure`'s test checks): every run of the matrix
+    /// is made once and each outcome comes back with its own plan,
+    /// failures included.
     #[test]
-    fn icount_runs_share_the_cores_and_multithreaded_runs_run_alone() {
-        use std::sync::Mutex;
-        use std::sync::atomic::{AtomicU32, Ordering};
+    fn every_run_comes_back_with_its_plan_failures_included() {
         let plans = matrix(true, false);
-        let icount = plans
-            .iter()
-            .filter(|p| p.point.timing == Timing::Icount)
-            .count();
         assert!(
-            icount > 2 && icount < plans.len(),
+            plans.iter().any(|p| p.point.timing == Timing::Icount)
+                && plans.iter().any(|p| p.point.timing == Timing::Mttcg),
             "both modes in the matrix"
         );
-        let running = AtomicU32::new(0);
-        let most = AtomicU32::new(0);
-        let made = Mutex::new(Vec::new());
+        let made = std::sync::atomic::AtomicUsize::new(0);
         let outcomes = run_plans_with(&plans, 2, |plan| {
-            let now = running.fetch_add(1, Ordering::SeqCst) + 1;
-            most.fetch_max(now, Ordering::SeqCst);
-            if plan.point.timing == Timing::Mttcg {
-                assert_eq!(now, 1, "{} ran beside another run", plan.name());
-            }
-            std::thread::sleep(Duration::from_millis(5));
-            made.lock().unwrap().push(plan.name());
-            running.fetch_sub(1, Ordering::SeqCst);
+            made.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             if plan.run == 1 {
                 return Err(format!("failed {}", plan.name()));
             }
@@ -958,19 +945,7 @@ mod tests {
                 host_round_trip_ns: None,
             })
         });
-        assert_eq!(most.load(Ordering::SeqCst), 2, "two icount runs at once");
-        let made = made.into_inner().unwrap();
-        assert_eq!(made.len(), plans.len());
-        let first_mttcg = made
-            .iter()
-            .position(|name| name.starts_with(Timing::Mttcg.name()))
-            .expect("multi-threaded runs");
-        assert!(
-            made[first_mttcg..]
-                .iter()
-                .all(|name| name.starts_with(Timing::Mttcg.name())),
-            "the multi-threaded runs come after every icount run"
-        );
+        assert_eq!(made.into_inner(), plans.len());
         assert_eq!(outcomes.len(), plans.len());
         for (plan, outcome) in plans.iter().zip(&outcomes) {
             match outcome {
@@ -978,6 +953,7 @@ mod tests {
                 Err(why) => assert_eq!(why, &format!("failed {}", plan.name())),
             }
         }
+        assert!(outcomes.iter().any(Result::is_err) && outcomes.iter().any(Result::is_ok));
     }
 
     fn point(timing: Timing, vcpus: u32, mode: Mode) -> Point {

@@ -381,8 +381,9 @@ pub fn bench(ws: &Workspace, o: &BenchOpts) -> Result<ExitCode> {
     );
     let started = Instant::now();
     // Only multi-threaded runs need the calibration.
-    let mttcg_scale = if plans.iter().any(|p| p.cell.timing == Timing::Mttcg) {
-        mttcg_scale(&b, &guests, o.scale)?
+    let calibrate = o.scale.is_none() && plans.iter().any(|p| p.cell.timing == Timing::Mttcg);
+    let mttcg_scale = if calibrate {
+        mttcg_scale(&b, &guests, None)?
     } else {
         o.scale.unwrap_or(1.0)
     };
@@ -489,10 +490,10 @@ pub fn bench(ws: &Workspace, o: &BenchOpts) -> Result<ExitCode> {
             "scale",
             format!(
                 "mttcg {mttcg_scale} ({}), icount {ICOUNT_SCALE}",
-                if o.scale.is_some() {
-                    "given"
-                } else {
-                    "calibrated"
+                match (o.scale.is_some(), calibrate) {
+                    (true, _) => "given",
+                    (false, true) => "calibrated",
+                    (false, false) => "unused: no multi-threaded run",
                 }
             ),
         ),
