@@ -239,6 +239,12 @@ pub struct Fake {
     /// only when a test or a guest entry moves it), for the runner's
     /// bounded waits.
     pub ticks_per_counter_read: u64,
+    /// Each write of the EL2 timer moves the world's clock to its
+    /// deadline before the write returns: QEMU's round-robin icount,
+    /// which hands the writing CPU's turn to another CPU until the
+    /// earliest timer deadline (`el2::sched::spinwatch`, "A vCPU that did
+    /// not run").
+    pub timer_write_hands_over: bool,
 }
 
 impl Fake {
@@ -259,6 +265,7 @@ impl Fake {
             traps: 0,
             entered_with: None,
             ticks_per_counter_read: 0,
+            timer_write_hands_over: false,
         }
     }
 
@@ -903,6 +910,10 @@ impl Machine for Fake {
 
     fn arm_timer(&mut self, deadline: u64) {
         self.world.timer[self.pcpu].store(deadline, Ordering::Relaxed);
+        let now = self.world.now();
+        if self.timer_write_hands_over && deadline > now {
+            self.world.advance(deadline - now);
+        }
     }
 
     fn wait_for_interrupt(&mut self, deadline: u64) {

@@ -549,6 +549,11 @@ impl<'h, M: Machine> Runner<'h, M> {
             deadline = deadline.min(self.watch.due());
         }
         self.machine.arm_timer(deadline);
+        if self.watching {
+            // Read after the write: under QEMU's icount it can hand the
+            // turn to another pCPU until the deadline.
+            self.watch.entered(self.machine.counter(), deadline);
+        }
     }
 
     /// Enters the guest, handles each exit and applies its decision, until

@@ -1045,6 +1045,30 @@ fn a_vcpu_woken_from_wfi_and_still_where_it_returned_is_not_read_as_spinning() {
     assert_eq!(run_until_a_spin_is_found(&mut runner, &world), 1);
 }
 
+/// The spin sampler's third witness, through the runner: a vCPU entered
+/// each time with the timer of its pass already due (QEMU's round-robin
+/// icount handing the turn to another pCPU at every timer write, modelled
+/// by `Fake::timer_write_hands_over`) had no time to run, so its
+/// unchanged registers are not a spin, however many samples find them.
+/// Given the time, the same registers are one.
+#[test]
+fn a_vcpu_that_had_no_time_in_the_guest_is_not_read_as_spinning() {
+    let (world, host) = two_vcpus_on_one_pcpu(11, None);
+    let vm = &host.vms[0];
+    let (mut runner, spinner) = runner_past_gic_setup(&host, &world);
+    runner.loaded.as_mut().expect("loaded").ctx.saved.spins = u32::MAX;
+    runner.machine_mut().timer_write_hands_over = true;
+    let samples_before = world.now();
+    run_through_slice(&mut runner, &world, spinner);
+    assert!(
+        world.now() - samples_before > 4 * WITNESS_SAMPLE_TICKS,
+        "several sample periods passed"
+    );
+    assert_eq!(runner_spins(&runner), 0, "{}", vm.spin.lock().stats());
+    runner.machine_mut().timer_write_hands_over = false;
+    assert_eq!(run_until_a_spin_is_found(&mut runner, &world), 1);
+}
+
 /// A directed yield switches the pCPU to its target inside the guest loop
 /// (`Runner::switch_in_place`) and gives the target its own first pass
 /// there: it enters with the traps its own WFE policy gives, not the

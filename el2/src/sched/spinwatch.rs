@@ -43,9 +43,21 @@
 //! other CPU runs up to the deadline just written (docs/benchmarks.md,
 //! "Spins found by sampling"). The registers cannot tell (a wait loop
 //! interrupted at one TB boundary, or parked in WFE, shows one PC
-//! too), and QEMU offers no per-CPU instruction count. Two witnesses
-//! exist where it matters most, for a vCPU just woken, and two equal
-//! samples with either conclude nothing ([`Sample::Unmoved`]):
+//! too), and QEMU offers no per-CPU instruction count. What the runner
+//! can see is when it lost the turn: it reads the counter after each
+//! write of its timer ([`SpinWatch::entered`]), and a vCPU that got
+//! there with less than half the time between two samples still to run
+//! had no chance to show progress ([`Sample::Starved`]: no conclusion,
+//! and a period twice as long, so that this pCPU's deadline stops being
+//! the earliest that loses it the turn). Without this witness, starved
+//! vCPUs read as spinning handed their slices on and were sampled at the
+//! shortest period, which starved them more: in the ping boot test a
+//! VM `time-slice-us` of 4,001 µs put every round trip behind a slice
+//! (median 4.08 ms, 5,603 sampled spins against 33 with it;
+//! docs/testing.md, "Wake-up latency"). On hardware the time left is
+//! the period, and the witness never speaks. Two more witnesses exist
+//! where it matters most, for a vCPU just woken, and two equal samples
+//! with either conclude nothing ([`Sample::Unmoved`]):
 //! - an interrupt waits in its list registers that the virtual CPU
 //!   interface signals to it at once (`el2::devices::vgic::signalled_at_once`:
 //!   pending, above its priority mask, its group enabled and unmasked in
@@ -143,6 +155,11 @@ pub enum Sample {
     /// where the WFI it was woken from returned (module documentation, "A
     /// vCPU that did not run"). No conclusion; the period stays.
     Unmoved,
+    /// Nothing changed, but the vCPU had less than half the period in the
+    /// guest: each time it was entered, the timer that ends its pass was
+    /// due or nearly (module documentation, "A vCPU that did not run").
+    /// No conclusion; the period doubles, as after progress.
+    Starved,
 }
 
 /// The registers one sample keeps.
@@ -187,6 +204,12 @@ pub struct SpinWatch {
     /// Where the loaded vCPU's WFI returned to, if it was woken from one
     /// for this load.
     woken_at: Option<u64>,
+    /// The time from the last sample (or the load) to the next one.
+    interval: u64,
+    /// How long the vCPU had in the guest since then: the sum, over its
+    /// entries, of the time left to the deadline its pass was armed for
+    /// ([`Self::entered`]).
+    window: u64,
     /// The time to the next sample, between the two bounds (ticks).
     period: u64,
     min_period: u64,
@@ -203,6 +226,8 @@ impl SpinWatch {
             due: u64::MAX,
             last: None,
             woken_at: None,
+            interval: max_period,
+            window: 0,
             period: max_period,
             min_period,
             max_period,
@@ -215,8 +240,18 @@ impl SpinWatch {
     #[inline]
     pub fn start(&mut self, now: u64, woken_at: Option<u64>) {
         self.due = now.saturating_add(self.period);
+        self.interval = self.period;
+        self.window = 0;
         self.last = None;
         self.woken_at = woken_at;
+    }
+
+    /// The loaded vCPU enters the guest at `now` (read after the timer
+    /// was armed) with the timer armed for `deadline`: it has until then
+    /// to run, or nothing if `deadline` has passed.
+    #[inline]
+    pub fn entered(&mut self, now: u64, deadline: u64) {
+        self.window = self.window.saturating_add(deadline.saturating_sub(now));
     }
 
     /// The counter value at which the next sample is due (for the slice
@@ -253,11 +288,14 @@ impl SpinWatch {
             return Sample::NotDue;
         }
         let snapshot = Snapshot::of(regs);
+        let had_time = core::mem::take(&mut self.window) >= self.interval / 2;
         let sample = match self.last.replace(snapshot) {
             None => Sample::First,
             Some(last) if last.same_wait(&snapshot) => {
                 let at_wake = self.woken_at == Some(snapshot.pc) && last.pc == snapshot.pc;
-                if at_wake || interrupt_waits() {
+                if !had_time {
+                    Sample::Starved
+                } else if at_wake || interrupt_waits() {
                     Sample::Unmoved
                 } else {
                     Sample::Spinning
@@ -267,7 +305,9 @@ impl SpinWatch {
         };
         self.period = match sample {
             Sample::Spinning => self.min_period,
-            Sample::Progressed => self.period.saturating_mul(2).min(self.max_period),
+            Sample::Progressed | Sample::Starved => {
+                self.period.saturating_mul(2).min(self.max_period)
+            }
             Sample::First | Sample::Unmoved | Sample::NotDue => self.period,
         };
         // A sample in a wait loop is confirmed or refuted soon; the
@@ -281,6 +321,7 @@ impl SpinWatch {
             self.period
         };
         self.due = now.saturating_add(next);
+        self.interval = next;
         sample
     }
 }
@@ -296,6 +337,25 @@ mod tests {
     const EL1H_IRQS_MASKED: u64 = EL1H | 1 << 7;
     /// EL0t.
     const EL0T: u64 = 0;
+
+    /// `watch` after its vCPU had all the time in the guest since the
+    /// last sample.
+    fn ran(watch: &mut SpinWatch) -> &mut SpinWatch {
+        watch.entered(0, u64::MAX);
+        watch
+    }
+
+    /// `watch`'s sample of `regs` when due, its vCPU having had all the
+    /// time in the guest since the last.
+    fn sample_due(
+        watch: &mut SpinWatch,
+        regs: &GuestRegs,
+        interrupt_waits: impl FnOnce() -> bool,
+        looks_like_wait: impl FnOnce() -> bool,
+    ) -> Sample {
+        let due = watch.due();
+        ran(watch).sample(regs, due, interrupt_waits, looks_like_wait)
+    }
 
     fn regs(pc: u64, pstate: u64, x3: u64) -> GuestRegs {
         let mut regs = GuestRegs {
@@ -314,7 +374,7 @@ mod tests {
         let mut watch = SpinWatch::new(PERIOD, PERIOD);
         watch.start(0, None);
         seq.iter()
-            .map(|r| watch.sample(r, watch.due(), || false, || false))
+            .map(|r| sample_due(&mut watch, r, || false, || false))
             .collect()
     }
 
@@ -391,28 +451,28 @@ mod tests {
         let wait = regs(0x1000, EL1H, 1);
         // Nothing is due before the first load.
         assert_eq!(
-            watch.sample(&wait, u64::MAX - 1, || false, || false),
+            ran(&mut watch).sample(&wait, u64::MAX - 1, || false, || false),
             Sample::NotDue
         );
         watch.start(1_000, None);
         assert_eq!(watch.due(), 1_000 + PERIOD);
         // An exit before the sample is due takes none.
         assert_eq!(
-            watch.sample(&wait, 1_050, || false, || false),
+            ran(&mut watch).sample(&wait, 1_050, || false, || false),
             Sample::NotDue
         );
         assert_eq!(
-            watch.sample(&wait, 1_100, || false, || false),
+            ran(&mut watch).sample(&wait, 1_100, || false, || false),
             Sample::First
         );
         assert_eq!(watch.due(), 1_200);
         assert_eq!(
-            watch.sample(&wait, 1_150, || false, || false),
+            ran(&mut watch).sample(&wait, 1_150, || false, || false),
             Sample::NotDue
         );
         // Late is fine: the next is due a period after this one.
         assert_eq!(
-            watch.sample(&wait, 1_250, || false, || false),
+            ran(&mut watch).sample(&wait, 1_250, || false, || false),
             Sample::Spinning
         );
         assert_eq!(watch.due(), 1_350);
@@ -420,14 +480,14 @@ mod tests {
         // what ran before.
         watch.start(2_000, None);
         assert_eq!(
-            watch.sample(&wait, 2_100, || false, || false),
+            ran(&mut watch).sample(&wait, 2_100, || false, || false),
             Sample::First
         );
         // A counter near its end saturates rather than wrapping to "due".
         watch.start(u64::MAX - 10, None);
         assert_eq!(watch.due(), u64::MAX);
         assert_eq!(
-            watch.sample(&wait, u64::MAX - 5, || false, || false),
+            ran(&mut watch).sample(&wait, u64::MAX - 5, || false, || false),
             Sample::NotDue
         );
     }
@@ -441,7 +501,7 @@ mod tests {
             if !spinning {
                 work += 1;
             }
-            watch.sample(&regs(0x1000, EL1H, work), watch.due(), || false, || false)
+            sample_due(watch, &regs(0x1000, EL1H, work), || false, || false)
         };
         watch.start(0, None);
         assert_eq!(step(&mut watch, true), Sample::First);
@@ -484,27 +544,27 @@ mod tests {
         // shortest period, and two equal samples still decide.
         let wait = regs(0x1000, EL1H, 7);
         assert_eq!(
-            watch.sample(&wait, 800, || false, in_loop(true)),
+            ran(&mut watch).sample(&wait, 800, || false, in_loop(true)),
             Sample::First
         );
         assert_eq!(watch.due(), 900);
         assert_eq!(watch.period(), 800, "the period itself stays");
         assert_eq!(
-            watch.sample(&wait, 900, || false, in_loop(true)),
+            ran(&mut watch).sample(&wait, 900, || false, in_loop(true)),
             Sample::Spinning
         );
         assert_eq!(asked.get(), 1, "a spin is not asked about");
         // Progress out of the loop: the period doubles from where it was.
         watch.start(1_000, None);
         assert_eq!(
-            watch.sample(&wait, 1_100, || false, in_loop(true)),
+            ran(&mut watch).sample(&wait, 1_100, || false, in_loop(true)),
             Sample::First
         );
         assert_eq!(watch.due(), 1_200, "at the shortest already");
         assert_eq!(asked.get(), 1, "not asked at the shortest period");
         let moved = regs(0x1000, EL1H, 8);
         assert_eq!(
-            watch.sample(&moved, 1_200, || false, in_loop(false)),
+            ran(&mut watch).sample(&moved, 1_200, || false, in_loop(false)),
             Sample::Progressed
         );
         assert_eq!((watch.period(), watch.due()), (200, 1_400));
@@ -512,13 +572,13 @@ mod tests {
         // doubled period kept for the samples after.
         let later = regs(0x1000, EL1H, 9);
         assert_eq!(
-            watch.sample(&later, 1_400, || false, in_loop(true)),
+            ran(&mut watch).sample(&later, 1_400, || false, in_loop(true)),
             Sample::Progressed
         );
         assert_eq!((watch.period(), watch.due()), (400, 1_500));
         // Equal with an interrupt waiting: no conclusion, no hint asked.
         assert_eq!(
-            watch.sample(&later, 1_500, || true, in_loop(true)),
+            ran(&mut watch).sample(&later, 1_500, || true, in_loop(true)),
             Sample::Unmoved
         );
         assert_eq!((watch.period(), watch.due()), (400, 1_900));
@@ -531,19 +591,19 @@ mod tests {
         watch.start(0, None);
         let still = regs(0x1000, EL1H, 7);
         assert_eq!(
-            watch.sample(&still, watch.due(), || true, || false),
+            sample_due(&mut watch, &still, || true, || false),
             Sample::First
         );
         // Equal registers with an interrupt waiting: no conclusion, the
         // period stays.
         assert_eq!(
-            watch.sample(&still, watch.due(), || true, || false),
+            sample_due(&mut watch, &still, || true, || false),
             Sample::Unmoved
         );
         assert_eq!(watch.period(), 800);
         // Without one: the spin.
         assert_eq!(
-            watch.sample(&still, watch.due(), || false, || false),
+            sample_due(&mut watch, &still, || false, || false),
             Sample::Spinning
         );
         assert_eq!(watch.period(), 100);
@@ -554,7 +614,7 @@ mod tests {
             true
         };
         assert_eq!(
-            watch.sample(&regs(0x1000, EL1H, 8), watch.due(), ask, || false),
+            sample_due(&mut watch, &regs(0x1000, EL1H, 8), ask, || false),
             Sample::Progressed
         );
         assert_eq!(asked.get(), 0);
@@ -566,11 +626,11 @@ mod tests {
         let at_wake = regs(0x2004, EL1H, 7);
         watch.start(0, Some(0x2004));
         assert_eq!(
-            watch.sample(&at_wake, watch.due(), || false, || false),
+            sample_due(&mut watch, &at_wake, || false, || false),
             Sample::First
         );
         assert_eq!(
-            watch.sample(&at_wake, watch.due(), || false, || false),
+            sample_due(&mut watch, &at_wake, || false, || false),
             Sample::Unmoved
         );
         assert_eq!(watch.period(), 800);
@@ -578,31 +638,85 @@ mod tests {
         // that passes through that PC.
         let wait = regs(0x3000, EL1H, 9);
         assert_eq!(
-            watch.sample(&wait, watch.due(), || false, || false),
+            sample_due(&mut watch, &wait, || false, || false),
             Sample::Progressed
         );
         assert_eq!(
-            watch.sample(&wait, watch.due(), || false, || false),
+            sample_due(&mut watch, &wait, || false, || false),
             Sample::Spinning
         );
         let around = regs(0x2008, EL1H, 7);
         assert_eq!(
-            watch.sample(&around, watch.due(), || false, || false),
+            sample_due(&mut watch, &around, || false, || false),
             Sample::Progressed
         );
         assert_eq!(
-            watch.sample(&at_wake, watch.due(), || false, || false),
+            sample_due(&mut watch, &at_wake, || false, || false),
             Sample::Spinning
         );
         // Not woken from a WFI for this load: equal samples are a spin.
         watch.start(10_000, None);
         assert_eq!(
-            watch.sample(&at_wake, watch.due(), || false, || false),
+            sample_due(&mut watch, &at_wake, || false, || false),
             Sample::First
         );
         assert_eq!(
-            watch.sample(&at_wake, watch.due(), || false, || false),
+            sample_due(&mut watch, &at_wake, || false, || false),
             Sample::Spinning
+        );
+    }
+
+    #[test]
+    fn a_vcpu_that_had_no_time_in_the_guest_did_not_run() {
+        let mut watch = SpinWatch::new(100, 800);
+        watch.start(0, None);
+        watch.period = 100;
+        let still = regs(0x1000, EL1H, 7);
+        assert_eq!(
+            sample_due(&mut watch, &still, || false, || false),
+            Sample::First
+        );
+        // Entered with the timer due (the deadline passed while the timer
+        // was written): no time, no conclusion, and a longer period.
+        let due = watch.due();
+        watch.entered(due, due);
+        assert_eq!(
+            watch.sample(&still, due, || false, || false),
+            Sample::Starved
+        );
+        assert_eq!(watch.period(), 200);
+        // Less than half the time between the samples is not enough, in
+        // how many entries ever.
+        let (from, due) = (due, watch.due());
+        watch.entered(from + 60, from + 100);
+        watch.entered(due - 50, due - 1);
+        assert_eq!(
+            watch.sample(&still, due, || false, || false),
+            Sample::Starved
+        );
+        assert_eq!(watch.period(), 400);
+        // Half is: the spin.
+        let (from, due) = (due, watch.due());
+        watch.entered(from + 100, from + 200);
+        watch.entered(due - 100, due);
+        assert_eq!(
+            watch.sample(&still, due, || false, || false),
+            Sample::Spinning
+        );
+        assert_eq!(watch.period(), 100);
+        // A change is progress, time or not.
+        let due = watch.due();
+        assert_eq!(
+            watch.sample(&regs(0x1000, EL1H, 8), due, || false, || false),
+            Sample::Progressed
+        );
+        // A new load starts with no time.
+        watch.start(10_000, None);
+        let due = watch.due();
+        assert_eq!(watch.sample(&still, due, || false, || false), Sample::First);
+        assert_eq!(
+            watch.sample(&still, watch.due(), || false, || false),
+            Sample::Starved
         );
     }
 }
