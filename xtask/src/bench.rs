@@ -61,6 +61,11 @@ const QUICK_DURATION_MS: u64 = 200;
 /// Rounds of the cost measurement (null hypercalls, and yield round trips).
 const COST_ROUNDS: u64 = 20_000;
 
+/// How many of el2's default slices the cost run's lock run lasts: two
+/// vCPUs on one pCPU each get one, with room for the first one's slice
+/// extension.
+const COST_RUN_SLICES: u64 = 3;
+
 /// Real-time limit per run: a cell that takes longer is broken.
 const RUN_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -534,10 +539,14 @@ fn run_costs(b: &Bench) -> Result<Costs, String> {
 /// The cost run with `rounds` of each operation: 2 vCPUs of one VM on 1
 /// pCPU, under icount (also what `cargo xtask profile` traces).
 pub(crate) fn cost_test(rounds: u64) -> BootTest {
+    // The lock run after the costs needs both vCPUs, which share one
+    // pCPU: it must outlast the first one's slice. (It did in 1 ms only
+    // while the spin sampler misread a vCPU the emulator did not run as
+    // spinning and gave its slice away: b3b93c4.)
+    let run_ms = COST_RUN_SLICES * u64::from(platform::vm::DEFAULT_TIME_SLICE_US) / 1000;
     let cost_args = lockbench::Settings {
         costs: rounds,
-        duration_ms: 1,
-        ..settings(Mode::Pv, 1, None, None)
+        ..settings(Mode::Pv, run_ms, None, None)
     };
     let cost_vm = VmConfig {
         guest: GUEST.into(),
