@@ -72,7 +72,8 @@
 //! # The period
 //!
 //! Between [`MIN_SAMPLE_PERIOD_US`] and [`MAX_SAMPLE_PERIOD_US`]: a found
-//! spin sets the shortest, each sample that finds progress doubles it. A
+//! spin sets the shortest, each sample that finds progress (or finds the
+//! vCPU starved of guest time) doubles it. A
 //! spinlock convoy (every waiter spinning behind a preempted one) is
 //! then chased at the shortest period, one waiter after another, while a
 //! pCPU whose vCPUs do not spin is sampled eight times less often.
