@@ -131,7 +131,7 @@ BENCH OPTIONS:
                        per cell) and icount (3 seeds); bare QEMU as the reference; then
                        Debian's stock 6.1 kernel's fork+exec loop at 2/4/8 vCPUs (9 runs).
                        Writes target/xtask/bench-linux/results.json and
-                       docs/benchmarks-linux.md (about 38 minutes; --quick: 1x and 2x, no
+                       docs/benchmarks-linux.md (about 40-60 minutes; --quick: 1x and 2x, no
                        hog, 3 runs: 3-4)
     --quick            A reduced matrix (2 pCPUs; 1x and 2x overcommit; shorter runs): minutes
     --scale F          With --linux: the multi-threaded runs' work per test (pvlinux bench
