@@ -1389,6 +1389,7 @@ pub fn offered(function: FunctionId) -> bool {
     function == kvm::CALL_UID
         || function == kvm::FEATURES
         || function == directed_yield::PV_SCHED_YIELD_TO
+        || function == directed_yield::PV_SCHED_KICK_LEND
         || arch::CALLS.iter().any(|e| e.id == function)
         || openeuler::IDS.contains(&function)
         || pvtime::CALLS.iter().any(|e| e.id == function)
@@ -1509,6 +1510,7 @@ fn arch_features(queried: FunctionId) -> Option<i64> {
         openeuler::PV_SCHED_FEATURES,
         pvtime::PV_TIME_FEATURES,
         directed_yield::PV_SCHED_YIELD_TO,
+        directed_yield::PV_SCHED_KICK_LEND,
     ];
     Some(if probed.contains(&queried) {
         smccc::SUCCESS
@@ -1605,6 +1607,10 @@ pub fn documented_answer(function: FunctionId, args: [u64; 3], env: &Env) -> Opt
         directed_yield::PV_SCHED_YIELD_TO => {
             Answer::OneOf(&[directed_yield::YIELDED, directed_yield::NOT_YIELDED])
         }
+        directed_yield::PV_SCHED_KICK_LEND if x1 < u64::from(env.vcpus) => {
+            Answer::Code(directed_yield::KICKED)
+        }
+        directed_yield::PV_SCHED_KICK_LEND => Answer::Code(directed_yield::UNKNOWN_VCPU),
         psci::PSCI_VERSION => Answer::Value(psci::VERSION_1_1.raw().into()),
         psci::CPU_SUSPEND | psci::CPU_SUSPEND64 => Answer::psci(error::SUCCESS),
         psci::CPU_ON | psci::CPU_ON64 => match vcpu_of_mpidr(x1, env.vcpus) {

@@ -207,7 +207,8 @@ pub enum Answer {
     /// PV-lock bits of this variant: bit 1 under seed-v3; under seed-v2
     /// this project's bits 32 and 33 (`kvm::func::PV_LOCK_FEATURES`,
     /// `PV_LOCK_PREEMPTED`), which are clear under every other variant;
-    /// the directed-yield call's bit 112 exactly when there is a variant;
+    /// the bits of the project's directed yield (112) and kick that lends
+    /// (114) exactly when there is a variant;
     /// and never the retired bits 34 and 35 (the project's calls' old
     /// numbers, inside pKVM's range).
     Features(Option<Variant>),
@@ -263,7 +264,8 @@ impl Answer {
                     Some(Variant::SeedV2) => seed_v2_bits.iter().all(|&b| f.contains(b)),
                     _ => !seed_v2_bits.iter().any(|&b| f.contains(b)),
                 };
-                let yield_bit = f.contains(kvm::func::PV_SCHED_YIELD_TO) == lock.is_some();
+                let yield_bit = f.contains(kvm::func::PV_SCHED_YIELD_TO) == lock.is_some()
+                    && f.contains(kvm::func::PV_SCHED_KICK_LEND) == lock.is_some();
                 let retired_clear = !RETIRED_BITS.iter().any(|&b| f.contains(b));
                 upper_halves_clear
                     && f.contains(kvm::func::FEATURES)
@@ -323,19 +325,19 @@ impl fmt::Display for Answer {
             Answer::Features(lock) => {
                 write!(f, "a bitmap with bit {}", kvm::func::FEATURES)?;
                 let (a, b) = (kvm::func::PV_LOCK_FEATURES, kvm::func::PV_LOCK_PREEMPTED);
-                let y = kvm::func::PV_SCHED_YIELD_TO;
+                let (y, k) = (kvm::func::PV_SCHED_YIELD_TO, kvm::func::PV_SCHED_KICK_LEND);
                 let [r, s] = RETIRED_BITS;
                 match lock {
                     Some(Variant::SeedV3) => write!(
                         f,
-                        ", bit {} and bit {y} set, bits {r}, {s} clear",
+                        ", bit {} and bits {y}, {k} set, bits {r}, {s} clear",
                         seed_v3::KVM_FEATURES_BIT
                     ),
                     Some(Variant::SeedV2) => {
-                        write!(f, " and bits {a}, {b}, {y} set, bits {r}, {s} clear")
+                        write!(f, " and bits {a}, {b}, {y}, {k} set, bits {r}, {s} clear")
                     }
-                    Some(_) => write!(f, " and bit {y} set, bits {a}, {b}, {r}, {s} clear"),
-                    None => write!(f, " set, bits {a}, {b}, {r}, {s}, {y} clear"),
+                    Some(_) => write!(f, " and bits {y}, {k} set, bits {a}, {b}, {r}, {s} clear"),
+                    None => write!(f, " set, bits {a}, {b}, {r}, {s}, {y}, {k} clear"),
                 }
             }
             Answer::Ipa => write!(f, "a 64-byte aligned IPA"),
@@ -953,14 +955,19 @@ mod tests {
         let mut uid = kvm::UID_REGS;
         uid[3] |= 1 << 32;
         assert!(!Answer::Uid.accepts(uid, none));
-        // Bit 112 (the directed-yield call) is bit 16 of W3.
-        const Y: u64 = 1 << 16;
+        // Bits 112 and 114 (the directed yield and the kick that lends)
+        // are bits 16 and 18 of W3.
+        const Y: u64 = (1 << 16) | (1 << 18);
         let v3 = Answer::Features(Some(Variant::SeedV3));
         assert!(v3.accepts([0b11, 0, 0, Y], none));
         assert!(!v3.accepts([0b01, 0, 0, Y], none), "seed-v3 needs bit 1");
         assert!(
             !v3.accepts([0b11, 0, 0, 0], none),
             "a variant needs bit 112"
+        );
+        assert!(
+            !v3.accepts([0b11, 0, 0, 1 << 16], none),
+            "a variant needs bit 114"
         );
         let v2 = Answer::Features(Some(Variant::SeedV2));
         assert!(v2.accepts([0b01, 0b11, 0, Y], none));
@@ -989,19 +996,19 @@ mod tests {
         assert!(!Answer::Features(None).accepts([0b01, 0, 0, 1 << 32], none));
         assert_eq!(
             v2.to_string(),
-            "a bitmap with bit 0 and bits 32, 33, 112 set, bits 34, 35 clear"
+            "a bitmap with bit 0 and bits 32, 33, 112, 114 set, bits 34, 35 clear"
         );
         assert_eq!(
             Answer::Features(None).to_string(),
-            "a bitmap with bit 0 set, bits 32, 33, 34, 35, 112 clear"
+            "a bitmap with bit 0 set, bits 32, 33, 34, 35, 112, 114 clear"
         );
         assert_eq!(
             v3.to_string(),
-            "a bitmap with bit 0, bit 1 and bit 112 set, bits 34, 35 clear"
+            "a bitmap with bit 0, bit 1 and bits 112, 114 set, bits 34, 35 clear"
         );
         assert_eq!(
             oe.to_string(),
-            "a bitmap with bit 0 and bit 112 set, bits 32, 33, 34, 35 clear"
+            "a bitmap with bit 0 and bits 112, 114 set, bits 32, 33, 34, 35 clear"
         );
         assert!(Answer::Ipa.accepts([0x4800_0040, 0, 0, 0], none));
         assert!(!Answer::Ipa.accepts([0x4800_0020, 0, 0, 0], none));

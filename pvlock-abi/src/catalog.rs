@@ -160,6 +160,10 @@ mod tests {
                 "directed_yield::PV_SCHED_YIELD_TO"
             ),
             (
+                directed_yield::PV_SCHED_KICK_LEND,
+                "directed_yield::PV_SCHED_KICK_LEND"
+            ),
+            (
                 control::PVLOCK_SET_WFX_POLICY,
                 "control::PVLOCK_SET_WFX_POLICY"
             ),

@@ -38,6 +38,27 @@
 //! ([`RETIRED_PV_SCHED_YIELD_TO`]) and answers NOT_SUPPORTED like any id
 //! nobody implements.
 //!
+//! **The kick that lends, PV_SCHED_KICK_LEND.** A lock that hands itself
+//! to the waiter it wakes (the guest driver's queued lock gives a halted
+//! queue head the lock's next turn) needs that waiter to run at once:
+//! until it does, every other waiter waits. openEuler's and Anolis's
+//! KICK_CPU only wake (docs/abi.md §3: a woken vCPU gets what any woken
+//! vCPU gets), which is right for Linux's PV qspinlock, whose unlocker
+//! frees the lock for whoever runs and goes on with its own work. This
+//! call wakes the target as KICK_CPU does and, if it then waits for a
+//! pCPU, lends it a short run of the caller's slice on the caller's pCPU,
+//! the caller running next (within the caller's VM and the time it
+//! already had, as for the yield):
+//!
+//! | | |
+//! |---|---|
+//! | id | [`PV_SCHED_KICK_LEND`] = `0xC6000072` (fast, SMC64, owner 6, vendor function 0x72 = 114) |
+//! | argument | X1 = target vCPU index, as for PV_SCHED_YIELD_TO |
+//! | X0 = 0 ([`KICKED`]) | the target was woken (or had its next WFI made to return at once), and was lent a run if it had to wait for a pCPU; the call returns once the caller runs again |
+//! | X0 = -1 ([`UNKNOWN_VCPU`], NOT_SUPPORTED) | no such vCPU in the caller's VM (or the call is not offered) |
+//! | X1..X3 | zero |
+//! | discovery | KVM_FEATURES bit [`KICK_LEND_FEATURES_BIT`] (114) and SMCCC_ARCH_FEATURES(`0xC6000072`) = 0 |
+//!
 //! A hypervisor that offers this call also honours the PV-lock records'
 //! `lock_count` extension ([`crate::pvlock`], "Extension: the lock count")
 //! in its own directed-yield decisions.
@@ -53,6 +74,18 @@ pub const PV_SCHED_YIELD_TO: FunctionId = FunctionId::fast64(Owner::VendorHyperv
 /// The KVM_FEATURES bit that advertises [`PV_SCHED_YIELD_TO`]: its vendor
 /// function number, 112.
 pub const KVM_FEATURES_BIT: u16 = PV_SCHED_YIELD_TO.number();
+
+/// PV_SCHED_KICK_LEND, `0xC6000072` (fast, SMC64, owner 6, vendor
+/// function 0x72): X1 = target vCPU index; wakes it and lends it a short
+/// run of the caller's slice. See the module documentation.
+pub const PV_SCHED_KICK_LEND: FunctionId = FunctionId::fast64(Owner::VendorHypervisor, 0x72);
+
+/// The KVM_FEATURES bit that advertises [`PV_SCHED_KICK_LEND`]: its vendor
+/// function number, 114.
+pub const KICK_LEND_FEATURES_BIT: u16 = PV_SCHED_KICK_LEND.number();
+
+/// X0 = 0 (SUCCESS) for [`PV_SCHED_KICK_LEND`]: the target was kicked.
+pub const KICKED: i64 = smccc::SUCCESS;
 
 /// `0xC6000022`, PV_SCHED_YIELD_TO's number before it left pKVM's
 /// reserved range (vendor function 0x22, KVM_FEATURES bit 34). Nothing
@@ -77,10 +110,13 @@ pub const UNKNOWN_VCPU: i64 = smccc::NOT_SUPPORTED;
 pub const TO_SELF: i64 = smccc::INVALID_PARAMETER;
 
 /// Every id of this service.
-pub const IDS: &[FunctionId] = &[PV_SCHED_YIELD_TO];
+pub const IDS: &[FunctionId] = &[PV_SCHED_YIELD_TO, PV_SCHED_KICK_LEND];
 
 /// Names for [`crate::describe`].
-pub const CALLS: &[Entry] = &[Entry::new(PV_SCHED_YIELD_TO, "PV_SCHED_YIELD_TO")];
+pub const CALLS: &[Entry] = &[
+    Entry::new(PV_SCHED_YIELD_TO, "PV_SCHED_YIELD_TO"),
+    Entry::new(PV_SCHED_KICK_LEND, "PV_SCHED_KICK_LEND"),
+];
 
 #[cfg(test)]
 mod tests {
@@ -138,6 +174,26 @@ mod tests {
             Some("PV_SCHED_YIELD_TO")
         );
         assert_eq!(crate::describe(RETIRED_PV_SCHED_YIELD_TO), None);
+    }
+
+    #[test]
+    fn the_kick_that_lends() {
+        assert_eq!(PV_SCHED_KICK_LEND.raw(), 0xC600_0072);
+        assert!(PV_SCHED_KICK_LEND.is_fast() && PV_SCHED_KICK_LEND.is_smc64());
+        assert_eq!(KICK_LEND_FEATURES_BIT, 114);
+        assert_eq!(func::PV_SCHED_KICK_LEND, KICK_LEND_FEATURES_BIT);
+        const { assert!(KICK_LEND_FEATURES_BIT < func::NUM_FUNCS) };
+        // Next to the project's other two vendor calls, not on them.
+        assert_ne!(KICK_LEND_FEATURES_BIT, func::PV_SCHED_YIELD_TO);
+        assert_ne!(KICK_LEND_FEATURES_BIT, func::PVLOCK_SET_WFX_POLICY);
+        for v in Variant::ALL {
+            assert!(!v.function_ids().contains(&PV_SCHED_KICK_LEND));
+        }
+        assert_eq!(
+            crate::describe(PV_SCHED_KICK_LEND),
+            Some("PV_SCHED_KICK_LEND")
+        );
+        assert_eq!(KICKED, 0);
     }
 
     #[test]

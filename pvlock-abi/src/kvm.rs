@@ -98,6 +98,11 @@ pub mod func {
     /// [`crate::directed_yield`]), outside every upstream reservation.
     pub const PV_SCHED_YIELD_TO: u16 = crate::directed_yield::PV_SCHED_YIELD_TO.number();
 
+    /// Bit 114: this project's advertisement of the kick that lends,
+    /// PV_SCHED_KICK_LEND (`0xC6000072`, vendor function 0x72;
+    /// [`crate::directed_yield`]).
+    pub const PV_SCHED_KICK_LEND: u16 = crate::directed_yield::PV_SCHED_KICK_LEND.number();
+
     /// Bit 113: this project's advertisement of the control-VM call
     /// PVLOCK_SET_WFX_POLICY (`0xC6000071`, vendor function 0x71;
     /// [`crate::control`]), set only for control VMs.

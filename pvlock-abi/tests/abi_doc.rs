@@ -166,7 +166,7 @@ fn the_vendor_uid_and_the_feature_bits_are_the_crates() {
         })
         .collect();
     let bits: Vec<u16> = rows.iter().map(|&(bit, _)| bit).collect();
-    assert_eq!(bits, [0, 1, 32, 33, 112, 113]);
+    assert_eq!(bits, [0, 1, 32, 33, 112, 113, 114]);
     for (bit, function) in rows {
         let expected = match bit {
             0 => kvm::func::FEATURES,
@@ -175,6 +175,7 @@ fn the_vendor_uid_and_the_feature_bits_are_the_crates() {
             33 => kvm::func::PV_LOCK_PREEMPTED,
             112 => directed_yield::KVM_FEATURES_BIT,
             113 => control::KVM_FEATURES_BIT,
+            114 => directed_yield::KICK_LEND_FEATURES_BIT,
             _ => unreachable!(),
         };
         assert_eq!(bit, expected, "{function}");

@@ -618,12 +618,16 @@ fn lock_calls(seed: &mut SmcccSeed, variant: Variant) {
                 .call(0, PV_QSPINLOCK_KICK_CPU, &[A::Raw(1 << 16)]);
         }
     }
-    use directed_yield::PV_SCHED_YIELD_TO;
+    use directed_yield::{PV_SCHED_KICK_LEND, PV_SCHED_YIELD_TO};
     seed.call(0, arch::SMCCC_ARCH_FEATURES, &[A::Fid(PV_SCHED_YIELD_TO)])
         .call(0, PV_SCHED_YIELD_TO, &[A::Vcpu(1)])
         .call(1, PV_SCHED_YIELD_TO, &[A::Vcpu(1)])
         .call(1, PV_SCHED_YIELD_TO, &[A::Vcpu(9)])
-        .call(1, PV_SCHED_YIELD_TO, &[A::Raw(1 << 40)]);
+        .call(1, PV_SCHED_YIELD_TO, &[A::Raw(1 << 40)])
+        .call(0, arch::SMCCC_ARCH_FEATURES, &[A::Fid(PV_SCHED_KICK_LEND)])
+        .call(0, PV_SCHED_KICK_LEND, &[A::Vcpu(1)])
+        .call(1, PV_SCHED_KICK_LEND, &[A::Vcpu(1)])
+        .call(1, PV_SCHED_KICK_LEND, &[A::Raw(1 << 40)]);
 }
 
 fn time_and_control_calls(seed: &mut SmcccSeed) {

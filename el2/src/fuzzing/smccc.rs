@@ -467,7 +467,13 @@ impl Harness {
                     };
                 }
             }
-            Next::Kick { target } => {
+            Next::Kick { target, lend } => {
+                // Only the project's own call lends; KICK_CPU only wakes.
+                assert_eq!(
+                    lend,
+                    fid == directed_yield::PV_SCHED_KICK_LEND,
+                    "{action:?} from {fid:?}"
+                );
                 assert!(own(target), "{action:?} from {caller}");
                 assert_eq!(reply[0], 0, "{action:?} without SUCCESS");
             }

@@ -58,7 +58,7 @@ impl<'h, M: Machine> Runner<'h, M> {
                 self.stop_vm(vm, &mut s, decision.next == Next::ResetVm);
                 Applied::Put(PutReason::PowerOff)
             }
-            Next::Kick { target } => self.kick(vm, vcpu, ctx, target),
+            Next::Kick { target, lend } => self.kick(vm, vcpu, ctx, target, lend),
             Next::YieldTo { target } => self.yield_to(vm, vcpu, ctx, target),
             Next::SetWfxPolicy {
                 vm: target,
@@ -204,16 +204,17 @@ impl<'h, M: Machine> Runner<'h, M> {
         self.yielded(vm, (vcpu, ctx), (target, handover), s, &mut spin)
     }
 
-    /// PV KICK_CPU (openEuler / Anolis): wake `target` from its WFI wait
-    /// and, if it is now waiting for a pCPU, hand it the rest of the
-    /// caller's slice (directed yield within the VM). X0 already holds the
-    /// answer.
+    /// PV KICK_CPU (openEuler / Anolis) and PV_SCHED_KICK_LEND: wake
+    /// `target` from its WFI wait and, with `lend`, if it is now waiting
+    /// for a pCPU, lend it a short run of the caller's slice (within the
+    /// VM). X0 already holds the answer.
     fn kick(
         &mut self,
         vm: &'h Vm<M>,
         caller: VcpuId,
         ctx: &VcpuContext<M::Saved>,
         target: VcpuId,
+        lend: bool,
     ) -> Applied {
         vm.spin.lock().stats_mut().record_kick();
         let now = self.machine.counter();
@@ -228,8 +229,9 @@ impl<'h, M: Machine> Runner<'h, M> {
         };
         self.woken(target, wakeup);
         // A target queued on an idle pCPU, or preempting the vCPU running
-        // where it waits, starts there at once: no need to yield.
-        if target == caller
+        // where it waits, starts there at once: no need to lend.
+        if !lend
+            || target == caller
             || matches!(
                 wakeup,
                 Wakeup::Queued { ipi: true, .. } | Wakeup::Preempting { .. }

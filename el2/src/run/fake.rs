@@ -200,6 +200,9 @@ pub struct FakeSaved {
     /// Its next exit is openEuler's PV_SCHED_KICK_CPU of this vCPU index
     /// (once its GIC is set up).
     pub kick_next: Option<u16>,
+    /// Its next exit is the project's PV_SCHED_KICK_LEND of this vCPU
+    /// index (once its GIC is set up).
+    pub kick_lend_next: Option<u16>,
 }
 
 /// One fake pCPU.
@@ -495,6 +498,13 @@ impl Fake {
             return Self::hvc(
                 ctx,
                 pvlock::openeuler::PV_SCHED_KICK_CPU.raw(),
+                &[u64::from(target)],
+            );
+        }
+        if let Some(target) = ctx.saved.kick_lend_next.take() {
+            return Self::hvc(
+                ctx,
+                directed_yield::PV_SCHED_KICK_LEND.raw(),
                 &[u64::from(target)],
             );
         }

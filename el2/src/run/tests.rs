@@ -1102,17 +1102,16 @@ fn a_directed_yield_enters_its_target_with_the_targets_own_traps() {
     }
 }
 
-/// A kick of a sibling that waits for this pCPU lends it a short run
-/// here (`Scheduler::lend_to`): the sibling runs at once with the slice
-/// timer armed for the lend's end, not the kicker's slice end, and the
-/// kicker runs again when the lend is over.
-#[test]
-fn a_kick_lends_the_kicked_sibling_a_short_run_then_the_kicker_goes_on() {
-    let (world, host) = two_vcpus_on_one_pcpu(7, Some(Variant::OpenEuler));
-    let (mut runner, kicker) = runner_past_gic_setup(&host, &world);
+/// A kicker and the sibling it will kick, both on one pCPU, the kicker
+/// running and the sibling waiting for the pCPU: each has had a slice,
+/// so that the sibling is not owed enough to preempt the kicker
+/// (`Wakeup::Preempting`, which needs no hand-over).
+fn kicker_and_waiting_sibling<'h>(
+    host: &'h Host<Fake>,
+    world: &Arc<World>,
+) -> (Runner<'h, Fake>, VcpuId, VcpuId) {
+    let (mut runner, kicker) = runner_past_gic_setup(host, world);
     let target = sibling_of(kicker);
-    // A slice each, so that the sibling is not owed enough to preempt the
-    // kicker (`Wakeup::Preempting`, which needs no hand-over).
     for vcpu in [target, kicker] {
         for _ in 0..200 {
             if runner.running() == Some(vcpu) {
@@ -1127,8 +1126,11 @@ fn a_kick_lends_the_kicked_sibling_a_short_run_then_the_kicker_goes_on() {
         Some(VcpuState::Runnable),
         "the sibling waits for the pCPU"
     );
-    let kicker_slice_end = host.sched.lock().slice_end(kicker).expect("it runs");
-    runner.loaded.as_mut().expect("loaded").ctx.saved.kick_next = Some(target.index);
+    (runner, kicker, target)
+}
+
+/// Steps `runner` until its VM has made one kick.
+fn step_until_a_kick(runner: &mut Runner<'_, Fake>, host: &Host<Fake>) {
     let kicks = || host.vms[0].spin.lock().stats().kicks;
     for _ in 0..20 {
         if kicks() > 0 {
@@ -1137,6 +1139,40 @@ fn a_kick_lends_the_kicked_sibling_a_short_run_then_the_kicker_goes_on() {
         assert_eq!(runner.step(), Step::Ran);
     }
     assert_eq!(kicks(), 1);
+}
+
+/// openEuler's KICK_CPU only wakes (docs/abi.md §3): the kicker of a
+/// sibling that waits for this pCPU goes on running, with the slice it
+/// had, and the sibling waits its turn.
+#[test]
+fn a_kick_cpu_wakes_and_the_kicker_keeps_its_pcpu() {
+    let (world, host) = two_vcpus_on_one_pcpu(7, Some(Variant::OpenEuler));
+    let (mut runner, kicker, target) = kicker_and_waiting_sibling(&host, &world);
+    let kicker_slice_end = host.sched.lock().slice_end(kicker).expect("it runs");
+    runner.loaded.as_mut().expect("loaded").ctx.saved.kick_next = Some(target.index);
+    step_until_a_kick(&mut runner, &host);
+    assert_eq!(runner.running(), Some(kicker), "the kicker goes on");
+    assert_eq!(host.sched.lock().slice_end(kicker), Some(kicker_slice_end));
+    assert_eq!(host.sched.lock().state(target), Some(VcpuState::Runnable));
+}
+
+/// PV_SCHED_KICK_LEND of a sibling that waits for this pCPU lends it a
+/// short run here (`Scheduler::lend_to`): the sibling runs at once with
+/// the slice timer armed for the lend's end, not the kicker's slice end,
+/// and the kicker runs again when the lend is over.
+#[test]
+fn a_kick_that_lends_runs_the_kicked_sibling_shortly_then_the_kicker_goes_on() {
+    let (world, host) = two_vcpus_on_one_pcpu(7, Some(Variant::OpenEuler));
+    let (mut runner, kicker, target) = kicker_and_waiting_sibling(&host, &world);
+    let kicker_slice_end = host.sched.lock().slice_end(kicker).expect("it runs");
+    runner
+        .loaded
+        .as_mut()
+        .expect("loaded")
+        .ctx
+        .saved
+        .kick_lend_next = Some(target.index);
+    step_until_a_kick(&mut runner, &host);
     assert_eq!(runner.running(), Some(target), "the kicked sibling runs");
     let lent_at = world.now();
     let lend = HZ * crate::sched::KICK_LEND_US / 1_000_000;

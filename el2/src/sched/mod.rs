@@ -1027,7 +1027,7 @@ impl Scheduler {
         Ok(self.switch_within_vm(from_slot, target_slot, pcpu, now))
     }
 
-    /// A kick's hand-over (openEuler and Anolis KICK_CPU, docs/abi.md
+    /// The hand-over of a kick that lends (PV_SCHED_KICK_LEND, docs/abi.md
     /// §7): as [`Self::yield_to`], same checks and books, but `target`
     /// runs on `pcpu` only until `lend` ticks from `now` (or `from`'s
     /// slice end, if sooner), and `from` waits at the head of `pcpu`'s

@@ -54,7 +54,8 @@ pub enum Next {
     /// reload it and start its vCPU 0 again.
     ResetVm,
     /// A paravirtual kick (openEuler PV_SCHED_KICK_CPU, Anolis
-    /// PV_QSPINLOCK_KICK_CPU; docs/abi.md §3). X0 already holds 0. Under
+    /// PV_QSPINLOCK_KICK_CPU, docs/abi.md §3; the project's
+    /// PV_SCHED_KICK_LEND, §7, with `lend`). X0 already holds 0. Under
     /// the scheduler lock:
     /// 1. `Scheduler::wake(target)`: a Blocked target becomes Runnable
     ///    (its PV-lock record then reads
@@ -62,16 +63,21 @@ pub enum Next {
     ///    the reschedule SGI the [`crate::sched::Wakeup`] asks for); a
     ///    Running or Runnable one gets its kicked flag, so its current or
     ///    next WFI returns at once; an Off one is left alone;
-    /// 2. if `target` is not the caller and is now Runnable, and the wake
-    ///    did not just queue it on an idle pCPU (where it runs at once),
-    ///    `Scheduler::yield_to(caller, target)`: a yield of the caller's
-    ///    own slice within its own VM; if refused, resume the caller.
+    /// 2. only with `lend`: if `target` is not the caller and is now
+    ///    Runnable, and the wake did not just queue it on an idle pCPU or
+    ///    make it preempt (where it runs at once),
+    ///    `Scheduler::lend_to(caller, target)`: a short run of the
+    ///    caller's own slice within its own VM; if refused, or without
+    ///    `lend`, resume the caller.
     ///
     /// `target` is a vCPU of the caller's VM (checked); it may be the
     /// caller itself (only the kicked flag is set) or Off.
     Kick {
         /// The vCPU to wake.
         target: VcpuId,
+        /// Whether the caller lends it a short run at once
+        /// (PV_SCHED_KICK_LEND) or only wakes it (KICK_CPU).
+        lend: bool,
     },
     /// PV_SCHED_YIELD_TO (`pvlock_abi::directed_yield`): give the rest of
     /// the caller's slice to `target` if it is waiting for a pCPU. X0

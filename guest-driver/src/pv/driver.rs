@@ -449,10 +449,17 @@ impl<P: Conduit + SharedMemory> PvDriver<P> {
     }
 
     /// Wakes vCPU `vcpu` (the hypervisor's vCPU index) from a WFI-based
-    /// wait with the lock variant's KICK_CPU (openEuler, Anolis); does
-    /// nothing when no kick is offered.
+    /// wait, for a lock that hands itself to the vCPU it wakes: with
+    /// PV_SCHED_KICK_LEND where offered, which also runs the woken vCPU
+    /// at once for a short while if it has to wait for a pCPU
+    /// (`pvlock_abi::directed_yield`), else with the lock variant's
+    /// KICK_CPU (openEuler, Anolis), which only wakes; does nothing when
+    /// no kick is offered.
     pub fn kick(&self, vcpu: u64) -> Kick {
         let call = match self.info.lock {
+            Some(Variant::OpenEuler | Variant::Anolis) if self.info.kick && self.info.kick_lend => {
+                directed_yield::PV_SCHED_KICK_LEND
+            }
             Some(Variant::OpenEuler) if self.info.kick => openeuler::PV_SCHED_KICK_CPU,
             Some(Variant::Anolis) if self.info.kick => anolis::PV_QSPINLOCK_KICK_CPU,
             _ => return Kick::Unavailable,

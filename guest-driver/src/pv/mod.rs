@@ -33,6 +33,7 @@
 //! | PV-lock, best first | seed-v2, seed-v3, openEuler, Anolis (§3; [`probe`]) |
 //! | stolen time | SMCCC_ARCH_FEATURES(PV_TIME_FEATURES), PV_TIME_FEATURES(PV_TIME_ST) (§4) |
 //! | directed yield | KVM_FEATURES bit 112 and SMCCC_ARCH_FEATURES(PV_SCHED_YIELD_TO) (`pvlock_abi::directed_yield`) |
+//! | kick that lends | KVM_FEATURES bit 114 and SMCCC_ARCH_FEATURES(PV_SCHED_KICK_LEND) (the same module) |
 //! | per CPU | the variant's PREEMPTED / IPA_INIT, PV_TIME_ST ([`PvDriver::init_cpu`]) |
 //!
 //! Besides reading the records, the driver sends the two scheduling hints
@@ -200,6 +201,9 @@ pub struct PvInfo {
     /// The project's directed-yield call PV_SCHED_YIELD_TO is offered
     /// (`pvlock_abi::directed_yield`).
     pub directed_yield: bool,
+    /// The project's kick that lends, PV_SCHED_KICK_LEND, is offered
+    /// (`pvlock_abi::directed_yield`); [`PvDriver::kick`] then uses it.
+    pub kick_lend: bool,
 }
 
 impl PvInfo {
@@ -213,6 +217,7 @@ impl PvInfo {
         steal_time: false,
         kick: false,
         directed_yield: false,
+        kick_lend: false,
     };
 
     /// Whether any paravirtual service is offered.
@@ -292,6 +297,7 @@ impl fmt::Display for PvInfo {
 ///    (`pvlock_abi::directed_yield`): a hypervisor that sets it for
 ///    another reason does not also answer 0 for this project's function
 ///    id.
+/// 7. The kick that lends: as 6, with bit 114 and PV_SCHED_KICK_LEND.
 pub fn probe(conduit: &impl Conduit) -> PvInfo {
     let smccc_version = smccc_version(conduit);
     if smccc_version < arch::MIN_VERSION_FOR_VENDOR_PROBE {
@@ -355,6 +361,9 @@ pub fn probe(conduit: &impl Conduit) -> PvInfo {
     let directed_yield = kvm
         && features.contains(directed_yield::KVM_FEATURES_BIT)
         && arch_features(directed_yield::PV_SCHED_YIELD_TO);
+    let kick_lend = kvm
+        && features.contains(directed_yield::KICK_LEND_FEATURES_BIT)
+        && arch_features(directed_yield::PV_SCHED_KICK_LEND);
     PvInfo {
         smccc_version,
         kvm,
@@ -363,6 +372,7 @@ pub fn probe(conduit: &impl Conduit) -> PvInfo {
         steal_time,
         kick,
         directed_yield,
+        kick_lend,
     }
 }
 

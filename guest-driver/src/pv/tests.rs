@@ -132,6 +132,17 @@ impl Fake {
         self
     }
 
+    /// The project's kick that lends (bit 114 and SMCCC_ARCH_FEATURES),
+    /// answering 0 for every vCPU of the fake.
+    fn kick_lend(mut self) -> Self {
+        self.feature_bit(directed_yield::KICK_LEND_FEATURES_BIT);
+        self.arch_features(directed_yield::PV_SCHED_KICK_LEND);
+        for cpu in 0..CPUS as u64 {
+            self.set(directed_yield::PV_SCHED_KICK_LEND, Some(cpu), &[0]);
+        }
+        self
+    }
+
     fn pv_time(mut self) -> Self {
         self.arch_features(pvtime::PV_TIME_FEATURES);
         for f in [pvtime::PV_TIME_FEATURES, pvtime::PV_TIME_ST] {
@@ -620,6 +631,43 @@ fn directed_yield_needs_kvm_bit_112_and_arch_features() {
     assert!(!probe(&f).directed_yield);
     // Nothing under SMCCC 1.0.
     assert!(!probe(&Fake::bare()).directed_yield);
+}
+
+/// Where the hypervisor offers the kick that lends (bit 114 and
+/// SMCCC_ARCH_FEATURES, under KVM), the driver's kick is that call, for
+/// the driver's locks hand themselves to the vCPU they wake; else the
+/// variant's KICK_CPU. The bit alone is not trusted.
+#[test]
+fn the_kick_lends_where_the_hypervisor_offers_it() {
+    for (fake, plain_kick) in [
+        (Fake::kvm().openeuler(), openeuler::PV_SCHED_KICK_CPU),
+        (Fake::kvm().anolis(), anolis::PV_QSPINLOCK_KICK_CPU),
+    ] {
+        let fake = fake.kick_lend();
+        let pv = PvDriver::new(&fake);
+        assert!(pv.info().kick_lend);
+        assert_eq!(pv.kick(2), Kick::Kicked);
+        assert_eq!(
+            fake.calls().last(),
+            Some(&(directed_yield::PV_SCHED_KICK_LEND.raw(), 2))
+        );
+        assert!(!fake.called(plain_kick));
+        assert_eq!(pv.kick(CPUS as u64), Kick::Refused(-1));
+    }
+    let mut f = Fake::kvm().openeuler();
+    f.feature_bit(directed_yield::KICK_LEND_FEATURES_BIT);
+    let pv = PvDriver::new(&f);
+    assert!(!pv.info().kick_lend);
+    assert_eq!(pv.kick(1), Kick::Kicked);
+    assert_eq!(
+        f.calls().last(),
+        Some(&(openeuler::PV_SCHED_KICK_CPU.raw(), 1))
+    );
+    // No lock variant with a kick: nothing, whatever else is offered.
+    let fake = Fake::kvm().seed_v2().kick_lend();
+    let pv = PvDriver::new(&fake);
+    assert_eq!(pv.kick(1), Kick::Unavailable);
+    assert!(!fake.called(directed_yield::PV_SCHED_KICK_LEND));
 }
 
 #[test]

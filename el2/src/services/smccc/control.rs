@@ -234,10 +234,10 @@ mod tests {
     }
 
     /// Not a control VM: the call is indistinguishable from an id nobody
-    /// implements (0xC6000072), on every PV configuration.
+    /// implements (0xC6000073), on every PV configuration.
     #[test]
     fn only_control_vms_have_the_call() {
-        let unknown = 0xC600_0072;
+        let unknown = 0xC600_0073;
         let view = machine();
         for pv in PvConfig::every_valid() {
             let plain = table(pv, false);

@@ -269,9 +269,10 @@ fn call_uid_is_kvm_s_on_every_vm() {
 fn kvm_features_bitmap_per_vm() {
     let words = |vm: &Vm, view: &FakeVm| call_from(&vm.table, view, 0, abi::KVM_FEATURES, &[]).0;
     // docs/abi.md §2 / project bits: nothing -> bit 0; seed-v2 -> 0, 32, 33;
-    // seed-v3 -> 0, 1; PTP -> 0, 1; every PV-lock variant -> 112 (the
-    // directed-yield call, bit 16 of W3); never the retired 34 or 35.
-    const YIELD: u64 = 1 << (112 - 96);
+    // seed-v3 -> 0, 1; PTP -> 0, 1; every PV-lock variant -> 112 and 114
+    // (the directed yield and the kick that lends, bits 16 and 18 of W3);
+    // never the retired 34 or 35.
+    const YIELD: u64 = (1 << (112 - 96)) | (1 << (114 - 96));
     assert_eq!(words(&vm_with(None, false, false), &CLOCK), [0b1, 0, 0, 0]);
     assert_eq!(
         words(&lock_vm(Variant::SeedV2), &CLOCK),
@@ -297,7 +298,8 @@ fn kvm_features_bitmap_per_vm() {
     let expected = kvm::KvmFeatures::new()
         .with(func::PV_LOCK_FEATURES)
         .with(func::PV_LOCK_PREEMPTED)
-        .with(func::PV_SCHED_YIELD_TO);
+        .with(func::PV_SCHED_YIELD_TO)
+        .with(func::PV_SCHED_KICK_LEND);
     assert_eq!(seed_v2.table.kvm_features(), expected);
     assert_eq!(words(&seed_v2, &CLOCK), expected.to_regs());
     // No wall clock: PTP is not advertised; seed-v3's bit 1 is unaffected.
@@ -514,7 +516,8 @@ fn kick(variant: Variant, kick: u32) {
                 target: VcpuId {
                     vm: VM,
                     index: target
-                }
+                },
+                lend: false,
             }
         );
     }
@@ -883,6 +886,58 @@ fn pv_sched_yield_to() {
         );
         assert_eq!(arch_features(&vm, abi::YIELD_TO), NOT_SUPPORTED);
         assert!(!vm.table.kvm_features().contains(func::PV_SCHED_YIELD_TO));
+    }
+}
+
+/// PV_SCHED_KICK_LEND: on every VM with a PV-lock variant, 0 and a kick
+/// that lends (`Next::Kick` with `lend`) of any vCPU of the VM, the
+/// caller's own included (only its kicked flag is set then); -1 for no
+/// such vCPU; discoverable both ways; nothing on VMs without PV-lock.
+/// KICK_CPU, by contrast, never lends (`kick`, above).
+#[test]
+fn pv_sched_kick_lend() {
+    let kick_lend = directed_yield::PV_SCHED_KICK_LEND.raw();
+    for variant in Variant::ALL {
+        let vm = lock_vm(variant);
+        for caller in 0..VCPUS {
+            for target in 0..VCPUS {
+                let (x, action) =
+                    call_from(&vm.table, &CLOCK, caller, kick_lend, &[u64::from(target)]);
+                assert_eq!(x, [0, 0, 0, 0], "{variant:?} {caller} -> {target}");
+                assert_eq!(
+                    action,
+                    Next::Kick {
+                        target: VcpuId {
+                            vm: VM,
+                            index: target
+                        },
+                        lend: true,
+                    }
+                );
+            }
+        }
+        for bad in [u64::from(VCPUS), 0x1_0000, 0x1_0000_0001, u64::MAX] {
+            assert_eq!(
+                call_from(&vm.table, &CLOCK, 1, kick_lend, &[bad]),
+                ([NOT_SUPPORTED, 0, 0, 0], Next::Resume),
+                "{bad:#x}"
+            );
+        }
+        assert_eq!(arch_features(&vm, kick_lend), 0);
+        assert!(vm.table.kvm_features().contains(func::PV_SCHED_KICK_LEND));
+    }
+    for config in PvConfig::every_valid()
+        .into_iter()
+        .filter(|c| c.lock.is_none())
+    {
+        let vm = vm_with(config.lock, config.steal_time, config.ptp);
+        assert_eq!(
+            call_from(&vm.table, &CLOCK, 0, kick_lend, &[1]),
+            ([NOT_SUPPORTED, 0, 0, 0], Next::Resume),
+            "{config:?}"
+        );
+        assert_eq!(arch_features(&vm, kick_lend), NOT_SUPPORTED);
+        assert!(!vm.table.kvm_features().contains(func::PV_SCHED_KICK_LEND));
     }
 }
 

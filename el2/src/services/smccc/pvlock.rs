@@ -126,6 +126,8 @@ impl PvLockService {
                         vm: caller.vm,
                         index,
                     },
+                    // A wake-up only, as a KVM host's kick (docs/abi.md §3).
+                    lend: false,
                 })
             }
             _ => Reply::not_supported(),

@@ -1,8 +1,11 @@
-//! The directed-yield hypercall PV_SCHED_YIELD_TO (this project's vendor
-//! call `0xC6000070`; `pvlock_abi::directed_yield`, docs/abi.md §6).
+//! The project's scheduling calls for PV-lock guests: the directed yield
+//! PV_SCHED_YIELD_TO (`0xC6000070`) and the kick that lends,
+//! PV_SCHED_KICK_LEND (`0xC6000072`); `pvlock_abi::directed_yield`,
+//! docs/abi.md §7.
 
 use pvlock_abi::directed_yield::{
-    IDS, KVM_FEATURES_BIT, NOT_YIELDED, PV_SCHED_YIELD_TO, TO_SELF, UNKNOWN_VCPU,
+    IDS, KICK_LEND_FEATURES_BIT, KICKED, KVM_FEATURES_BIT, NOT_YIELDED, PV_SCHED_KICK_LEND,
+    PV_SCHED_YIELD_TO, TO_SELF, UNKNOWN_VCPU,
 };
 use pvlock_abi::kvm::KvmFeatures;
 use pvlock_abi::smccc::{self, FunctionId};
@@ -20,9 +23,12 @@ use crate::vcpu::VcpuId;
 /// | `0xC6000070` PV_SCHED_YIELD_TO(X1 = target vCPU index) | X0 = 1 ([`NOT_YIELDED`]) and [`Next::YieldTo`]; the runner (`el2::run`) rewrites X0 to 0 ([`pvlock_abi::directed_yield::YIELDED`]) if the yield happens |
 /// | ... X1 = the caller's own index | -3 ([`TO_SELF`], INVALID_PARAMETER), no action |
 /// | ... X1 not a vCPU of the VM (all 64 bits count: SMC64) | -1 ([`UNKNOWN_VCPU`], NOT_SUPPORTED), no action |
+/// | `0xC6000072` PV_SCHED_KICK_LEND(X1 = target vCPU index) | 0 ([`KICKED`]) and [`Next::Kick`] with `lend` |
+/// | ... X1 not a vCPU of the VM | -1, no action |
 ///
-/// X1..X3 are zeroed. SMCCC_ARCH_FEATURES(`0xC6000070`) answers 0 and the
-/// service sets KVM_FEATURES bit 112 ([`KVM_FEATURES_BIT`]).
+/// X1..X3 are zeroed. SMCCC_ARCH_FEATURES answers 0 for both ids and the
+/// service sets KVM_FEATURES bits 112 ([`KVM_FEATURES_BIT`]) and 114
+/// ([`KICK_LEND_FEATURES_BIT`]).
 ///
 /// X0 is "not yielded" until the yield has really happened, so whatever
 /// the runner (`el2::run`) does not get to do, the guest is never told it yielded
@@ -47,19 +53,23 @@ impl Service for PvYieldService {
     }
 
     fn call(&self, call: &Call<'_>) -> Reply {
-        if call.fid() != PV_SCHED_YIELD_TO {
-            return Reply::not_supported();
-        }
         // SMC64: the whole of X1 is the index.
-        reply(call.caller(), call.vm().vcpu_count(), call.arg(1))
+        let (caller, count, x1) = (call.caller(), call.vm().vcpu_count(), call.arg(1));
+        match call.fid() {
+            PV_SCHED_YIELD_TO => reply(caller, count, x1),
+            PV_SCHED_KICK_LEND => kick_lend_reply(caller, count, x1),
+            _ => Reply::not_supported(),
+        }
     }
 
     fn arch_features(&self, fid: FunctionId) -> Option<i64> {
-        (fid == PV_SCHED_YIELD_TO).then_some(smccc::SUCCESS)
+        IDS.contains(&fid).then_some(smccc::SUCCESS)
     }
 
     fn kvm_features(&self) -> KvmFeatures {
-        KvmFeatures::EMPTY.with(KVM_FEATURES_BIT)
+        KvmFeatures::EMPTY
+            .with(KVM_FEATURES_BIT)
+            .with(KICK_LEND_FEATURES_BIT)
     }
 
     fn answers_directed_yield(&self) -> bool {
@@ -87,4 +97,21 @@ pub(super) fn reply(caller: VcpuId, vcpu_count: u16, x1: u64) -> Reply {
             index,
         },
     })
+}
+
+/// PV_SCHED_KICK_LEND's reply to `caller`, in a VM of `vcpu_count`
+/// vCPUs, for the target index in X1 (`x1`, all 64 bits): a kick that
+/// lends, of any vCPU of the VM (the caller's own only sets its kicked
+/// flag, as KICK_CPU's does), or -1 for no such vCPU.
+fn kick_lend_reply(caller: VcpuId, vcpu_count: u16, x1: u64) -> Reply {
+    match u16::try_from(x1) {
+        Ok(index) if index < vcpu_count => Reply::code(KICKED).then(Next::Kick {
+            target: VcpuId {
+                vm: caller.vm,
+                index,
+            },
+            lend: true,
+        }),
+        _ => Reply::code(UNKNOWN_VCPU),
+    }
 }
