@@ -504,12 +504,14 @@ fn guest_registration(variant: Variant, register: u32) {
     );
 }
 
-/// openEuler and Anolis KICK_CPU.
-fn kick(variant: Variant, kick: u32) {
+/// A kick, `kick` on a `variant` VM: 0 and `Next::Kick` of any vCPU of
+/// the VM, lending exactly when `lend` (PV_SCHED_KICK_LEND; KICK_CPU only
+/// wakes), from every caller; -1 and no action for no such vCPU.
+fn kick(variant: Variant, kick: u32, lend: bool) {
     let vm = lock_vm(variant);
-    for target in 0..VCPUS {
-        let (x, action) = call_from(&vm.table, &CLOCK, 1, kick, &[u64::from(target)]);
-        assert_eq!(x, [0, 0, 0, 0]);
+    for (caller, target) in (0..VCPUS).flat_map(|c| (0..VCPUS).map(move |t| (c, t))) {
+        let (x, action) = call_from(&vm.table, &CLOCK, caller, kick, &[u64::from(target)]);
+        assert_eq!(x, [0, 0, 0, 0], "{variant:?} {caller} -> {target}");
         assert_eq!(
             action,
             Next::Kick {
@@ -517,7 +519,7 @@ fn kick(variant: Variant, kick: u32) {
                     vm: VM,
                     index: target
                 },
-                lend: false,
+                lend,
             }
         );
     }
@@ -570,7 +572,7 @@ fn openeuler() {
             ..RecordStats::default()
         }
     );
-    kick(Variant::OpenEuler, abi::OE_KICK_CPU);
+    kick(Variant::OpenEuler, abi::OE_KICK_CPU, false);
     // Probed with SMCCC_ARCH_FEATURES(0xC5000090) only.
     assert_eq!(arch_features(&vm, abi::OE_FEATURES), 0);
     for id in [abi::OE_IPA_INIT, abi::OE_IPA_RELEASE, abi::OE_KICK_CPU] {
@@ -599,7 +601,7 @@ fn anolis() {
         }
     }
     guest_registration(Variant::Anolis, abi::ANOLIS_PREEMPTED);
-    kick(Variant::Anolis, abi::ANOLIS_KICK_CPU);
+    kick(Variant::Anolis, abi::ANOLIS_KICK_CPU, false);
     // Its guests probe both FEATURES calls with SMCCC_ARCH_FEATURES.
     assert_eq!(arch_features(&vm, abi::ANOLIS_FEATURES), 0);
     assert_eq!(arch_features(&vm, abi::ANOLIS_QSPINLOCK_FEATURES), 0);
@@ -898,31 +900,8 @@ fn pv_sched_yield_to() {
 fn pv_sched_kick_lend() {
     let kick_lend = directed_yield::PV_SCHED_KICK_LEND.raw();
     for variant in Variant::ALL {
+        kick(variant, kick_lend, true);
         let vm = lock_vm(variant);
-        for caller in 0..VCPUS {
-            for target in 0..VCPUS {
-                let (x, action) =
-                    call_from(&vm.table, &CLOCK, caller, kick_lend, &[u64::from(target)]);
-                assert_eq!(x, [0, 0, 0, 0], "{variant:?} {caller} -> {target}");
-                assert_eq!(
-                    action,
-                    Next::Kick {
-                        target: VcpuId {
-                            vm: VM,
-                            index: target
-                        },
-                        lend: true,
-                    }
-                );
-            }
-        }
-        for bad in [u64::from(VCPUS), 0x1_0000, 0x1_0000_0001, u64::MAX] {
-            assert_eq!(
-                call_from(&vm.table, &CLOCK, 1, kick_lend, &[bad]),
-                ([NOT_SUPPORTED, 0, 0, 0], Next::Resume),
-                "{bad:#x}"
-            );
-        }
         assert_eq!(arch_features(&vm, kick_lend), 0);
         assert!(vm.table.kvm_features().contains(func::PV_SCHED_KICK_LEND));
     }
